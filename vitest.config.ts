@@ -1,0 +1,55 @@
+import { defineConfig } from 'vitest/config';
+import { fileURLToPath } from 'node:url';
+
+// One config, three projects: unit tests beside the code (no infrastructure), integration
+// tests against the real Kafka broker and PostgreSQL server (started by tools/test/run-all.mjs),
+// and end-to-end tests that run built services as separate processes.
+const root = fileURLToPath(new URL('.', import.meta.url));
+const alias = {
+  '@anvil/contracts': `${root}libs/contracts/src/index.ts`,
+  '@anvil/config': `${root}libs/config/src/index.ts`,
+  '@anvil/messaging': `${root}libs/messaging/src/index.ts`,
+  '@anvil/persistence': `${root}libs/persistence/src/index.ts`,
+  '@anvil/observability': `${root}libs/observability/src/index.ts`,
+  '@anvil/service-kit': `${root}libs/service-kit/src/index.ts`,
+  '@anvil/rl': `${root}libs/rl/src/index.ts`,
+  '@anvil/engine': `${root}libs/engine/src/index.ts`,
+  '@anvil/testing': `${root}libs/testing/src/index.ts`,
+};
+const shared = { resolve: { alias } };
+
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        ...shared,
+        test: {
+          name: 'unit',
+          include: ['apps/*/src/**/*.spec.ts', 'libs/*/src/**/*.spec.ts', 'tools/**/*.spec.ts'],
+          exclude: ['**/*.int.spec.ts', '**/node_modules/**'],
+          testTimeout: 60_000,
+        },
+      },
+      {
+        ...shared,
+        test: {
+          name: 'integration',
+          include: ['apps/*/src/**/*.int.spec.ts', 'libs/*/src/**/*.int.spec.ts', 'test/integration/**/*.int.spec.ts'],
+          testTimeout: 180_000,
+          hookTimeout: 180_000,
+          fileParallelism: false,
+        },
+      },
+      {
+        ...shared,
+        test: {
+          name: 'e2e',
+          include: ['test/e2e/**/*.e2e.spec.ts'],
+          testTimeout: 300_000,
+          hookTimeout: 300_000,
+          fileParallelism: false,
+        },
+      },
+    ],
+  },
+});
