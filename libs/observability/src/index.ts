@@ -1,0 +1,3 @@
+export * from './telemetry';
+export * from './logger';
+export * from './metrics';

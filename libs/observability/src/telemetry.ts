@@ -1,0 +1,53 @@
+import { NodeSDK, tracing } from '@opentelemetry/sdk-node';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { HttpInstrumentation } from '@opentelemetry/instrumentation-http';
+import { PgInstrumentation } from '@opentelemetry/instrumentation-pg';
+import { KafkaJsInstrumentation } from '@opentelemetry/instrumentation-kafkajs';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from '@opentelemetry/semantic-conventions';
+
+export interface Telemetry {
+  readonly exporting: boolean;
+  shutdown(): Promise<void>;
+}
+
+let active: Telemetry | null = null;
+
+/**
+ * Starts OpenTelemetry. Must run before Nest, pg or kafkajs are required: the
+ * instrumentations patch modules at require time, so main.ts imports the file that calls
+ * this first. Without an OTLP endpoint the SDK still runs (trace context is created and
+ * propagated through HTTP and Kafka headers) but nothing is exported.
+ */
+export function startTelemetry(opts: { serviceName: string; otlpEndpoint?: string; version?: string }): Telemetry {
+  if (active) return active;
+  const spanProcessors: tracing.SpanProcessor[] = [];
+  if (opts.otlpEndpoint) {
+    const url = `${opts.otlpEndpoint.replace(/\/$/, '')}/v1/traces`;
+    spanProcessors.push(new tracing.BatchSpanProcessor(new OTLPTraceExporter({ url })));
+  }
+  const sdk = new NodeSDK({
+    resource: resourceFromAttributes({
+      [ATTR_SERVICE_NAME]: opts.serviceName,
+      [ATTR_SERVICE_VERSION]: opts.version ?? '0.1.0',
+    }),
+    // Explicit list (an empty one when not exporting) so the SDK never falls back to its
+    // default OTLP exporter pointed at localhost.
+    spanProcessors,
+    // Metrics are served by prom-client on /metrics; the OTel metrics pipeline stays off.
+    instrumentations: [
+      new HttpInstrumentation({ ignoreIncomingRequestHook: (req) => /^\/(healthz|readyz|metrics)/.test(req.url ?? '') }),
+      new PgInstrumentation(),
+      new KafkaJsInstrumentation(),
+    ],
+  });
+  sdk.start();
+  active = {
+    exporting: spanProcessors.length > 0,
+    shutdown: async () => {
+      await sdk.shutdown();
+      active = null;
+    },
+  };
+  return active;
+}
