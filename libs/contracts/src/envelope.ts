@@ -62,7 +62,7 @@ export function validateEvent(raw: unknown): AnyEventEnvelope {
   if (typeof env.occurredAt !== 'number' || !Number.isFinite(env.occurredAt)) problems.push('occurredAt: must be a number (ms since epoch)');
   const parsed = schema.safeParse(env.payload);
   if (!parsed.success) {
-    for (const issue of parsed.error!.issues) problems.push(`payload.${issue.path.map(String).join('.')}: ${issue.message}`);
+    for (const issue of parsed.error?.issues ?? []) problems.push(`payload.${issue.path.map(String).join('.')}: ${issue.message}`);
   }
   if (problems.length > 0) throw new ContractError('invalid_payload', `${String(env.type)} v${String(env.version)}: ${problems.join('; ')}`);
   return { ...(env as unknown as AnyEventEnvelope), payload: parsed.data } as AnyEventEnvelope;

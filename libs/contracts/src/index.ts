@@ -12,3 +12,4 @@ export * from './envelope';
 export * from './api/generate';
 export * from './api/sessions';
 export * from './json-schema';
+export * from './testing-fixtures';

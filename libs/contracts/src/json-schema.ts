@@ -19,7 +19,7 @@ function blobRef(dtype: string) {
   };
 }
 
-function toJsonSchema(schema: z.ZodType, title: string) {
+function toJsonSchema(schema: z.ZodType) {
   return z.toJSONSchema(schema, {
     target: 'draft-2020-12',
     unrepresentable: 'any',
@@ -39,7 +39,7 @@ export function eventJsonSchemas(): Record<string, Record<string, unknown>> {
   for (const type of Object.keys(EVENTS) as EventType[]) {
     const entry = EVENTS[type];
     for (const [version, schema] of Object.entries(entry.versions)) {
-      const payload = toJsonSchema(schema as z.ZodType, `${type} v${version}`);
+      const payload = toJsonSchema(schema as z.ZodType);
       delete payload.$schema;
       out[`${type}.v${version}`] = {
         $schema: 'https://json-schema.org/draft/2020-12/schema',
@@ -65,9 +65,9 @@ export function eventJsonSchemas(): Record<string, Record<string, unknown>> {
 
 export function apiJsonSchemas(): Record<string, Record<string, unknown>> {
   return {
-    'generate-request': toJsonSchema(generateRequestSchema, 'generate request'),
-    'generate-response': toJsonSchema(generateResponseSchema, 'generate response'),
-    'create-session-request': toJsonSchema(createSessionRequestSchema, 'create session request'),
-    'create-session-response': toJsonSchema(createSessionResponseSchema, 'create session response'),
+    'generate-request': toJsonSchema(generateRequestSchema),
+    'generate-response': toJsonSchema(generateResponseSchema),
+    'create-session-request': toJsonSchema(createSessionRequestSchema),
+    'create-session-response': toJsonSchema(createSessionResponseSchema),
   };
 }

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { float32Array, int32Array, uint32Array } from '../codec/typed-array-schemas';
-import { id, policyVersion, timestampMs } from './common';
+import { id, timestampMs } from './common';
 
 export const FINISH_REASONS_LLM = ['stop', 'length', 'tool_calls', 'abort', 'content_filter'] as const;
 

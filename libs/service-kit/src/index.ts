@@ -1,0 +1,6 @@
+export * from './tokens';
+export * from './readiness';
+export * from './ops.module';
+export * from './ops.controller';
+export * from './bootstrap';
+export * from './nest-logger';
