@@ -1,8 +1,9 @@
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
-import type { Logger, Telemetry } from '@anvil/observability';
+import type { Logger, ServiceContext, Telemetry } from '@anvil/observability';
 import { NestLoggerBridge } from './nest-logger';
 import { ReadinessRegistry } from './readiness';
+import type { BaseServiceConfig } from './service-modules';
 
 export interface BootstrapOptions {
   service: string;
@@ -57,4 +58,17 @@ export async function bootstrapService(opts: BootstrapOptions): Promise<NestFast
   process.once('SIGTERM', () => void stop('SIGTERM'));
   process.once('SIGINT', () => void stop('SIGINT'));
   return app;
+}
+
+/** What a service's start.ts calls: its root module on the configured host and port. */
+export function startNestService(ctx: ServiceContext<BaseServiceConfig>, rootModule: unknown) {
+  return bootstrapService({
+    service: ctx.service,
+    rootModule,
+    logger: ctx.logger,
+    telemetry: ctx.telemetry,
+    port: ctx.config.PORT,
+    host: ctx.config.HOST,
+    shutdownTimeoutMs: ctx.config.SHUTDOWN_TIMEOUT_MS,
+  });
 }

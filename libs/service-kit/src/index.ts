@@ -4,3 +4,5 @@ export * from './ops.module';
 export * from './ops.controller';
 export * from './bootstrap';
 export * from './nest-logger';
+export * from './infra.module';
+export * from './service-modules';

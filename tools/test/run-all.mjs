@@ -1,0 +1,67 @@
+#!/usr/bin/env node
+// `npm test`: every test, from a fresh clone. Installs (when missing) and starts a fresh
+// Kafka broker and PostgreSQL cluster on ports of its own, type-checks, lints (including
+// the Nx module boundaries), builds dist/ for the end-to-end tests, runs the unit,
+// integration and e2e projects, stops the infrastructure, and ends with one summary line
+// "N passed, N failed, N skipped".
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+// Ports of the test stack, apart from the defaults a developer's own stack uses, so a test run
+// never wipes or stops a broker somebody else is using.
+process.env.KAFKA_PORT ??= '29092';
+process.env.PG_PORT ??= '25432';
+process.env.NX_DAEMON = 'false';
+process.env.NX_NO_CLOUD = 'true';
+const { startStack, stopStack } = await import('../infra/lib.mjs');
+
+const steps = [];
+function step(name, cmd, args, env = {}) {
+  const started = Date.now();
+  console.log(`\n=== ${name}: ${cmd} ${args.join(' ')}`);
+  const r = spawnSync(cmd, args, { cwd: root, stdio: 'inherit', env: { ...process.env, ...env } });
+  steps.push({ name, ok: r.status === 0, seconds: (Date.now() - started) / 1000 });
+  return r.status === 0;
+}
+
+let stack;
+let summary = null;
+try {
+  const only = process.argv.slice(2);
+  console.log('=== infrastructure: fresh Kafka broker and PostgreSQL cluster');
+  stack = await startStack({ fresh: true });
+  const env = { ...stack.env, CI: process.env.CI ?? '' };
+  step('typecheck', 'npx', ['tsc', '-p', 'tsconfig.json', '--noEmit']);
+  step('lint', 'node', ['tools/build/lint.mjs']);
+  step('build', 'node', ['tools/build/build.mjs']);
+  mkdirSync(join(root, '.cache'), { recursive: true });
+  const report = join(root, '.cache', 'vitest-report.json');
+  step('tests', 'npx', ['vitest', 'run', '--reporter=default', '--reporter=json', `--outputFile.json=${report}`, ...only], env);
+  try {
+    const r = JSON.parse(readFileSync(report, 'utf8'));
+    summary = { passed: r.numPassedTests, failed: r.numFailedTests, skipped: r.numPendingTests + r.numTodoTests, suitesFailed: r.numFailedTestSuites };
+  } catch {
+    summary = null;
+  }
+} catch (err) {
+  console.error(`run-all: ${err.message}`);
+  steps.push({ name: 'infrastructure', ok: false, seconds: 0 });
+} finally {
+  if (stack) await stopStack().catch((err) => console.error(`run-all: stopping infrastructure failed: ${err.message}`));
+}
+
+console.log('\n=== steps');
+for (const s of steps) console.log(`${s.ok ? 'ok  ' : 'FAIL'} ${s.name.padEnd(16)} ${s.seconds.toFixed(1)} s`);
+const failedSteps = steps.filter((s) => !s.ok && s.name !== 'tests');
+if (summary) {
+  // A failed non-test step (typecheck, lint, build) counts as one failure, so the closing line
+  // never says "0 failed" for a broken tree.
+  const failed = summary.failed + failedSteps.length + (summary.failed === 0 ? summary.suitesFailed : 0);
+  console.log(`${summary.passed} passed, ${failed} failed, ${summary.skipped} skipped`);
+  process.exit(failed === 0 && steps.every((s) => s.ok) ? 0 : 1);
+}
+console.log(`0 passed, ${Math.max(1, failedSteps.length)} failed`);
+process.exit(1);
