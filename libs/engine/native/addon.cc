@@ -1,0 +1,556 @@
+// Node-API binding (node-addon-api). Every argument is validated here or inside the worker;
+// every failure is a JavaScript Error (NODE_ADDON_API_CPP_EXCEPTIONS_ALL turns any
+// std::exception from a synchronous call into a thrown Error, and AsyncWorker turns one from
+// Execute into a rejected promise). Heavy calls run on the libuv pool and return promises.
+#include <cblas.h>
+#include <napi.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "model.h"
+
+namespace anvil {
+
+namespace {
+
+// ---------- argument helpers ----------
+
+int get_int(const Napi::Object& o, const char* key, int lo, int hi) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsNumber()) throw Error(std::string("config.") + key + " must be a number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(d) || d != std::floor(d) || d < lo || d > hi)
+    throw Error(std::string("config.") + key + " must be an integer in [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + "], got " + std::to_string(d));
+  return (int)d;
+}
+
+double get_num(const Napi::Object& o, const char* key, double def) {
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined() || v.IsNull()) return def;
+  if (!v.IsNumber()) throw Error(std::string(key) + " must be a number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(d)) throw Error(std::string(key) + " must be finite");
+  return d;
+}
+
+template <typename T, napi_typedarray_type K>
+Napi::TypedArrayOf<T> get_typed(const Napi::Value& v, const char* what) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != K)
+    throw Error(std::string(what) + " must be a " +
+                (K == napi_int32_array ? "Int32Array" : K == napi_float32_array ? "Float32Array" : "Uint8Array"));
+  return v.As<Napi::TypedArrayOf<T>>();
+}
+
+// An ArrayBuffer over an arena without copying; the buffer co-owns the arena, so a view stays
+// valid even after the model is disposed.
+Napi::ArrayBuffer arena_buffer(Napi::Env env, const std::shared_ptr<FloatArena>& arena) {
+  auto* hold = new std::shared_ptr<FloatArena>(arena);
+  return Napi::ArrayBuffer::New(env, arena->data(), arena->bytes(),
+                                [](Napi::Env, void*, std::shared_ptr<FloatArena>* h) { delete h; }, hold);
+}
+
+// ---------- promise-returning worker base ----------
+
+class PromiseWorker : public Napi::AsyncWorker {
+ public:
+  explicit PromiseWorker(Napi::Env env) : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+ protected:
+  virtual Napi::Value Result(Napi::Env env) { return env.Undefined(); }
+  void OnOK() override { deferred_.Resolve(Result(Env())); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+  Napi::Promise::Deferred deferred_;
+};
+
+class ModelWrap;
+
+// ---------- forward handle ----------
+
+class HandleWrap : public Napi::ObjectWrap<HandleWrap> {
+ public:
+  static Napi::Function Init(Napi::Env env) {
+    return DefineClass(env, "NativeHandle",
+                       {InstanceMethod("dispose", &HandleWrap::Dispose),
+                        InstanceAccessor("disposed", &HandleWrap::Disposed, nullptr),
+                        InstanceAccessor("activationBytes", &HandleWrap::ActivationBytes, nullptr),
+                        InstanceAccessor("forwardScratchBytes", &HandleWrap::ForwardScratchBytes, nullptr),
+                        InstanceAccessor("backwardScratchBytes", &HandleWrap::BackwardScratchBytes, nullptr),
+                        InstanceAccessor("numNodes", &HandleWrap::NumNodes, nullptr)});
+  }
+  explicit HandleWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<HandleWrap>(info) {}
+  // The activation arena is freed on dispose() or, failing that, when the handle is garbage
+  // collected (ObjectWrap's finalizer destroys this object and the shared_ptr with it). A
+  // backward in flight holds its own reference, so dispose() never pulls memory from under it.
+  std::shared_ptr<Activations> acts;
+
+ private:
+  Napi::Value Dispose(const Napi::CallbackInfo& info) {
+    acts.reset();
+    return info.Env().Undefined();
+  }
+  Napi::Value Disposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), !acts); }
+  Napi::Value ActivationBytes(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), acts ? (double)acts->kept_bytes : 0.0);
+  }
+  Napi::Value ForwardScratchBytes(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), acts ? (double)acts->forward_scratch_bytes : 0.0);
+  }
+  Napi::Value BackwardScratchBytes(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), acts ? (double)acts->backward_scratch_bytes : 0.0);
+  }
+  Napi::Value NumNodes(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), acts ? acts->tree.n : 0);
+  }
+};
+
+struct AddonData {
+  Napi::FunctionReference handle_ctor;
+};
+
+// ---------- workers ----------
+
+class ForwardWorker : public PromiseWorker {
+ public:
+  ForwardWorker(Napi::Env env, std::shared_ptr<Model> model, Napi::Int32Array tokens, Napi::Int32Array parents,
+                Napi::Float32Array logp, Napi::Float32Array entropy, double max_tokens, double max_bytes)
+      : PromiseWorker(env), model_(std::move(model)), max_tokens_(max_tokens), max_bytes_(max_bytes) {
+    n_ = (int)tokens.ElementLength();
+    tokens_ = tokens.Data();
+    parents_ = parents.Data();
+    logp_ = logp.Data();
+    entropy_ = entropy.Data();
+    // keep the caller's typed arrays alive while the pool thread reads and writes them in place
+    refs_.push_back(Napi::Persistent(tokens.As<Napi::Object>()));
+    refs_.push_back(Napi::Persistent(parents.As<Napi::Object>()));
+    refs_.push_back(Napi::Persistent(logp.As<Napi::Object>()));
+    refs_.push_back(Napi::Persistent(entropy.As<Napi::Object>()));
+  }
+  void Execute() override {
+    if (max_tokens_ > 0 && n_ > max_tokens_)
+      throw Error("pack has " + std::to_string(n_) + " tokens, over the limit maxTokens = " +
+                  std::to_string((int64_t)max_tokens_));
+    auto acts = std::make_shared<Activations>();
+    acts->model = model_;
+    acts->tree = analyze_tree(parents_, n_);
+    const int V = model_->cfg.vocab;
+    for (int i = 0; i < n_; i++)
+      if (tokens_[i] < 0 || tokens_[i] >= V)
+        throw Error("token out of range: tokens[" + std::to_string(i) + "] = " + std::to_string(tokens_[i]) +
+                    " (vocab size " + std::to_string(V) + ")");
+    acts->tokens.assign(tokens_, tokens_ + n_);
+    if (max_bytes_ > 0) {
+      MemoryPlan plan = plan_memory(model_->cfg, acts->tree);
+      double need = (double)(plan.kept_floats + std::max(plan.fwd_scratch_floats, plan.bwd_scratch_floats)) * 4.0;
+      if (need > max_bytes_)
+        throw Error("pack needs " + std::to_string((int64_t)need) + " bytes of activations and scratch, over the limit maxBytes = " +
+                    std::to_string((int64_t)max_bytes_));
+    }
+    std::lock_guard<std::mutex> lock(model_->mu);
+    model_forward(*acts, logp_, entropy_);
+    acts_ = acts;
+  }
+  Napi::Value Result(Napi::Env env) override {
+    AddonData* data = env.GetInstanceData<AddonData>();
+    Napi::Object h = data->handle_ctor.New({});
+    HandleWrap::Unwrap(h)->acts = acts_;
+    acts_.reset();
+    return h;
+  }
+
+ private:
+  std::shared_ptr<Model> model_;
+  std::shared_ptr<Activations> acts_;
+  int n_;
+  const int32_t* tokens_;
+  const int32_t* parents_;
+  float* logp_;
+  float* entropy_;
+  double max_tokens_, max_bytes_;
+  std::vector<Napi::ObjectReference> refs_;
+};
+
+class BackwardWorker : public PromiseWorker {
+ public:
+  BackwardWorker(Napi::Env env, std::shared_ptr<Activations> acts, Napi::Float32Array dlogp, Napi::Value dent)
+      : PromiseWorker(env), acts_(std::move(acts)) {
+    dlogp_ = dlogp.Data();
+    refs_.push_back(Napi::Persistent(dlogp.As<Napi::Object>()));
+    if (!dent.IsUndefined() && !dent.IsNull()) {
+      auto d = get_typed<float, napi_float32_array>(dent, "dLdEntropy");
+      if ((int)d.ElementLength() != acts_->tree.n)
+        throw Error("dLdEntropy has length " + std::to_string(d.ElementLength()) + " but the pack has " +
+                    std::to_string(acts_->tree.n) + " nodes");
+      dent_ = d.Data();
+      refs_.push_back(Napi::Persistent(d.As<Napi::Object>()));
+    }
+  }
+  void Execute() override {
+    const TreeInfo& t = acts_->tree;
+    for (int i = 0; i < t.n; i++) {
+      if (!std::isfinite(dlogp_[i]) || (dent_ && !std::isfinite(dent_[i])))
+        throw Error("non-finite loss coefficient (NaN or Inf) at node " + std::to_string(i));
+      if (t.parent[i] < 0 && (dlogp_[i] != 0.f || (dent_ && dent_[i] != 0.f)))
+        throw Error("node " + std::to_string(i) +
+                    " is a root: it has no prediction (no log-prob, no entropy), so its coefficient must be 0");
+    }
+    std::lock_guard<std::mutex> lock(acts_->model->mu);
+    model_backward(*acts_, dlogp_, dent_);
+  }
+
+ private:
+  std::shared_ptr<Activations> acts_;
+  const float* dlogp_ = nullptr;
+  const float* dent_ = nullptr;
+  std::vector<Napi::ObjectReference> refs_;
+};
+
+// Runs a closure on the pool under the model lock; resolves with the number it returns.
+class ModelTaskWorker : public PromiseWorker {
+ public:
+  ModelTaskWorker(Napi::Env env, std::shared_ptr<Model> model, std::function<double(Model&)> fn)
+      : PromiseWorker(env), model_(std::move(model)), fn_(std::move(fn)) {}
+  void Execute() override {
+    std::lock_guard<std::mutex> lock(model_->mu);
+    result_ = fn_(*model_);
+  }
+  Napi::Value Result(Napi::Env env) override { return Napi::Number::New(env, result_); }
+
+ private:
+  std::shared_ptr<Model> model_;
+  std::function<double(Model&)> fn_;
+  double result_ = 0;
+};
+
+class SgemmBenchWorker : public PromiseWorker {
+ public:
+  SgemmBenchWorker(Napi::Env env, int M, int N, int K, int trans_b, double min_seconds)
+      : PromiseWorker(env), M_(M), N_(N), K_(K), tb_(trans_b), min_s_(min_seconds) {}
+  void Execute() override {
+    FloatArena a((size_t)M_ * K_), b((size_t)K_ * N_), c((size_t)M_ * N_);
+    for (size_t i = 0; i < a.size(); i++) a.data()[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < b.size(); i++) b.data()[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    auto run = [&]() {
+      if (tb_)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M_, N_, K_, 1.0f, a.data(), K_, b.data(), K_, 0.0f, c.data(), N_);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M_, N_, K_, 1.0f, a.data(), K_, b.data(), N_, 0.0f, c.data(),
+                    N_);
+    };
+    run();  // warm-up
+    auto t0 = std::chrono::steady_clock::now();
+    int iters = 0;
+    double el = 0;
+    do {
+      run();
+      iters++;
+      el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } while (el < min_s_);
+    seconds_ = el / iters;
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("seconds", seconds_);
+    o.Set("gflops", 2.0 * M_ * N_ * K_ / seconds_ * 1e-9);
+    return o;
+  }
+
+ private:
+  int M_, N_, K_, tb_;
+  double min_s_, seconds_ = 0;
+};
+
+// ---------- model ----------
+
+class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
+ public:
+  static Napi::Function Init(Napi::Env env) {
+    return DefineClass(env, "NativeModel",
+                       {InstanceMethod("layout", &ModelWrap::Layout),
+                        InstanceMethod("paramsBuffer", &ModelWrap::ParamsBuffer),
+                        InstanceMethod("gradsBuffer", &ModelWrap::GradsBuffer),
+                        InstanceMethod("initRandom", &ModelWrap::InitRandom),
+                        InstanceMethod("forward", &ModelWrap::Forward),
+                        InstanceMethod("backward", &ModelWrap::Backward),
+                        InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
+                        InstanceMethod("gradNorm", &ModelWrap::GradNorm),
+                        InstanceMethod("clipGradNorm", &ModelWrap::ClipGradNorm),
+                        InstanceMethod("adamwStep", &ModelWrap::AdamwStep),
+                        InstanceMethod("memory", &ModelWrap::Memory),
+                        InstanceMethod("stepCount", &ModelWrap::StepCount),
+                        InstanceMethod("dispose", &ModelWrap::Dispose)});
+  }
+
+  explicit ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWrap>(info) {
+    if (!info[0].IsObject()) throw Error("NativeModel(config): config must be an object");
+    Napi::Object o = info[0].As<Napi::Object>();
+    ModelConfig c;
+    c.vocab = get_int(o, "vocabSize", 1, 1 << 24);
+    c.hidden = get_int(o, "hiddenSize", 1, 1 << 16);
+    c.inter = get_int(o, "intermediateSize", 1, 1 << 18);
+    c.layers = get_int(o, "numLayers", 1, 1024);
+    c.heads = get_int(o, "numHeads", 1, 1024);
+    c.kv_heads = get_int(o, "numKvHeads", 1, 1024);
+    c.head_dim = get_int(o, "headDim", 2, 4096);
+    c.eps = (float)get_num(o, "rmsNormEps", 1e-6);
+    c.qkv_bias = o.Get("qkvBias").ToBoolean();
+    c.tied = o.Get("tieWordEmbeddings").ToBoolean();
+    c.rope_attention_scaling = (float)get_num(o, "ropeAttentionScaling", 1.0);
+    auto inv = get_typed<float, napi_float32_array>(o.Get("invFreq"), "config.invFreq");
+    c.inv_freq.assign(inv.Data(), inv.Data() + inv.ElementLength());
+    model_ = std::make_shared<Model>(c);
+  }
+
+ private:
+  std::shared_ptr<Model> model_;
+
+  Model& model() {
+    if (!model_) throw Error("model is disposed");
+    return *model_;
+  }
+
+  Napi::Value Layout(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Model& m = model();
+    Napi::Array arr = Napi::Array::New(env, m.tensors.size());
+    for (size_t i = 0; i < m.tensors.size(); i++) {
+      const ParamTensor& t = m.tensors[i];
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("name", t.name);
+      Napi::Array shape = Napi::Array::New(env, t.shape.size());
+      for (size_t k = 0; k < t.shape.size(); k++) shape.Set((uint32_t)k, (double)t.shape[k]);
+      o.Set("shape", shape);
+      o.Set("offset", (double)t.offset);
+      o.Set("numel", (double)t.numel);
+      arr.Set((uint32_t)i, o);
+    }
+    return arr;
+  }
+  Napi::Value ParamsBuffer(const Napi::CallbackInfo& info) { return arena_buffer(info.Env(), model().params); }
+  Napi::Value GradsBuffer(const Napi::CallbackInfo& info) { return arena_buffer(info.Env(), model().grads); }
+
+  Napi::Value InitRandom(const Napi::CallbackInfo& info) {
+    Model& m = model();
+    if (!info[0].IsNumber() || !info[1].IsNumber()) throw Error("initRandom(seed, std): seed and std must be numbers");
+    double seed = info[0].As<Napi::Number>().DoubleValue(), sd = info[1].As<Napi::Number>().DoubleValue();
+    if (!std::isfinite(seed) || !std::isfinite(sd) || sd < 0) throw Error("initRandom: seed must be finite and std >= 0");
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.init_random((uint64_t)(int64_t)seed, (float)sd);
+    return info.Env().Undefined();
+  }
+
+  // forward(tokens: Int32Array, parents: Int32Array, logp: Float32Array, entropy: Float32Array,
+  //         maxTokens: number, maxBytes: number): Promise<NativeHandle>
+  Napi::Value Forward(const Napi::CallbackInfo& info) {
+    model();
+    auto tokens = get_typed<int32_t, napi_int32_array>(info[0], "tokens");
+    auto parents = get_typed<int32_t, napi_int32_array>(info[1], "parents");
+    auto logp = get_typed<float, napi_float32_array>(info[2], "logp output");
+    auto ent = get_typed<float, napi_float32_array>(info[3], "entropy output");
+    size_t n = tokens.ElementLength();
+    if (parents.ElementLength() != n)
+      throw Error("tokens and parents must have the same length (" + std::to_string(n) + " vs " +
+                  std::to_string(parents.ElementLength()) + ")");
+    if (n == 0) throw Error("empty pack: a pack needs at least one node");
+    if (n > (size_t)INT32_MAX / 2) throw Error("pack too large");
+    if (logp.ElementLength() != n || ent.ElementLength() != n) throw Error("logp/entropy outputs must have one entry per node");
+    double max_tokens = info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : 0;
+    double max_bytes = info[5].IsNumber() ? info[5].As<Napi::Number>().DoubleValue() : 0;
+    auto* w = new ForwardWorker(info.Env(), model_, tokens, parents, logp, ent, max_tokens, max_bytes);
+    w->Queue();
+    return w->Promise();
+  }
+
+  // backward(handle, dLdlogp: Float32Array, dLdEntropy?: Float32Array): Promise<void>
+  Napi::Value Backward(const Napi::CallbackInfo& info) {
+    Model& m = model();
+    if (!info[0].IsObject()) throw Error("backward: the first argument must be a forward handle");
+    Napi::Object ho = info[0].As<Napi::Object>();
+    AddonData* data = info.Env().GetInstanceData<AddonData>();
+    if (!ho.InstanceOf(data->handle_ctor.Value())) throw Error("backward: the first argument must be a forward handle");
+    HandleWrap* h = HandleWrap::Unwrap(ho);
+    if (!h->acts) throw Error("backward: the forward handle is disposed");
+    if (h->acts->model.get() != &m) throw Error("backward: the handle belongs to another model");
+    auto dlogp = get_typed<float, napi_float32_array>(info[1], "dLdlogp");
+    if ((int)dlogp.ElementLength() != h->acts->tree.n)
+      throw Error("dLdlogp has length " + std::to_string(dlogp.ElementLength()) + " but the pack has " +
+                  std::to_string(h->acts->tree.n) + " nodes");
+    auto* w = new BackwardWorker(info.Env(), h->acts, dlogp, info[2]);
+    w->Queue();
+    return w->Promise();
+  }
+
+  Napi::Value Queue(Napi::Env env, std::function<double(Model&)> fn) {
+    auto* w = new ModelTaskWorker(env, model_, std::move(fn));
+    w->Queue();
+    return w->Promise();
+  }
+
+  Napi::Value ZeroGrad(const Napi::CallbackInfo& info) {
+    model();
+    return Queue(info.Env(), [](Model& m) {
+      std::memset(m.grads->data(), 0, m.grads->bytes());
+      return 0.0;
+    });
+  }
+
+  static double grad_norm(Model& m) { return std::sqrt(sum_squares(m.grads->data(), m.num_params)); }
+
+  Napi::Value GradNorm(const Napi::CallbackInfo& info) {
+    model();
+    return Queue(info.Env(), [](Model& m) { return grad_norm(m); });
+  }
+
+  // clipGradNorm(maxNorm): scales all gradients so that their global L2 norm is at most maxNorm;
+  // resolves with the norm before clipping.
+  Napi::Value ClipGradNorm(const Napi::CallbackInfo& info) {
+    model();
+    if (!info[0].IsNumber()) throw Error("clipGradNorm(maxNorm): maxNorm must be a number");
+    double max_norm = info[0].As<Napi::Number>().DoubleValue();
+    if (!(max_norm > 0) || !std::isfinite(max_norm)) throw Error("clipGradNorm: maxNorm must be a positive finite number");
+    return Queue(info.Env(), [max_norm](Model& m) {
+      double norm = grad_norm(m);
+      if (!std::isfinite(norm)) throw Error("gradient norm is not finite (NaN or Inf in the gradients)");
+      if (norm > max_norm) scale_inplace(m.grads->data(), m.num_params, (float)(max_norm / (norm + 1e-6)));
+      return norm;
+    });
+  }
+
+  // adamwStep({lr, beta1, beta2, eps, weightDecay, decayMask: Uint8Array per tensor}): Promise<step>
+  Napi::Value AdamwStep(const Napi::CallbackInfo& info) {
+    Model& m = model();
+    if (!info[0].IsObject()) throw Error("adamwStep(options): options must be an object");
+    Napi::Object o = info[0].As<Napi::Object>();
+    const double lr = get_num(o, "lr", NAN), b1 = get_num(o, "beta1", 0.9), b2 = get_num(o, "beta2", 0.999),
+                 eps = get_num(o, "eps", 1e-8), wd = get_num(o, "weightDecay", 0.0);
+    if (!std::isfinite(lr) || lr < 0) throw Error("adamwStep: lr must be a finite number >= 0");
+    if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1)) throw Error("adamwStep: beta1 and beta2 must be in [0, 1)");
+    if (!(eps >= 0) || !(wd >= 0)) throw Error("adamwStep: eps and weightDecay must be >= 0");
+    auto mask = get_typed<uint8_t, napi_uint8_array>(o.Get("decayMask"), "adamwStep: decayMask");
+    if (mask.ElementLength() != m.tensors.size()) throw Error("adamwStep: decayMask needs one entry per tensor");
+    std::vector<uint8_t> decay(mask.Data(), mask.Data() + mask.ElementLength());
+    return Queue(info.Env(), [=](Model& m) {
+      if (!m.adam_m) {
+        m.adam_m = std::make_shared<FloatArena>(m.num_params);
+        m.adam_v = std::make_shared<FloatArena>(m.num_params);
+      }
+      m.step += 1;
+      for (size_t i = 0; i < m.tensors.size(); i++) {
+        const ParamTensor& t = m.tensors[i];
+        adamw_update(m.params->data() + t.offset, m.grads->data() + t.offset, m.adam_m->data() + t.offset,
+                     m.adam_v->data() + t.offset, t.numel, (float)lr, (float)b1, (float)b2, (float)eps,
+                     decay[i] ? (float)wd : 0.0f, m.step);
+      }
+      return (double)m.step;
+    });
+  }
+
+  Napi::Value Memory(const Napi::CallbackInfo& info) {
+    Model& m = model();
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("numParams", (double)m.num_params);
+    o.Set("paramBytes", (double)m.params->bytes());
+    o.Set("gradBytes", (double)m.grads->bytes());
+    o.Set("optimizerBytes", m.adam_m ? (double)(m.adam_m->bytes() + m.adam_v->bytes()) : 0.0);
+    return o;
+  }
+  Napi::Value StepCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), model().step); }
+  Napi::Value Dispose(const Napi::CallbackInfo& info) {
+    model_.reset();
+    return info.Env().Undefined();
+  }
+};
+
+// ---------- free functions ----------
+
+Napi::Value SetThreads(const Napi::CallbackInfo& info) {
+  if (!info[0].IsNumber()) throw Error("setThreads(n): n must be a number");
+  double n = info[0].As<Napi::Number>().DoubleValue();
+  if (n != std::floor(n) || n < 1 || n > 1024) throw Error("setThreads(n): n must be an integer in [1, 1024]");
+  set_threads((int)n);
+  return info.Env().Undefined();
+}
+
+Napi::Value GetThreads(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), nthreads()); }
+
+Napi::Value AnalyzeTree(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto parents = get_typed<int32_t, napi_int32_array>(info[0], "parents");
+  TreeInfo t = analyze_tree(parents.Data(), (int)parents.ElementLength());
+  auto out = [&](const std::vector<int32_t>& v) {
+    auto a = Napi::Int32Array::New(env, v.size());
+    std::copy(v.begin(), v.end(), a.Data());
+    return a;
+  };
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("depth", out(t.depth));
+  o.Set("pre", out(t.pre));
+  o.Set("end", out(t.end));
+  o.Set("order", out(t.order));
+  o.Set("internal", out(t.internal));
+  o.Set("maxDepth", t.max_depth);
+  o.Set("sumPathLength", (double)t.sum_len);
+  return o;
+}
+
+Napi::Value BenchSgemm(const Napi::CallbackInfo& info) {
+  for (int i = 0; i < 3; i++)
+    if (!info[i].IsNumber()) throw Error("benchSgemm(M, N, K, transB, minSeconds): M, N, K must be numbers");
+  int M = info[0].As<Napi::Number>().Int32Value(), N = info[1].As<Napi::Number>().Int32Value(),
+      K = info[2].As<Napi::Number>().Int32Value();
+  if (M < 1 || N < 1 || K < 1 || (double)M * K > 4e8 || (double)K * N > 4e8 || (double)M * N > 4e8)
+    throw Error("benchSgemm: dimensions must be positive and each matrix under 4e8 elements");
+  int tb = info[3].ToBoolean() ? 1 : 0;
+  double min_s = info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : 0.5;
+  auto* w = new SgemmBenchWorker(info.Env(), M, N, K, tb, min_s);
+  w->Queue();
+  return w->Promise();
+}
+
+Napi::Value Info(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("backend", "cpu");
+  o.Set("blas", std::string(openblas_get_config()));
+  o.Set("threads", nthreads());
+#if defined(__AVX512F__)
+  o.Set("simd", "avx512");
+#elif defined(__AVX2__)
+  o.Set("simd", "avx2+fma");
+#else
+  o.Set("simd", "baseline");
+#endif
+  return o;
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  auto* data = new AddonData();
+  env.SetInstanceData(data);
+  Napi::Function handle = HandleWrap::Init(env);
+  data->handle_ctor = Napi::Persistent(handle);
+  exports.Set("NativeHandle", handle);
+  exports.Set("NativeModel", ModelWrap::Init(env));
+  exports.Set("setThreads", Napi::Function::New(env, SetThreads));
+  exports.Set("getThreads", Napi::Function::New(env, GetThreads));
+  exports.Set("analyzeTree", Napi::Function::New(env, AnalyzeTree));
+  exports.Set("benchSgemm", Napi::Function::New(env, BenchSgemm));
+  exports.Set("info", Napi::Function::New(env, Info));
+  // Default thread count: ANVIL_ENGINE_THREADS, else 2 (the loader may override via setThreads).
+  int n = 2;
+  if (const char* s = std::getenv("ANVIL_ENGINE_THREADS")) {
+    int v = std::atoi(s);
+    if (v >= 1 && v <= 1024) n = v;
+  }
+  set_threads(n);
+  return exports;
+}
+
+}  // namespace
+
+}  // namespace anvil
+
+static Napi::Object InitModule(Napi::Env env, Napi::Object exports) { return anvil::Init(env, exports); }
+
+NODE_API_MODULE(anvil_engine, InitModule)

@@ -1,0 +1,286 @@
+#include "model.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+namespace anvil {
+
+namespace {
+
+void copy_parallel(float* dst, const float* src, size_t n) {
+  const size_t chunk = 1 << 16;
+  const int64_t chunks = (int64_t)((n + chunk - 1) / chunk);
+#pragma omp parallel for num_threads(nthreads()) schedule(static)
+  for (int64_t c = 0; c < chunks; c++) {
+    size_t b = (size_t)c * chunk, e = std::min(n, b + chunk);
+    std::memcpy(dst + b, src + b, sizeof(float) * (e - b));
+  }
+}
+
+void zero_parallel(float* dst, size_t n) {
+  const size_t chunk = 1 << 16;
+  const int64_t chunks = (int64_t)((n + chunk - 1) / chunk);
+#pragma omp parallel for num_threads(nthreads()) schedule(static)
+  for (int64_t c = 0; c < chunks; c++) {
+    size_t b = (size_t)c * chunk, e = std::min(n, b + chunk);
+    std::memset(dst + b, 0, sizeof(float) * (e - b));
+  }
+}
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Model::Model(const ModelConfig& c) : cfg(c) {
+  if (cfg.vocab <= 0 || cfg.hidden <= 0 || cfg.inter <= 0 || cfg.layers <= 0 || cfg.heads <= 0 || cfg.kv_heads <= 0 ||
+      cfg.head_dim <= 0)
+    throw Error("model config: vocab, hidden, intermediate, layers, heads, kv heads and head dim must be positive");
+  if (cfg.heads % cfg.kv_heads != 0) throw Error("model config: num_attention_heads must be a multiple of num_key_value_heads");
+  if (cfg.head_dim % 2 != 0) throw Error("model config: head_dim must be even for RoPE");
+  if ((int)cfg.inv_freq.size() != cfg.head_dim / 2) throw Error("model config: inv_freq must have head_dim / 2 entries");
+  const int64_t V = cfg.vocab, C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    ParamTensor t;
+    t.name = name;
+    t.shape = shape;
+    t.offset = num_params;
+    t.numel = 1;
+    for (auto s : shape) t.numel *= (size_t)s;
+    num_params += t.numel;
+    tensors.push_back(t);
+  };
+  // Order matters: q/k/v (and their biases) and gate/up must stay adjacent (see LayerPtrs).
+  add("model.embed_tokens.weight", {V, C});
+  for (int l = 0; l < cfg.layers; l++) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {C});
+    add(p + "self_attn.q_proj.weight", {H * D, C});
+    add(p + "self_attn.k_proj.weight", {KVH * D, C});
+    add(p + "self_attn.v_proj.weight", {KVH * D, C});
+    if (cfg.qkv_bias) {
+      add(p + "self_attn.q_proj.bias", {H * D});
+      add(p + "self_attn.k_proj.bias", {KVH * D});
+      add(p + "self_attn.v_proj.bias", {KVH * D});
+    }
+    add(p + "self_attn.o_proj.weight", {C, H * D});
+    add(p + "post_attention_layernorm.weight", {C});
+    add(p + "mlp.gate_proj.weight", {F, C});
+    add(p + "mlp.up_proj.weight", {F, C});
+    add(p + "mlp.down_proj.weight", {C, F});
+  }
+  add("model.norm.weight", {C});
+  if (!cfg.tied) add("lm_head.weight", {V, C});
+  params = std::make_shared<FloatArena>(num_params);
+  grads = std::make_shared<FloatArena>(num_params);
+}
+
+ParamPtrs Model::ptrs(float* base) const {
+  ParamPtrs p;
+  size_t i = 0;
+  auto next = [&]() { return base + tensors[i++].offset; };
+  p.wte = next();
+  for (int l = 0; l < cfg.layers; l++) {
+    LayerPtrs lp;
+    lp.ln1 = next();
+    lp.wqkv = next();
+    i += 2;  // k, v follow q
+    lp.bqkv = nullptr;
+    if (cfg.qkv_bias) {
+      lp.bqkv = next();
+      i += 2;
+    }
+    lp.wo = next();
+    lp.ln2 = next();
+    lp.wgu = next();
+    i += 1;  // up follows gate
+    lp.wdown = next();
+    p.layers.push_back(lp);
+  }
+  p.normf = next();
+  p.lm = cfg.tied ? p.wte : next();
+  return p;
+}
+
+void Model::init_random(uint64_t seed, float std) {
+  // Linear and embedding weights ~ N(0, std) (transformers' initializer_range), norms = 1,
+  // biases = 0. Each 64k-element chunk has its own stream, so the result is the same for any
+  // thread count.
+  float* base = params->data();
+  for (size_t ti = 0; ti < tensors.size(); ti++) {
+    const ParamTensor& t = tensors[ti];
+    float* p = base + t.offset;
+    const bool is_norm = t.name.find("norm") != std::string::npos;
+    const bool is_bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
+    if (is_norm || is_bias) {
+      std::fill(p, p + t.numel, is_norm ? 1.0f : 0.0f);
+      continue;
+    }
+    const size_t chunk = 1 << 16;
+    const int64_t chunks = (int64_t)((t.numel + chunk - 1) / chunk);
+#pragma omp parallel for num_threads(nthreads()) schedule(static)
+    for (int64_t c = 0; c < chunks; c++) {
+      uint64_t s = seed * 0x100000001b3ULL ^ (ti * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)c << 20);
+      splitmix64(s);
+      size_t b = (size_t)c * chunk, e = std::min(t.numel, b + chunk);
+      for (size_t k = b; k < e; k += 2) {
+        // Box-Muller: two normals from two uniforms in (0, 1]
+        double u1 = ((splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+        double u2 = (splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+        double r = std::sqrt(-2.0 * std::log(u1));
+        p[k] = (float)(std * r * std::cos(6.283185307179586 * u2));
+        if (k + 1 < e) p[k + 1] = (float)(std * r * std::sin(6.283185307179586 * u2));
+      }
+    }
+  }
+}
+
+MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree) {
+  const size_t N = tree.n, C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim;
+  const size_t QKV = (H + 2 * KVH) * D, V = cfg.vocab, M = tree.internal.size();
+  Bump b;
+  auto t = [&](size_t n) { b.take(n); };
+  for (int l = 0; l <= cfg.layers; l++) t(N * C);  // residual streams
+  for (int l = 0; l < cfg.layers; l++) {
+    t(N * C); t(N); t(N * QKV); t(N * H * D); t(N * H); t(N * C); t(N * C); t(N); t(N * 2 * F); t(N * F);
+  }
+  t(N * C); t(N); t(M); t(M);
+  t((size_t)(tree.max_depth + 1) * (D / 2)); t((size_t)(tree.max_depth + 1) * (D / 2));
+  MemoryPlan plan;
+  plan.kept_floats = b.used;
+  // LM-head chunk: about 8M logits (32 MiB) per chunk, at least 64 rows so the GEMM stays efficient
+  size_t rows = std::max<size_t>(64, (size_t(8) << 20) / V);
+  rows = std::min(rows, std::max<size_t>(M, 1));
+  plan.lm_rows = (int)rows;
+  const size_t lm = rows * C + rows * V + 32;
+  plan.fwd_scratch_floats = lm;
+  // backward: dres, dln [N,C]; dqkv [N,QKV]; datt [N,HD]; dgu [N,2F]; dh [N,F]; + LM chunk
+  plan.bwd_scratch_floats = N * (2 * C + QKV + H * D + 3 * F) + 6 * 16 + lm;
+  return plan;
+}
+
+void model_forward(Activations& a, float* logp, float* entropy) {
+  Model& m = *a.model;
+  const ModelConfig& cfg = m.cfg;
+  const TreeInfo& tree = a.tree;
+  const int N = tree.n, C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim;
+  const int QKV = (H + 2 * KVH) * D, V = cfg.vocab, M = (int)tree.internal.size(), half = D / 2;
+  const MemoryPlan plan = plan_memory(cfg, tree);
+
+  a.arena = std::make_unique<FloatArena>(plan.kept_floats);
+  a.kept_bytes = a.arena->bytes();
+  a.forward_scratch_bytes = plan.fwd_scratch_floats * sizeof(float);
+  a.backward_scratch_bytes = plan.bwd_scratch_floats * sizeof(float);
+  Bump b{a.arena->data(), 0};
+  a.res.clear();
+  a.layers.clear();
+  for (int l = 0; l <= cfg.layers; l++) a.res.push_back(b.take((size_t)N * C));
+  for (int l = 0; l < cfg.layers; l++) {
+    LayerActs la;
+    la.ln1 = b.take((size_t)N * C);
+    la.rstd1 = b.take(N);
+    la.qkv = b.take((size_t)N * QKV);
+    la.att = b.take((size_t)N * H * D);
+    la.lse = b.take((size_t)N * H);
+    la.mid = b.take((size_t)N * C);
+    la.ln2 = b.take((size_t)N * C);
+    la.rstd2 = b.take(N);
+    la.gu = b.take((size_t)N * 2 * F);
+    la.h = b.take((size_t)N * F);
+    a.layers.push_back(la);
+  }
+  a.lnf = b.take((size_t)N * C);
+  a.rstdf = b.take(N);
+  a.lse_int = b.take(M);
+  a.ent_int = b.take(M);
+  a.cos_t = b.take((size_t)(tree.max_depth + 1) * half);
+  a.sin_t = b.take((size_t)(tree.max_depth + 1) * half);
+
+  // RoPE tables as transformers computes them: angle = float32(pos * inv_freq), then cos/sin.
+  for (int pos = 0; pos <= tree.max_depth; pos++)
+    for (int i = 0; i < half; i++) {
+      float ang = (float)pos * cfg.inv_freq[i];
+      a.cos_t[(size_t)pos * half + i] = (float)std::cos((double)ang) * cfg.rope_attention_scaling;
+      a.sin_t[(size_t)pos * half + i] = (float)std::sin((double)ang) * cfg.rope_attention_scaling;
+    }
+
+  const ParamPtrs P = m.ptrs(m.params->data());
+  embedding_forward(a.res[0], a.tokens.data(), P.wte, N, C);
+  for (int l = 0; l < cfg.layers; l++) {
+    const LayerPtrs& w = P.layers[l];
+    LayerActs& la = a.layers[l];
+    rmsnorm_forward(la.ln1, la.rstd1, a.res[l], w.ln1, N, C, cfg.eps);
+    if (w.bqkv) bias_fill(la.qkv, w.bqkv, N, QKV);
+    matmul_forward(la.qkv, la.ln1, w.wqkv, N, C, QKV, w.bqkv != nullptr);
+    rope_forward(la.qkv, tree.depth.data(), a.cos_t, a.sin_t, N, H, KVH, D);
+    tree_attention_forward(la.att, la.lse, la.qkv, tree, H, KVH, D);
+    copy_parallel(la.mid, a.res[l], (size_t)N * C);
+    matmul_forward(la.mid, la.att, w.wo, N, H * D, C, true);  // mid = x + att @ Wo^T
+    rmsnorm_forward(la.ln2, la.rstd2, la.mid, w.ln2, N, C, cfg.eps);
+    matmul_forward(la.gu, la.ln2, w.wgu, N, C, 2 * F, false);
+    swiglu_forward(la.h, la.gu, N, F);
+    copy_parallel(a.res[l + 1], la.mid, (size_t)N * C);
+    matmul_forward(a.res[l + 1], la.h, w.wdown, N, F, C, true);  // out = mid + h @ Wdown^T
+  }
+  rmsnorm_forward(a.lnf, a.rstdf, a.res[cfg.layers], P.normf, N, C, cfg.eps);
+  FloatArena scratch(plan.fwd_scratch_floats);
+  Bump sb{scratch.data(), 0};
+  LogprobScratch ls;
+  ls.R = plan.lm_rows;
+  ls.rows = sb.take((size_t)ls.R * C);
+  ls.logits = sb.take((size_t)ls.R * V);
+  logprob_forward(logp, entropy, a.lse_int, a.ent_int, a.lnf, P.lm, a.tokens.data(), tree, C, V, ls);
+}
+
+void model_backward(Activations& a, const float* dlogp, const float* dentropy) {
+  Model& m = *a.model;
+  const ModelConfig& cfg = m.cfg;
+  const TreeInfo& tree = a.tree;
+  const int N = tree.n, C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim;
+  const int QKV = (H + 2 * KVH) * D, V = cfg.vocab;
+  const MemoryPlan plan = plan_memory(cfg, tree);
+  FloatArena scratch(plan.bwd_scratch_floats);  // zeroed
+  Bump b{scratch.data(), 0};
+  float* dres = b.take((size_t)N * C);
+  float* dln = b.take((size_t)N * C);
+  float* dqkv = b.take((size_t)N * QKV);
+  float* datt = b.take((size_t)N * H * D);
+  float* dgu = b.take((size_t)N * 2 * F);
+  float* dh = b.take((size_t)N * F);
+  LogprobScratch ls;
+  ls.R = plan.lm_rows;
+  ls.rows = b.take((size_t)ls.R * C);
+  ls.logits = b.take((size_t)ls.R * V);
+
+  const ParamPtrs P = m.ptrs(m.params->data());
+  const ParamPtrs G = m.ptrs(m.grads->data());
+  // LM head: dln (as d lnf) starts at zero; only rows of nodes with children receive gradient
+  logprob_backward(dln, G.lm, dlogp, dentropy, a.lnf, P.lm, a.lse_int, a.ent_int, a.tokens.data(), tree, C, V, ls);
+  rmsnorm_backward(dres, G.normf, dln, a.res[cfg.layers], P.normf, a.rstdf, N, C);
+  for (int l = cfg.layers - 1; l >= 0; l--) {
+    const LayerPtrs& w = P.layers[l];
+    const LayerPtrs& gw = G.layers[l];
+    LayerActs& la = a.layers[l];
+    // MLP: out = mid + (silu(gate) * up) @ Wdown^T, gate|up = ln2 @ Wgu^T, ln2 = rmsnorm(mid)
+    matmul_backward(dh, gw.wdown, dres, la.h, w.wdown, N, F, C, false);
+    swiglu_backward(dgu, dh, la.gu, N, F);
+    matmul_backward(dln, gw.wgu, dgu, la.ln2, w.wgu, N, C, 2 * F, false);
+    rmsnorm_backward(dres, gw.ln2, dln, la.mid, w.ln2, la.rstd2, N, C);  // dres is now d mid
+    // attention: mid = x + att @ Wo^T, att = attention(rope(q), rope(k), v), qkv = ln1 @ Wqkv^T (+ b)
+    matmul_backward(datt, gw.wo, dres, la.att, w.wo, N, H * D, C, false);
+    zero_parallel(dqkv, (size_t)N * QKV);
+    tree_attention_backward(dqkv, datt, la.att, la.lse, la.qkv, tree, H, KVH, D);
+    rope_backward(dqkv, tree.depth.data(), a.cos_t, a.sin_t, N, H, KVH, D);
+    if (gw.bqkv) bias_backward(gw.bqkv, dqkv, N, QKV);
+    matmul_backward(dln, gw.wqkv, dqkv, la.ln1, w.wqkv, N, C, QKV, false);
+    rmsnorm_backward(dres, gw.ln1, dln, a.res[l], w.ln1, la.rstd1, N, C);  // dres is now d x
+  }
+  embedding_backward(G.wte, dres, a.tokens.data(), N, C);
+}
+
+}  // namespace anvil

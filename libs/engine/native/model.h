@@ -1,0 +1,118 @@
+// The Llama / Qwen2 decoder: configuration, the parameter layout (Hugging Face tensor names),
+// the per-model arenas and the per-forward activation arena.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "kernels.h"
+#include "tree.h"
+
+namespace anvil {
+
+struct ModelConfig {
+  int vocab = 0;       // V
+  int hidden = 0;      // C
+  int inter = 0;       // F
+  int layers = 0;      // L
+  int heads = 0;       // H
+  int kv_heads = 0;    // KVH (H % KVH == 0)
+  int head_dim = 0;    // D (even)
+  float eps = 1e-6f;   // rms_norm_eps
+  bool qkv_bias = false;
+  bool tied = false;
+  std::vector<float> inv_freq;  // [D/2] RoPE inverse frequencies, rope_scaling already applied
+  float rope_attention_scaling = 1.0f;  // multiplies cos and sin (1 for default/linear/llama3)
+};
+
+// One tensor of the checkpoint: its transformers name, shape and place in the arenas.
+struct ParamTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t offset = 0;  // in floats from the start of the arena
+  size_t numel = 0;
+};
+
+// Pointers into one arena (parameters or gradients; both share the layout).
+// q, k, v (and their biases) are adjacent so one GEMM computes [q | k | v]; likewise gate and up.
+struct LayerPtrs {
+  float* ln1;    // [C]
+  float* wqkv;   // [QKV, C] = q_proj [H*D, C] ; k_proj [KVH*D, C] ; v_proj [KVH*D, C]
+  float* bqkv;   // [QKV] or null
+  float* wo;     // [C, H*D]
+  float* ln2;    // [C]
+  float* wgu;    // [2F, C] = gate_proj [F, C] ; up_proj [F, C]
+  float* wdown;  // [C, F]
+};
+struct ParamPtrs {
+  float* wte;    // [V, C]
+  std::vector<LayerPtrs> layers;
+  float* normf;  // [C]
+  float* lm;     // [V, C] (== wte when tied)
+};
+
+class Model {
+ public:
+  explicit Model(const ModelConfig& cfg);
+
+  const ModelConfig cfg;
+  std::vector<ParamTensor> tensors;
+  size_t num_params = 0;
+  std::shared_ptr<FloatArena> params, grads;
+  std::shared_ptr<FloatArena> adam_m, adam_v;  // allocated at the first optimizer step
+  int step = 0;
+  // Native calls on one model run one at a time (each already uses every thread); workers take
+  // this lock inside Execute so the event loop never blocks on it.
+  std::mutex mu;
+
+  ParamPtrs ptrs(float* base) const;
+  void init_random(uint64_t seed, float std);
+};
+
+struct LayerActs {
+  float* ln1;    // [N, C]
+  float* rstd1;  // [N]
+  float* qkv;    // [N, QKV] (q and k after RoPE)
+  float* att;    // [N, H*D]
+  float* lse;    // [N, H]
+  float* mid;    // [N, C] residual after attention
+  float* ln2;    // [N, C]
+  float* rstd2;  // [N]
+  float* gu;     // [N, 2F] [gate | up]
+  float* h;      // [N, F] silu(gate) * up
+};
+
+// Everything a forward keeps for its backward, in one arena owned by the handle.
+struct Activations {
+  std::shared_ptr<Model> model;
+  TreeInfo tree;
+  std::vector<int32_t> tokens;
+  std::unique_ptr<FloatArena> arena;
+  std::vector<float*> res;  // L+1 residual streams [N, C]; res[0] = embeddings
+  std::vector<LayerActs> layers;
+  float* lnf = nullptr;      // [N, C] final norm output
+  float* rstdf = nullptr;    // [N]
+  float* lse_int = nullptr;  // [M] log-sum-exp of each internal node's logits
+  float* ent_int = nullptr;  // [M] entropy of each internal node's distribution
+  float* cos_t = nullptr;    // [max_depth+1, D/2]
+  float* sin_t = nullptr;
+  size_t kept_bytes = 0;          // bytes of this arena
+  size_t forward_scratch_bytes = 0;
+  size_t backward_scratch_bytes = 0;
+};
+
+struct MemoryPlan {
+  size_t kept_floats, fwd_scratch_floats, bwd_scratch_floats;
+  int lm_rows;  // LM-head chunk rows
+};
+MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree);
+
+// Allocates the activation arena and runs the forward. logp/entropy are [N] outputs.
+void model_forward(Activations& a, float* logp, float* entropy);
+// Accumulates parameter gradients for dL/dlogp (and optionally dL/dentropy), both [N].
+void model_backward(Activations& a, const float* dlogp, const float* dentropy);
+
+}  // namespace anvil

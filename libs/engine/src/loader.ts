@@ -1,0 +1,142 @@
+// Finds, selects and loads the native engine binary.
+//
+// Backends: 'cpu' is always built (the reference); 'cuda' is a seam for a later build
+// (anvil_engine_cuda.node), taken when it loads and reports a device. ANVIL_ENGINE_BACKEND=cpu|cuda
+// forces one; ANVIL_ENGINE_BINARY=/path/to/x.node overrides the file. The selection, and why it
+// was made, is reported by engineInfo().
+import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import type { NativeAddon, NativeInfo } from './native';
+
+export type Backend = 'cpu' | 'cuda';
+
+export interface EngineSelection {
+  backend: Backend;
+  /** Why this backend was taken (forced by env, only one built, no device, ...). */
+  reason: string;
+  binaryPath: string;
+  info: NativeInfo;
+  addon: NativeAddon;
+}
+
+export class EngineLoadError extends Error {
+  override name = 'EngineLoadError';
+}
+
+const BINARIES: Record<Backend, string> = {
+  cpu: 'libs/engine/build/Release/anvil_engine.node',
+  cuda: 'libs/engine/build/Release/anvil_engine_cuda.node',
+};
+
+/** The repository root: the nearest directory upwards whose package.json is named "anvil". */
+export function findRepoRoot(start?: string): string {
+  const starts = [start, typeof __dirname !== 'undefined' ? __dirname : undefined, process.cwd()].filter(
+    (s): s is string => typeof s === 'string',
+  );
+  for (const s of starts) {
+    let dir = resolve(s);
+    for (;;) {
+      const pj = join(dir, 'package.json');
+      if (existsSync(pj)) {
+        try {
+          if ((JSON.parse(readFileSync(pj, 'utf8')) as { name?: string }).name === 'anvil') return dir;
+        } catch {
+          /* not ours; keep walking */
+        }
+      }
+      const up = dirname(dir);
+      if (up === dir) break;
+      dir = up;
+    }
+  }
+  throw new EngineLoadError(
+    `cannot find the Anvil repository root (a package.json named "anvil") above ${starts.join(' or ')}; ` +
+      'set ANVIL_ENGINE_BINARY to the path of anvil_engine.node',
+  );
+}
+
+function fixes(path: string, detail: string): string {
+  return [
+    `Anvil native engine not available: ${detail}`,
+    `  binary: ${path}`,
+    '  fixes:',
+    '    1. build it: `npm run build:native` (npm install does this via postinstall)',
+    '    2. install OpenBLAS: `apt-get install -y libopenblas-dev` (Debian/Ubuntu), then step 1',
+    '    3. make sure a C++17 compiler, make and python3 are installed (node-gyp needs them), then step 1',
+    '    4. or point ANVIL_ENGINE_BINARY at a built anvil_engine.node',
+  ].join('\n');
+}
+
+function loadBinary(path: string): NativeAddon {
+  if (!existsSync(path)) throw new EngineLoadError(fixes(path, 'the binary does not exist'));
+  // libgomp reads its settings when the addon is loaded. Idle OpenMP workers that spin would steal
+  // the cores OpenBLAS's own threads need right after each of our parallel regions, so let them
+  // sleep unless the user chose otherwise.
+  if (process.env.OMP_WAIT_POLICY === undefined) process.env.OMP_WAIT_POLICY = 'PASSIVE';
+  try {
+    const req = createRequire(path);
+    return req(path) as NativeAddon;
+  } catch (e) {
+    throw new EngineLoadError(fixes(path, `loading failed: ${(e as Error).message}`));
+  }
+}
+
+let selected: EngineSelection | undefined;
+
+/** Loads (once) and returns the selected backend. Throws one EngineLoadError listing fixes. */
+export function loadEngine(): EngineSelection {
+  if (!selected) selected = selectEngine(process.env);
+  return selected;
+}
+
+/** Selects and loads a backend from the given environment (uncached; loadEngine() caches). */
+export function selectEngine(env: Record<string, string | undefined>): EngineSelection {
+  const forced = env.ANVIL_ENGINE_BACKEND;
+  if (forced !== undefined && forced !== '' && forced !== 'cpu' && forced !== 'cuda')
+    throw new EngineLoadError(`ANVIL_ENGINE_BACKEND must be "cpu" or "cuda", got "${forced}"`);
+  const override = env.ANVIL_ENGINE_BINARY;
+  const root = override ? '' : findRepoRoot();
+  const pathOf = (b: Backend) => (override ? resolve(override) : join(root, BINARIES[b]));
+
+  const take = (backend: Backend, reason: string): EngineSelection => {
+    const binaryPath = pathOf(backend);
+    const addon = loadBinary(binaryPath);
+    const info = addon.info();
+    if (info.backend !== backend)
+      throw new EngineLoadError(fixes(binaryPath, `expected a ${backend} build but the binary is a ${info.backend} build`));
+    return { backend, reason, binaryPath, info, addon };
+  };
+
+  if (forced === 'cpu') return take('cpu', 'ANVIL_ENGINE_BACKEND=cpu');
+  if (forced === 'cuda') {
+    if (!override && !existsSync(pathOf('cuda')))
+      throw new EngineLoadError(
+        fixes(pathOf('cuda'), 'ANVIL_ENGINE_BACKEND=cuda but no CUDA build exists (this version builds the CPU backend only)'),
+      );
+    return take('cuda', 'ANVIL_ENGINE_BACKEND=cuda');
+  }
+  if (!override && existsSync(pathOf('cuda'))) {
+    try {
+      return take('cuda', 'CUDA build present and loads');
+    } catch (e) {
+      return take('cpu', `CUDA build present but unusable (${(e as Error).message.split('\n')[0]}); using CPU`);
+    }
+  }
+  return take('cpu', override ? `ANVIL_ENGINE_BINARY=${override}` : 'no CUDA build found; CPU is the reference backend');
+}
+
+/** Which backend was taken and why (loads the engine if needed). */
+export function engineInfo(): Omit<EngineSelection, 'addon'> {
+  const { addon: _addon, ...rest } = loadEngine();
+  return rest;
+}
+
+/** Sets the thread count of the engine's OpenMP kernels and of OpenBLAS (default 2 or ANVIL_ENGINE_THREADS). */
+export function setThreads(n: number): void {
+  loadEngine().addon.setThreads(n);
+}
+
+export function getThreads(): number {
+  return loadEngine().addon.getThreads();
+}

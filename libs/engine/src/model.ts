@@ -1,0 +1,364 @@
+// The typed model API over the native engine: create / load / save, forward over a packed tree,
+// backward with caller-computed coefficients, gradient clipping, AdamW.
+import { existsSync, promises as fsp, readFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import { ModelConfig, ModelConfigInput, normalizeConfig, parseHfConfig, ropeInvFreq, tinyConfig, toHfConfig } from './config';
+import { loadEngine } from './loader';
+import type { NativeHandle, NativeModel } from './native';
+import { parseSafetensors, SafetensorsError, toFloat32, writeSafetensors } from './safetensors';
+
+/** A packed prefix tree: node i has token tokens[i] and parent parents[i] (-1 for a root, else < i). */
+export interface PackInput {
+  tokens: Int32Array;
+  parents: Int32Array;
+}
+
+export interface ForwardOptions {
+  /** Reject packs with more nodes than this (before allocating). */
+  maxTokens?: number;
+  /** Reject packs whose activations + peak scratch would exceed this many bytes (before allocating). */
+  maxBytes?: number;
+}
+
+/** Activations of one forward, kept for backward. Free with dispose(); GC frees it otherwise. */
+export class ForwardHandle {
+  constructor(
+    /** @internal */ readonly native: NativeHandle,
+    /** @internal */ readonly owner: Model,
+  ) {}
+  get disposed(): boolean {
+    return this.native.disposed;
+  }
+  /** Bytes of activations this handle keeps alive until disposed. */
+  get activationBytes(): number {
+    return this.native.activationBytes;
+  }
+  /** Transient bytes the backward of this handle allocates while it runs. */
+  get backwardScratchBytes(): number {
+    return this.native.backwardScratchBytes;
+  }
+  /** Peak bytes of the forward + backward of this pack (kept + the larger transient scratch). */
+  get peakBytes(): number {
+    return this.native.activationBytes + Math.max(this.native.forwardScratchBytes, this.native.backwardScratchBytes);
+  }
+  get numNodes(): number {
+    return this.native.numNodes;
+  }
+  dispose(): void {
+    this.native.dispose();
+  }
+}
+
+export interface ForwardResult {
+  handle: ForwardHandle;
+  /** [N] log p(token of node i | its ancestors), read from the parent's hidden state; 0 for roots. */
+  logp: Float32Array;
+  /** [N] entropy of the distribution node i's token was drawn from (the parent's); 0 for roots. */
+  entropy: Float32Array;
+  /** [N] 1 where logp/entropy are defined (every node with a parent), 0 for roots. */
+  hasLogp: Uint8Array;
+}
+
+export interface TensorView {
+  /** transformers name, e.g. model.layers.0.self_attn.q_proj.weight */
+  name: string;
+  shape: readonly number[];
+  numel: number;
+  /** The live parameter values (a view into the engine's arena, no copy). */
+  data: Float32Array;
+  /** The live accumulated gradient. */
+  grad: Float32Array;
+  /** Whether AdamW applies weight decay to it. */
+  decay: boolean;
+}
+
+export interface OptimizerConfig {
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number;
+  /** Which tensors get weight decay; default: matrices only (no decay on 1-D norms and biases). */
+  decay: (t: { name: string; shape: readonly number[] }) => boolean;
+}
+
+export interface StepOptions extends Partial<Omit<OptimizerConfig, 'decay'>> {
+  lr: number;
+}
+
+export interface MemoryReport {
+  numParams: number;
+  paramBytes: number;
+  gradBytes: number;
+  /** AdamW m and v (allocated at the first step). */
+  optimizerBytes: number;
+}
+
+export interface CreateOptions {
+  seed?: number;
+  /** std of the normal init of linear and embedding weights (transformers' initializer_range). */
+  initStd?: number;
+}
+
+export const DEFAULT_OPTIMIZER: OptimizerConfig = {
+  beta1: 0.9,
+  beta2: 0.95,
+  eps: 1e-8,
+  weightDecay: 0,
+  decay: (t) => t.shape.length >= 2,
+};
+
+const IGNORED_CHECKPOINT_TENSOR = /\.rotary_emb\.inv_freq$/;
+
+export class Model {
+  readonly config: ModelConfig;
+  readonly tensors: readonly TensorView[];
+  private native: NativeModel | null;
+  private readonly byName = new Map<string, TensorView>();
+  private optimizer: OptimizerConfig = { ...DEFAULT_OPTIMIZER };
+  private hfExtra: Record<string, unknown> = {};
+
+  private constructor(config: ModelConfig) {
+    this.config = config;
+    const { addon } = loadEngine();
+    this.native = new addon.NativeModel({
+      vocabSize: config.vocabSize,
+      hiddenSize: config.hiddenSize,
+      intermediateSize: config.intermediateSize,
+      numLayers: config.numHiddenLayers,
+      numHeads: config.numAttentionHeads,
+      numKvHeads: config.numKeyValueHeads,
+      headDim: config.headDim,
+      rmsNormEps: config.rmsNormEps,
+      qkvBias: config.attentionBias,
+      tieWordEmbeddings: config.tieWordEmbeddings,
+      invFreq: ropeInvFreq(config),
+      ropeAttentionScaling: 1,
+    });
+    const params = this.native.paramsBuffer();
+    const grads = this.native.gradsBuffer();
+    this.tensors = this.native.layout().map((t) => {
+      const view: TensorView = {
+        name: t.name,
+        shape: Object.freeze([...t.shape]),
+        numel: t.numel,
+        data: new Float32Array(params, t.offset * 4, t.numel),
+        grad: new Float32Array(grads, t.offset * 4, t.numel),
+        decay: this.optimizer.decay(t),
+      };
+      this.byName.set(t.name, view);
+      return view;
+    });
+  }
+
+  /** A randomly initialised model of any config (seeded: same seed, same weights). */
+  static create(config: ModelConfigInput | ModelConfig, opts: CreateOptions = {}): Model {
+    const m = new Model(normalizeConfig(config));
+    m.nat().initRandom(opts.seed ?? 0, opts.initStd ?? 0.02);
+    return m;
+  }
+
+  /** The built-in ~1M-parameter model (random init). */
+  static tiny(opts: CreateOptions & { config?: Partial<ModelConfig> } = {}): Model {
+    return Model.create(tinyConfig(opts.config), opts);
+  }
+
+  /** Loads a Hugging Face checkpoint directory: config.json + model.safetensors or a sharded index. */
+  static async load(dir: string): Promise<Model> {
+    const cfgPath = join(dir, 'config.json');
+    if (!existsSync(cfgPath)) throw new Error(`${dir}: no config.json`);
+    const rawCfg = JSON.parse(await fsp.readFile(cfgPath, 'utf8')) as Record<string, unknown>;
+    const m = new Model(parseHfConfig(rawCfg));
+    m.hfExtra = rawCfg;
+    try {
+      await m.loadWeights(dir);
+    } catch (e) {
+      m.dispose();
+      throw e;
+    }
+    return m;
+  }
+
+  private async loadWeights(dir: string): Promise<void> {
+    const single = join(dir, 'model.safetensors');
+    const index = join(dir, 'model.safetensors.index.json');
+    let files: string[];
+    let weightMap: Record<string, string> | null = null;
+    if (existsSync(index)) {
+      const idx = JSON.parse(await fsp.readFile(index, 'utf8')) as { weight_map?: unknown };
+      if (typeof idx.weight_map !== 'object' || idx.weight_map === null)
+        throw new SafetensorsError(`${index}: weight_map missing or not an object`);
+      weightMap = idx.weight_map as Record<string, string>;
+      for (const f of Object.values(weightMap))
+        if (typeof f !== 'string' || basename(f) !== f || f === '..' || f === '.')
+          throw new SafetensorsError(`${index}: shard name ${JSON.stringify(f)} must be a plain file name in ${dir}`);
+      files = [...new Set(Object.values(weightMap))];
+    } else if (existsSync(single)) {
+      files = ['model.safetensors'];
+    } else {
+      throw new Error(`${dir}: neither model.safetensors nor model.safetensors.index.json`);
+    }
+    const loaded = new Set<string>();
+    for (const f of files) {
+      const path = join(dir, f);
+      const st = parseSafetensors(readFileSync(path), path);
+      for (const [name, t] of st.tensors) {
+        if (weightMap && weightMap[name] !== f)
+          throw new SafetensorsError(`${path}: tensor ${name} is not listed for this shard in the index`);
+        const view = this.byName.get(name);
+        if (!view) {
+          if (IGNORED_CHECKPOINT_TENSOR.test(name)) continue;
+          if (name === 'lm_head.weight' && this.config.tieWordEmbeddings) continue; // tied: same as the embedding
+          throw new SafetensorsError(`${path}: unexpected tensor ${name} (not part of this ${this.config.modelType} model)`);
+        }
+        if (t.shape.length !== view.shape.length || t.shape.some((d, i) => d !== view.shape[i]))
+          throw new SafetensorsError(`${path}: tensor ${name} has shape [${t.shape.join(', ')}], expected [${view.shape.join(', ')}]`);
+        if (loaded.has(name)) throw new SafetensorsError(`${path}: tensor ${name} appears twice`);
+        toFloat32(t, view.data, `${path}: ${name}`);
+        loaded.add(name);
+      }
+    }
+    const missing = this.tensors.filter((t) => !loaded.has(t.name)).map((t) => t.name);
+    if (missing.length) throw new SafetensorsError(`${dir}: missing tensors: ${missing.slice(0, 8).join(', ')}${missing.length > 8 ? ', ...' : ''}`);
+  }
+
+  /** Writes config.json + model.safetensors (f32), or shards + index when maxShardBytes is given. */
+  async save(dir: string, opts: { maxShardBytes?: number } = {}): Promise<void> {
+    this.nat();
+    await fsp.mkdir(dir, { recursive: true });
+    await fsp.writeFile(join(dir, 'config.json'), JSON.stringify(toHfConfig(this.config, this.hfExtra), null, 2) + '\n');
+    const all = this.tensors.map((t) => ({ name: t.name, shape: t.shape, dtype: 'F32' as const, data: t.data }));
+    const meta = { format: 'pt' };
+    if (!opts.maxShardBytes) {
+      await writeSafetensors(join(dir, 'model.safetensors'), all, meta);
+      return;
+    }
+    const shards: (typeof all)[] = [[]];
+    let size = 0;
+    for (const t of all) {
+      if (size > 0 && size + t.data.byteLength > opts.maxShardBytes) {
+        shards.push([]);
+        size = 0;
+      }
+      shards[shards.length - 1].push(t);
+      size += t.data.byteLength;
+    }
+    const pad = (i: number) => String(i).padStart(5, '0');
+    const weightMap: Record<string, string> = {};
+    for (let i = 0; i < shards.length; i++) {
+      const file = `model-${pad(i + 1)}-of-${pad(shards.length)}.safetensors`;
+      await writeSafetensors(join(dir, file), shards[i], meta);
+      for (const t of shards[i]) weightMap[t.name] = file;
+    }
+    const total = all.reduce((a, t) => a + t.data.byteLength, 0);
+    await fsp.writeFile(
+      join(dir, 'model.safetensors.index.json'),
+      JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2) + '\n',
+    );
+  }
+
+  private nat(): NativeModel {
+    if (!this.native) throw new Error('model is disposed');
+    return this.native;
+  }
+
+  tensor(name: string): TensorView {
+    const t = this.byName.get(name);
+    if (!t) throw new Error(`no tensor named ${name}`);
+    return t;
+  }
+
+  get numParams(): number {
+    return this.tensors.reduce((a, t) => a + t.numel, 0);
+  }
+
+  /** Parameters minus the input embedding table (the LM head counts: it is a real GEMM per token). */
+  get numNonEmbeddingParams(): number {
+    return this.numParams - this.tensor('model.embed_tokens.weight').numel;
+  }
+
+  /**
+   * Forward over a packed tree. Rejects (never crashes) on: empty pack, parents out of range or
+   * not preceding their child (which includes cycles), tokens out of [0, vocab), pack over the
+   * limits. The tokens/parents arrays must not change until the promise settles.
+   */
+  async forward(pack: PackInput, opts: ForwardOptions = {}): Promise<ForwardResult> {
+    const native = this.nat();
+    const { tokens, parents } = pack;
+    if (!(tokens instanceof Int32Array) || !(parents instanceof Int32Array))
+      throw new TypeError('forward: pack.tokens and pack.parents must be Int32Arrays');
+    const n = tokens.length;
+    const logp = new Float32Array(n);
+    const entropy = new Float32Array(n);
+    const h = await native.forward(tokens, parents, logp, entropy, opts.maxTokens ?? 0, opts.maxBytes ?? 0);
+    const hasLogp = new Uint8Array(n);
+    for (let i = 0; i < n; i++) hasLogp[i] = parents[i] >= 0 ? 1 : 0;
+    return { handle: new ForwardHandle(h, this), logp, entropy, hasLogp };
+  }
+
+  /**
+   * Accumulates gradients of L into the parameters' grads, given dL/dlogp per node (and optionally
+   * dL/dentropy per node). Coefficients of roots must be 0. Call zeroGrad() between optimizer steps.
+   */
+  async backward(handle: ForwardHandle | ForwardResult, dLdlogp: Float32Array, dLdEntropy?: Float32Array): Promise<void> {
+    const h = handle instanceof ForwardHandle ? handle : handle.handle;
+    if (h.owner !== this) throw new Error('backward: the handle belongs to another model');
+    if (!(dLdlogp instanceof Float32Array)) throw new TypeError('backward: dLdlogp must be a Float32Array');
+    if (dLdEntropy !== undefined && !(dLdEntropy instanceof Float32Array))
+      throw new TypeError('backward: dLdEntropy must be a Float32Array');
+    await this.nat().backward(h.native, dLdlogp, dLdEntropy ?? null);
+  }
+
+  async zeroGrad(): Promise<void> {
+    await this.nat().zeroGrad();
+  }
+
+  /** Global L2 norm of the accumulated gradients. */
+  gradNorm(): Promise<number> {
+    return this.nat().gradNorm();
+  }
+
+  /** Scales gradients so that their global L2 norm is at most maxNorm; resolves with the norm before clipping. */
+  clipGradNorm(maxNorm: number): Promise<number> {
+    return this.nat().clipGradNorm(maxNorm);
+  }
+
+  /** Sets AdamW defaults (betas, eps, weight decay, which tensors decay). */
+  configureOptimizer(cfg: Partial<OptimizerConfig>): void {
+    this.optimizer = { ...this.optimizer, ...cfg };
+    for (const t of this.tensors) t.decay = this.optimizer.decay(t);
+  }
+
+  /** One AdamW step with learning rate opts.lr (other fields override the configured defaults for this step). */
+  step(opts: StepOptions): Promise<number> {
+    const o = { ...this.optimizer, ...opts };
+    const decayMask = new Uint8Array(this.tensors.length);
+    this.tensors.forEach((t, i) => (decayMask[i] = t.decay ? 1 : 0));
+    return this.nat().adamwStep({
+      lr: o.lr,
+      beta1: o.beta1,
+      beta2: o.beta2,
+      eps: o.eps,
+      weightDecay: o.weightDecay,
+      decayMask,
+    });
+  }
+
+  get stepCount(): number {
+    return this.nat().stepCount();
+  }
+
+  memory(): MemoryReport {
+    const m = this.nat().memory();
+    return { numParams: m.numParams, paramBytes: m.paramBytes, gradBytes: m.gradBytes, optimizerBytes: m.optimizerBytes };
+  }
+
+  /** Releases the model; tensor views already taken stay readable (they co-own the arena). */
+  dispose(): void {
+    this.native?.dispose();
+    this.native = null;
+  }
+
+  get disposed(): boolean {
+    return this.native === null;
+  }
+}

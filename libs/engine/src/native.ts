@@ -1,0 +1,113 @@
+// Typed interface of every export of the native addon (anvil_engine.node). The addon itself is
+// untyped JavaScript to TypeScript; the loader casts it to NativeAddon once, here is the contract.
+
+/** Model shape as the addon takes it (the loader derives it from a Hugging Face config). */
+export interface NativeModelConfig {
+  vocabSize: number;
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  rmsNormEps: number;
+  qkvBias: boolean;
+  tieWordEmbeddings: boolean;
+  /** [headDim / 2] RoPE inverse frequencies with rope_scaling applied. */
+  invFreq: Float32Array;
+  /** Multiplies cos and sin (transformers' attention_scaling; 1 for default, linear, llama3). */
+  ropeAttentionScaling: number;
+}
+
+/** One tensor of the parameter arena, named as in transformers. Offsets/numel in floats. */
+export interface NativeTensorLayout {
+  name: string;
+  shape: number[];
+  offset: number;
+  numel: number;
+}
+
+export interface NativeMemory {
+  numParams: number;
+  paramBytes: number;
+  gradBytes: number;
+  /** AdamW m and v; 0 until the first optimizer step allocates them. */
+  optimizerBytes: number;
+}
+
+/** Activations of one forward, kept for its backward. */
+export interface NativeHandle {
+  dispose(): void;
+  readonly disposed: boolean;
+  /** Bytes of the activation arena this handle keeps. */
+  readonly activationBytes: number;
+  /** Transient bytes the forward used besides the kept arena (LM-head chunk). */
+  readonly forwardScratchBytes: number;
+  /** Transient bytes a backward allocates while it runs. */
+  readonly backwardScratchBytes: number;
+  readonly numNodes: number;
+}
+
+export interface NativeAdamwOptions {
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number;
+  /** One byte per tensor (layout order): 1 = apply weight decay. */
+  decayMask: Uint8Array;
+}
+
+export interface NativeModel {
+  layout(): NativeTensorLayout[];
+  /** The parameter arena, shared without copy (an external ArrayBuffer that co-owns it). */
+  paramsBuffer(): ArrayBuffer;
+  gradsBuffer(): ArrayBuffer;
+  initRandom(seed: number, std: number): void;
+  /** Writes logp/entropy in place and resolves with the handle. maxTokens/maxBytes: 0 = no limit. */
+  forward(
+    tokens: Int32Array,
+    parents: Int32Array,
+    logp: Float32Array,
+    entropy: Float32Array,
+    maxTokens: number,
+    maxBytes: number,
+  ): Promise<NativeHandle>;
+  backward(handle: NativeHandle, dLdlogp: Float32Array, dLdEntropy?: Float32Array | null): Promise<void>;
+  zeroGrad(): Promise<number>;
+  gradNorm(): Promise<number>;
+  clipGradNorm(maxNorm: number): Promise<number>;
+  /** Resolves with the new step count. */
+  adamwStep(options: NativeAdamwOptions): Promise<number>;
+  memory(): NativeMemory;
+  stepCount(): number;
+  dispose(): void;
+}
+
+export interface NativeTreeInfo {
+  depth: Int32Array;
+  pre: Int32Array;
+  end: Int32Array;
+  order: Int32Array;
+  internal: Int32Array;
+  maxDepth: number;
+  sumPathLength: number;
+}
+
+export interface NativeInfo {
+  backend: 'cpu' | 'cuda';
+  blas: string;
+  threads: number;
+  simd: string;
+}
+
+export interface NativeAddon {
+  NativeModel: new (config: NativeModelConfig) => NativeModel;
+  NativeHandle: new () => NativeHandle;
+  setThreads(n: number): void;
+  getThreads(): number;
+  analyzeTree(parents: Int32Array): NativeTreeInfo;
+  /** C[M,N] = A[M,K] @ B (B is [N,K] transposed when transB) through cblas_sgemm, timed. */
+  benchSgemm(M: number, N: number, K: number, transB: boolean, minSeconds?: number): Promise<{ seconds: number; gflops: number }>;
+  info(): NativeInfo;
+}

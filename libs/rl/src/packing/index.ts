@@ -1,0 +1,2 @@
+export * from './trie';
+export * from './budget';
