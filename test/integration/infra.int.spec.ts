@@ -19,7 +19,7 @@ const APPS: Record<string, number> = {
 
 /** Env without any value for the secrets the compose file requires. */
 function baseEnv(): NodeJS.ProcessEnv {
-  const env = { ...process.env, ANVIL_INFRA_QUIET: '1' };
+  const env: NodeJS.ProcessEnv = { ...process.env, ANVIL_INFRA_QUIET: '1' };
   for (const k of [...Object.keys(SECRETS), 'COMPOSE_FILE', 'COMPOSE_PROJECT_NAME', 'LOG_LEVEL']) delete env[k];
   return env;
 }

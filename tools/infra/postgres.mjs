@@ -78,12 +78,13 @@ export async function installPostgres() {
     const again = findBinDir();
     if (again) return again;
     // Don't let the Debian package create and start its own cluster on 5432: we run our own.
-    const conf = '/etc/postgresql-common/createcluster.conf';
-    if (isRoot() && !existsSync(conf)) {
-      mkdirSync('/etc/postgresql-common', { recursive: true });
-      writeFileSync(conf, '# written by anvil tools/infra/postgres.mjs before installing postgresql\ncreate_main_cluster = false\n');
+    // createcluster.conf include_dir's createcluster.d, so a drop-in there needs no conffile dance.
+    if (isRoot()) {
+      const dropIn = '/etc/postgresql-common/createcluster.d/anvil-no-main-cluster.conf';
+      mkdirSync('/etc/postgresql-common/createcluster.d', { recursive: true });
+      if (!existsSync(dropIn)) writeFileSync(dropIn, '# written by anvil tools/infra/postgres.mjs: it runs its own cluster\ncreate_main_cluster = false\n');
     }
-    aptInstall(['postgresql', 'postgresql-client'], TAG, ['-o', 'Dpkg::Options::=--force-confold']);
+    aptInstall(['postgresql', 'postgresql-client'], TAG);
     const installed = findBinDir();
     if (!installed) throw new Error('postgresql installed but no /usr/lib/postgresql/<ver>/bin/initdb found');
     return installed;

@@ -140,7 +140,7 @@ let aptUpdated = false;
 /** apt-get install (as root only) of the given Debian packages, non-interactively. */
 export function aptInstall(packages, tag, extraArgs = []) {
   if (!isRoot()) throw new Error(`${packages.join(' ')} missing and not root: install them (apt-get install ${packages.join(' ')})`);
-  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive', UCF_FORCE_CONFFOLD: '1' };
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
   if (!aptUpdated) {
     log(tag, 'apt-get update');
     run('apt-get', ['update'], { env, timeoutMs: 600_000 });
