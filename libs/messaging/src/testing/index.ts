@@ -1,0 +1,4 @@
+// Test helpers. Not re-exported from the library's index: they import vitest.
+export * from './bus-conformance';
+export * from './sample-events';
+export * from './trace-kit';
