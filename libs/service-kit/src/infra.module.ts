@@ -1,6 +1,6 @@
 import { Global, Inject, Module, type DynamicModule, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import { createBus, type EventBus } from '@anvil/messaging';
+import { createBus, type MessageBus } from '@anvil/messaging';
 import { createDataSource } from '@anvil/persistence';
 import type { Logger } from '@anvil/observability';
 import { ReadinessRegistry } from './readiness';
@@ -22,7 +22,7 @@ export interface InfraOptions {
 @Module({})
 export class InfraModule implements OnModuleInit, OnApplicationShutdown {
   constructor(
-    @Inject(EVENT_BUS) private readonly bus: EventBus,
+    @Inject(EVENT_BUS) private readonly bus: MessageBus,
     @Inject(DATA_SOURCE) private readonly dataSource: DataSource,
     @Inject(ReadinessRegistry) private readonly readiness: ReadinessRegistry,
     @Inject(LOGGER) private readonly logger: Logger,
@@ -48,7 +48,13 @@ export class InfraModule implements OnModuleInit, OnApplicationShutdown {
   }
 
   onModuleInit(): void {
-    this.readiness.add({ name: 'kafka', check: () => this.bus.health() });
+    this.readiness.add({
+      name: 'kafka',
+      check: async () => {
+        const health = await this.bus.health();
+        if (!health.ok) throw new Error(`broker unreachable: ${JSON.stringify(health.detail)}`);
+      },
+    });
     this.readiness.add({ name: 'postgres', check: () => this.pingDatabase() });
   }
 
