@@ -1,0 +1,57 @@
+import { resolve } from 'node:path';
+import { PGlite } from '@electric-sql/pglite';
+import { pgParamSerializers, pgTypeParsers } from './pg-compat';
+import { PglitePool, type PglitePoolOptions, type PgliteSession } from './pglite-pool';
+
+export interface PgliteDriverOptions {
+  /** Directory of a persistent database; omitted means in memory. */
+  dataDir?: string;
+}
+
+/** What TypeORM's PostgresDriver reads from its `driver` option (the `pg` module): only `Pool`. */
+export interface PgliteDriverModule {
+  Pool: new (options?: PglitePoolOptions) => PglitePool;
+}
+
+// Two PGlite instances over one directory would each believe they own the files.
+const openDataDirs = new Set<string>();
+
+function openSession(dataDir: string | undefined): PgliteSession {
+  if (dataDir !== undefined) {
+    if (openDataDirs.has(dataDir)) throw new Error(`PGlite data directory ${dataDir} is already open in this process`);
+    openDataDirs.add(dataDir);
+  }
+  const db = new PGlite({ dataDir, parsers: pgTypeParsers(), serializers: pgParamSerializers() });
+  // A failed start surfaces on the first connect(); keep it from being an unhandled rejection meanwhile.
+  db.waitReady.catch(() => undefined);
+  return {
+    db,
+    close: async () => {
+      try {
+        const started = await db.waitReady.then(
+          () => true,
+          () => false,
+        );
+        if (started && !db.closed) await db.close();
+      } finally {
+        if (dataDir !== undefined) openDataDirs.delete(dataDir);
+      }
+    },
+  };
+}
+
+/**
+ * A `pg` replacement for TypeORM (`{ type: 'postgres', driver: createPgliteDriver() }`).
+ * Each Pool TypeORM creates opens its own PGlite and closes it on end(), so a DataSource
+ * can be destroyed and initialized again (an in-memory database starts empty again).
+ */
+export function createPgliteDriver(options: PgliteDriverOptions = {}): PgliteDriverModule {
+  const dataDir = options.dataDir === undefined ? undefined : resolve(options.dataDir);
+  return {
+    Pool: class PgliteDriverPool extends PglitePool {
+      constructor(poolOptions: PglitePoolOptions = {}) {
+        super(openSession(dataDir), poolOptions);
+      }
+    },
+  };
+}
