@@ -1,0 +1,45 @@
+import 'reflect-metadata';
+import { DataSource, type DataSourceOptions, type LoggerOptions } from 'typeorm';
+import { ENTITIES } from './entities';
+import { MIGRATIONS } from './migrations';
+import { createPgliteDriver } from './pglite/pglite-driver';
+
+export interface CreateDataSourceOptions {
+  /** A PostgreSQL server (postgres://user@host:port/db), through node-postgres. Wins over `pglite`. */
+  url?: string;
+  /** Embedded PGlite, the default without a url: `true` (or omitted) keeps it in memory, `dataDir` persists it. */
+  pglite?: { dataDir?: string } | true;
+  logging?: LoggerOptions;
+  /** Server connections in the pool (node-postgres default 10). PGlite always has exactly one session. */
+  poolSize?: number;
+}
+
+/** How long a query runner waits for the single PGlite session before failing loudly (a likely self-deadlock). */
+const PGLITE_SESSION_WAIT_MS = 60_000;
+
+export const MIGRATIONS_TABLE = 'schema_migrations';
+
+export function createDataSourceOptions(options: CreateDataSourceOptions = {}): DataSourceOptions {
+  const common = {
+    type: 'postgres',
+    entities: ENTITIES,
+    migrations: MIGRATIONS,
+    migrationsTableName: MIGRATIONS_TABLE,
+    // The schema is what the committed migrations say, applied when runMigrations() is called.
+    synchronize: false,
+    migrationsRun: false,
+    migrationsTransactionMode: 'each',
+    // Nothing here needs an extension; never try CREATE EXTENSION on a managed server.
+    installExtensions: false,
+    applicationName: 'anvil',
+    logging: options.logging ?? false,
+  } as const;
+  if (options.url) return { ...common, url: options.url, poolSize: options.poolSize };
+  const dataDir = options.pglite === true || options.pglite === undefined ? undefined : options.pglite.dataDir;
+  return { ...common, driver: createPgliteDriver({ dataDir }), connectTimeoutMS: PGLITE_SESSION_WAIT_MS };
+}
+
+/** A DataSource for Anvil's schema, not yet initialized (call initialize(), then runMigrations()). */
+export function createDataSource(options: CreateDataSourceOptions = {}): DataSource {
+  return new DataSource(createDataSourceOptions(options));
+}

@@ -1,0 +1,4 @@
+import { InitialSchema1795987110915 } from './1795987110915-initial-schema';
+
+/** Every migration, in order, registered explicitly (no globs: works from src and dist alike). */
+export const MIGRATIONS = [InitialSchema1795987110915];
