@@ -1,0 +1,236 @@
+import { In, IsNull, type DataSource, type EntityManager } from 'typeorm';
+import type { AnyEventEnvelope, EventEnvelope } from '@anvil/contracts';
+import { Checkpoint } from '../entities/checkpoint.entity';
+import { LlmCall } from '../entities/llm-call.entity';
+import { PolicyActivation } from '../entities/policy-activation.entity';
+import { PolicyVersion } from '../entities/policy-version.entity';
+import { Reward } from '../entities/reward.entity';
+import { Rollout } from '../entities/rollout.entity';
+import { RolloutGroup } from '../entities/rollout-group.entity';
+import { Task } from '../entities/task.entity';
+import { TaskSet } from '../entities/task-set.entity';
+import { TrainBatch } from '../entities/train-batch.entity';
+import { Trajectory } from '../entities/trajectory.entity';
+import { UnknownRolloutError } from './errors';
+import { inTransaction, insertIgnoringDuplicates } from './transaction';
+
+const at = (ms: number) => new Date(ms);
+
+/**
+ * Writes events into the Data Pool tables, idempotently by event id: every method returns
+ * true when the event changed the database and false for a redelivery (or a duplicate of
+ * something already recorded), and never raises on duplicates, concurrent ones included.
+ *
+ * Each method takes an optional EntityManager: inside a transaction (e.g. the one
+ * ProcessedEventStore.withEventOnce opens) the write joins it.
+ */
+export class EventStore {
+  constructor(private readonly ds: DataSource) {}
+
+  applyEvent(event: AnyEventEnvelope, manager?: EntityManager): Promise<boolean> {
+    switch (event.type) {
+      case 'llm_call.recorded':
+        return this.recordLlmCall(event, manager);
+      case 'rollout.started':
+        return this.recordRolloutStarted(event, manager);
+      case 'rollout.completed':
+        return this.recordRolloutCompleted(event, manager);
+      case 'trajectory.ready':
+        return this.recordTrajectory(event, manager);
+      case 'train_batch.created':
+        return this.recordTrainBatch(event, manager);
+      case 'weights.published':
+        return this.recordWeightsPublished(event, manager);
+      case 'policy_version.activated':
+        return this.recordPolicyVersionActivated(event, manager);
+      default: {
+        const unknown: never = event;
+        throw new Error(`no persistence for event type ${(unknown as { type: string }).type}`);
+      }
+    }
+  }
+
+  async recordLlmCall(event: EventEnvelope<'llm_call.recorded'>, manager?: EntityManager): Promise<boolean> {
+    const p = event.payload;
+    const inserted = await insertIgnoringDuplicates(manager ?? this.ds.manager, LlmCall, {
+      id: p.callId,
+      eventId: event.id,
+      sessionId: p.sessionId,
+      rolloutId: p.rolloutId,
+      groupId: p.groupId,
+      taskId: p.taskId,
+      branchId: p.branchId,
+      parentCallId: p.parentCallId,
+      turnIndex: p.turnIndex,
+      model: p.model,
+      promptIds: p.promptIds,
+      reusedPromptTokens: p.reusedPromptTokens,
+      outputIds: p.outputIds,
+      outputLogprobs: p.outputLogprobs,
+      outputVersions: p.outputVersions,
+      promptTokens: p.promptIds.length,
+      outputTokens: p.outputIds.length,
+      finishReason: p.finishReason,
+      sampling: p.sampling,
+      receivedAt: at(p.timings.receivedAt),
+      firstTokenAt: p.timings.firstTokenAt === null ? null : at(p.timings.firstTokenAt),
+      finishedAt: at(p.timings.finishedAt),
+    });
+    return inserted > 0;
+  }
+
+  /**
+   * Creates the rollout, and its group, task and task set if this is the first we hear of
+   * them (placeholders the rollout manager may fill in through TaskStore).
+   */
+  recordRolloutStarted(event: EventEnvelope<'rollout.started'>, manager?: EntityManager): Promise<boolean> {
+    const p = event.payload;
+    return inTransaction(this.ds, manager, async (m) => {
+      await insertIgnoringDuplicates(m, TaskSet, { id: p.taskSetId, name: p.taskSetId, config: {} });
+      await insertIgnoringDuplicates(m, Task, { id: p.taskId, taskSetId: p.taskSetId, spec: {} });
+      await insertIgnoringDuplicates(m, RolloutGroup, { id: p.groupId, taskId: p.taskId, groupSize: p.groupSize });
+      const inserted = await insertIgnoringDuplicates(m, Rollout, {
+        id: p.rolloutId,
+        groupId: p.groupId,
+        taskId: p.taskId,
+        sampleIndex: p.sampleIndex,
+        agentKind: p.agent.kind,
+        agentName: p.agent.name,
+        policyVersionAtStart: p.policyVersionAtStart,
+        status: 'running',
+        startedAt: at(p.startedAt),
+        startedEventId: event.id,
+      });
+      return inserted > 0;
+    });
+  }
+
+  /** Completes the rollout once (the first completion wins) and stores its rewards with it. */
+  recordRolloutCompleted(event: EventEnvelope<'rollout.completed'>, manager?: EntityManager): Promise<boolean> {
+    const p = event.payload;
+    return inTransaction(this.ds, manager, async (m) => {
+      // The row lock taken here makes a concurrent duplicate wait, then match nothing.
+      const update = await m
+        .createQueryBuilder()
+        .update(Rollout)
+        .set({
+          status: 'completed',
+          finishReason: p.finishReason,
+          outcomeReward: p.outcomeReward,
+          numCalls: p.numCalls,
+          error: p.error,
+          completedAt: at(p.completedAt),
+          completedEventId: event.id,
+        })
+        .where({ id: p.rolloutId, completedEventId: IsNull() })
+        .execute();
+      if (!update.affected) {
+        if (!(await m.existsBy(Rollout, { id: p.rolloutId }))) throw new UnknownRolloutError(p.rolloutId);
+        return false;
+      }
+      const rewards = [
+        ...(p.outcomeReward === null ? [] : [{ kind: 'outcome' as const, callId: null, value: p.outcomeReward, label: null, ordinal: 0 }]),
+        ...p.processRewards.map((r, i) => ({ kind: 'process' as const, callId: r.callId, value: r.value, label: r.label ?? null, ordinal: i + 1 })),
+      ];
+      if (rewards.length > 0) {
+        await insertIgnoringDuplicates(
+          m,
+          Reward,
+          rewards.map((r) => ({ ...r, rolloutId: p.rolloutId, eventId: event.id })),
+        );
+      }
+      return true;
+    });
+  }
+
+  async recordTrajectory(event: EventEnvelope<'trajectory.ready'>, manager?: EntityManager): Promise<boolean> {
+    const p = event.payload;
+    const inserted = await insertIgnoringDuplicates(manager ?? this.ds.manager, Trajectory, {
+      id: p.trajectoryId,
+      eventId: event.id,
+      rolloutId: p.rolloutId,
+      groupId: p.groupId,
+      taskId: p.taskId,
+      callIds: p.callIds,
+      finishReason: p.finishReason,
+      reward: p.reward,
+      advantage: p.advantage,
+      lossMasked: p.lossMasked,
+      minPolicyVersion: p.minPolicyVersion,
+      maxPolicyVersion: p.maxPolicyVersion,
+      promptTokens: p.promptTokens,
+      outputTokens: p.outputTokens,
+      readyAt: at(p.readyAt),
+      status: 'ready',
+      trainBatchId: null,
+    });
+    return inserted > 0;
+  }
+
+  /** Records the batch and marks its trajectories scheduled, in one transaction. */
+  recordTrainBatch(event: EventEnvelope<'train_batch.created'>, manager?: EntityManager): Promise<boolean> {
+    const p = event.payload;
+    return inTransaction(this.ds, manager, async (m) => {
+      const numTokens = p.samples.reduce((sum, s) => sum + s.promptIds.length + s.outputIds.length, 0);
+      const inserted = await insertIgnoringDuplicates(m, TrainBatch, {
+        id: p.batchId,
+        eventId: event.id,
+        step: p.step,
+        policyVersion: p.policyVersion,
+        trajectoryIds: p.trajectoryIds,
+        sampleIds: p.samples.map((s) => s.sampleId),
+        numSamples: p.samples.length,
+        numTokens: String(numTokens),
+        createdAt: at(p.createdAt),
+      });
+      if (inserted === 0) return false;
+      if (p.trajectoryIds.length > 0) {
+        await m
+          .createQueryBuilder()
+          .update(Trajectory)
+          .set({ status: 'scheduled', trainBatchId: p.batchId })
+          .where({ id: In(p.trajectoryIds), trainBatchId: IsNull() })
+          .execute();
+      }
+      return true;
+    });
+  }
+
+  /** Records the checkpoint and the policy version it defines. */
+  recordWeightsPublished(event: EventEnvelope<'weights.published'>, manager?: EntityManager): Promise<boolean> {
+    const p = event.payload;
+    return inTransaction(this.ds, manager, async (m) => {
+      await insertIgnoringDuplicates(m, Checkpoint, {
+        id: p.checkpointId,
+        eventId: event.id,
+        version: p.version,
+        step: p.step,
+        uri: p.checkpointUri,
+        format: p.format,
+        sha256: p.sha256,
+        publishedAt: at(p.publishedAt),
+      });
+      const inserted = await insertIgnoringDuplicates(m, PolicyVersion, {
+        version: p.version,
+        parentVersion: p.parentVersion,
+        step: p.step,
+        checkpointId: p.checkpointId,
+        publishedAt: at(p.publishedAt),
+        eventId: event.id,
+      });
+      return inserted > 0;
+    });
+  }
+
+  async recordPolicyVersionActivated(event: EventEnvelope<'policy_version.activated'>, manager?: EntityManager): Promise<boolean> {
+    const p = event.payload;
+    const inserted = await insertIgnoringDuplicates(manager ?? this.ds.manager, PolicyActivation, {
+      eventId: event.id,
+      version: p.version,
+      deployment: p.deployment,
+      swapPolicy: p.swapPolicy,
+      activatedAt: at(p.activatedAt),
+    });
+    return inserted > 0;
+  }
+}
