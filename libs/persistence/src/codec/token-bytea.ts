@@ -16,16 +16,22 @@ export interface TokenArrayType<T extends TokenArray> {
 
 const HOST_IS_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
-const WRITERS = new Map<TokenArrayType<TokenArray>, (view: DataView, at: number, value: number) => void>([
-  [Int32Array, (v, at, x) => v.setInt32(at, x, true)],
-  [Uint32Array, (v, at, x) => v.setUint32(at, x, true)],
-  [Float32Array, (v, at, x) => v.setFloat32(at, x, true)],
+interface Accessors {
+  read: (view: DataView, at: number) => number;
+  write: (view: DataView, at: number, value: number) => void;
+}
+const ACCESSORS = new Map<TokenArrayType<TokenArray>, Accessors>([
+  [Int32Array, { read: (v, at) => v.getInt32(at, true), write: (v, at, x) => v.setInt32(at, x, true) }],
+  [Uint32Array, { read: (v, at) => v.getUint32(at, true), write: (v, at, x) => v.setUint32(at, x, true) }],
+  [Float32Array, { read: (v, at) => v.getFloat32(at, true), write: (v, at, x) => v.setFloat32(at, x, true) }],
 ]);
-const READERS = new Map<TokenArrayType<TokenArray>, (view: DataView, at: number) => number>([
-  [Int32Array, (v, at) => v.getInt32(at, true)],
-  [Uint32Array, (v, at) => v.getUint32(at, true)],
-  [Float32Array, (v, at) => v.getFloat32(at, true)],
-]);
+
+/** Element access for big-endian hosts, where the bytes must be swapped one by one. */
+function accessorsOf(type: TokenArrayType<TokenArray>): Accessors {
+  const accessors = ACCESSORS.get(type);
+  if (!accessors) throw new TypeError(`${type.name} is not a token array type`);
+  return accessors;
+}
 
 /** A fresh Buffer with the elements in little-endian order (a copy: later edits to `values` do not leak in). */
 export function encodeTokenArray(values: TokenArray): Buffer {
@@ -33,7 +39,7 @@ export function encodeTokenArray(values: TokenArray): Buffer {
   if (HOST_IS_LITTLE_ENDIAN) return Buffer.from(bytes);
   const out = Buffer.alloc(values.byteLength);
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
-  const write = WRITERS.get(values.constructor as TokenArrayType<TokenArray>)!;
+  const { write } = accessorsOf(values.constructor as TokenArrayType<TokenArray>);
   for (let i = 0; i < values.length; i++) write(view, i * 4, values[i]);
   return out;
 }
@@ -53,7 +59,7 @@ export function decodeTokenArray<T extends TokenArray>(type: TokenArrayType<T>, 
     return out;
   }
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const read = READERS.get(type as TokenArrayType<TokenArray>)!;
+  const { read } = accessorsOf(type as TokenArrayType<TokenArray>);
   for (let i = 0; i < out.length; i++) out[i] = read(view, i * size);
   return out;
 }

@@ -261,7 +261,7 @@ export function describeStoreBehaviour(backend: string, dataSource: () => DataSo
       expect(await processed.isProcessed('trainer', eventId)).toBe(true);
       expect((await ds.manager.findOneByOrFail(TaskSet, { id: setId })).name).toBe('first');
       // Another consumer has its own record of the same event.
-      expect(await processed.withEventOnce('middleware', eventId, async () => {})).toBe(true);
+      expect(await processed.withEventOnce('middleware', eventId, () => Promise.resolve())).toBe(true);
       expect(await ds.manager.countBy(ProcessedEvent, { eventId })).toBe(2);
     });
 
