@@ -1,0 +1,75 @@
+import { randomBytes } from 'node:crypto';
+import { Client } from 'pg';
+import type { DataSource } from 'typeorm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDataSource, EventStore, LlmCall, MIGRATIONS, runMigrations } from '@anvil/persistence';
+import { llmCall, newRolloutIds, redeliver } from '../../libs/persistence/src/testing/events';
+import { describeMigrationBehaviour } from '../../libs/persistence/src/testing/migration-behaviour.suite';
+import { describeStoreBehaviour } from '../../libs/persistence/src/testing/store-behaviour.suite';
+
+// Real server: `node tools/infra/postgres.mjs start` prints DATABASE_URL (the test runner does it).
+const serverUrl = process.env.DATABASE_URL;
+if (!serverUrl) throw new Error('DATABASE_URL is not set; start a server with `node tools/infra/postgres.mjs start`');
+
+/** A database of this file's own on the server, so the migration tests start from empty. */
+const database = `anvil_test_${randomBytes(6).toString('hex')}`;
+const urlOf = (name: string) => {
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
+};
+
+async function onServer(sql: string): Promise<void> {
+  const client = new Client({ connectionString: serverUrl });
+  await client.connect();
+  try {
+    await client.query(sql);
+  } finally {
+    await client.end();
+  }
+}
+
+let ds: DataSource;
+
+beforeAll(async () => {
+  await onServer(`CREATE DATABASE "${database}"`);
+  ds = createDataSource({ url: urlOf(database), poolSize: 10 });
+  await ds.initialize();
+});
+
+afterAll(async () => {
+  await ds?.destroy();
+  await onServer(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+});
+
+describe('migrations on PostgreSQL', () => {
+  describeMigrationBehaviour(() => ds);
+});
+
+describeStoreBehaviour('PostgreSQL', () => ds);
+
+describe('PostgreSQL specifics', () => {
+  it('delivers one large call 16 times at once over 10 connections: one row, no errors', async () => {
+    const events = new EventStore(ds);
+    const ids = newRolloutIds();
+    const promptIds = Int32Array.from({ length: 64_000 }, (_, i) => i * 7 - 100_000);
+    const call = llmCall(ids, { promptIds });
+    const results = await Promise.all(Array.from({ length: 16 }, () => events.applyEvent(redeliver(call))));
+    expect(results.filter(Boolean)).toHaveLength(1);
+    expect(await ds.manager.countBy(LlmCall, { rolloutId: ids.rolloutId })).toBe(1);
+  });
+
+  it('lets several services migrate one database at the same time: each migration runs once', async () => {
+    const raced = `${database}_race`;
+    await onServer(`CREATE DATABASE "${raced}"`);
+    const services = Array.from({ length: 3 }, () => createDataSource({ url: urlOf(raced), poolSize: 2 }));
+    try {
+      await Promise.all(services.map((s) => s.initialize()));
+      const applied = await Promise.all(services.map((s) => runMigrations(s)));
+      expect(applied.flat()).toEqual(MIGRATIONS.map((m) => m.name));
+    } finally {
+      await Promise.all(services.map((s) => (s.isInitialized ? s.destroy() : undefined)));
+      await onServer(`DROP DATABASE IF EXISTS "${raced}" WITH (FORCE)`);
+    }
+  });
+});
