@@ -1,2 +1,10 @@
 export * from './bus';
-export * from './memory/memory-bus';
+export { createBus, type BusConfig } from './create-bus';
+export { KafkaBus } from './kafka/kafka-bus';
+export type { KafkaBusOptions, KafkaConsumerTuning } from './kafka/kafka-options';
+export { MemoryBus, type MemoryBusOptions } from './memory/memory-bus';
+export { MemoryBroker, type MemoryBrokerOptions } from './memory/memory-broker';
+export { HEADERS } from './headers';
+export { partitionForKey } from './partitioner';
+export { stderrLogger, silentLogger, type BusLogger, type BusLogLevel } from './logger';
+export { DELIVERY_DEFAULTS } from './delivery/policy';
