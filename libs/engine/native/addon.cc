@@ -232,11 +232,15 @@ class SgemmBenchWorker : public PromiseWorker {
     FloatArena a((size_t)M_ * K_), b((size_t)K_ * N_), c((size_t)M_ * N_);
     for (size_t i = 0; i < a.size(); i++) a.data()[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
     for (size_t i = 0; i < b.size(); i++) b.data()[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    // mode 0: C = A[M,K] @ B[N,K]^T (forward), 1: A[M,K] @ B[K,N] (input grad), 2: A[K,M]^T @ B[K,N] (weight grad)
     auto run = [&]() {
-      if (tb_)
+      if (tb_ == 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M_, N_, K_, 1.0f, a.data(), K_, b.data(), K_, 0.0f, c.data(), N_);
-      else
+      else if (tb_ == 1)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M_, N_, K_, 1.0f, a.data(), K_, b.data(), N_, 0.0f, c.data(),
+                    N_);
+      else
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M_, N_, K_, 1.0f, a.data(), M_, b.data(), N_, 1.0f, c.data(),
                     N_);
     };
     run();  // warm-up
@@ -280,6 +284,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("adamwStep", &ModelWrap::AdamwStep),
                         InstanceMethod("memory", &ModelWrap::Memory),
                         InstanceMethod("stepCount", &ModelWrap::StepCount),
+                        InstanceMethod("trimCache", &ModelWrap::TrimCache),
                         InstanceMethod("dispose", &ModelWrap::Dispose)});
   }
 
@@ -454,7 +459,12 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     o.Set("paramBytes", (double)m.params->bytes());
     o.Set("gradBytes", (double)m.grads->bytes());
     o.Set("optimizerBytes", m.adam_m ? (double)(m.adam_m->bytes() + m.adam_v->bytes()) : 0.0);
+    o.Set("cachedBytes", (double)m.cached_bytes());
     return o;
+  }
+  Napi::Value TrimCache(const Napi::CallbackInfo& info) {
+    model().trim_cache();
+    return info.Env().Undefined();
   }
   Napi::Value StepCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), model().step); }
   Napi::Value Dispose(const Napi::CallbackInfo& info) {
@@ -497,12 +507,14 @@ Napi::Value AnalyzeTree(const Napi::CallbackInfo& info) {
 
 Napi::Value BenchSgemm(const Napi::CallbackInfo& info) {
   for (int i = 0; i < 3; i++)
-    if (!info[i].IsNumber()) throw Error("benchSgemm(M, N, K, transB, minSeconds): M, N, K must be numbers");
+    if (!info[i].IsNumber()) throw Error("benchSgemm(M, N, K, mode, minSeconds): M, N, K must be numbers");
   int M = info[0].As<Napi::Number>().Int32Value(), N = info[1].As<Napi::Number>().Int32Value(),
       K = info[2].As<Napi::Number>().Int32Value();
   if (M < 1 || N < 1 || K < 1 || (double)M * K > 4e8 || (double)K * N > 4e8 || (double)M * N > 4e8)
     throw Error("benchSgemm: dimensions must be positive and each matrix under 4e8 elements");
-  int tb = info[3].ToBoolean() ? 1 : 0;
+  std::string mode = info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "nt";
+  if (mode != "nt" && mode != "nn" && mode != "tn") throw Error("benchSgemm: mode must be \"nt\", \"nn\" or \"tn\"");
+  int tb = mode == "nt" ? 0 : mode == "nn" ? 1 : 2;
   double min_s = info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : 0.5;
   auto* w = new SgemmBenchWorker(info.Env(), M, N, K, tb, min_s);
   w->Queue();

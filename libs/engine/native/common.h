@@ -30,7 +30,7 @@ void set_threads(int n);
 // by pointer arithmetic, llm.c style, so no kernel allocates per token.
 class FloatArena {
  public:
-  explicit FloatArena(size_t n);
+  explicit FloatArena(size_t n, bool zero = true);
   ~FloatArena();
   FloatArena(const FloatArena&) = delete;
   FloatArena& operator=(const FloatArena&) = delete;

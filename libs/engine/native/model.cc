@@ -3,10 +3,36 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 namespace anvil {
 
 namespace {
+
+// ANVIL_ENGINE_PROFILE=1 prints the time of every kernel call of forward/backward to stderr.
+struct Prof {
+  bool on = std::getenv("ANVIL_ENGINE_PROFILE") != nullptr;
+  std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
+  std::vector<std::pair<const char*, double>> acc;
+  void mark(const char* what) {
+    if (!on) return;
+    auto now = std::chrono::steady_clock::now();
+    double ms = std::chrono::duration<double, std::milli>(now - t).count();
+    t = now;
+    for (auto& a : acc)
+      if (a.first == what) {
+        a.second += ms;
+        return;
+      }
+    acc.emplace_back(what, ms);
+  }
+  ~Prof() {
+    if (!on) return;
+    for (auto& a : acc) std::fprintf(stderr, "  %-28s %9.2f ms\n", a.first, a.second);
+  }
+};
 
 void copy_parallel(float* dst, const float* src, size_t n) {
   const size_t chunk = 1 << 16;
@@ -140,6 +166,50 @@ void Model::init_random(uint64_t seed, float std) {
   }
 }
 
+std::unique_ptr<FloatArena> Model::acquire(size_t n, bool zero) {
+  std::unique_ptr<FloatArena> a;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    // best fit among cached arenas that are big enough but not wastefully so
+    int best = -1;
+    for (int i = 0; i < (int)pool_.size(); i++)
+      if (pool_[i]->size() >= n && pool_[i]->size() <= 2 * n + (1u << 20) &&
+          (best < 0 || pool_[i]->size() < pool_[best]->size()))
+        best = i;
+    if (best >= 0) {
+      a = std::move(pool_[best]);
+      pool_.erase(pool_.begin() + best);
+    }
+  }
+  if (!a) return std::make_unique<FloatArena>(n, zero);
+  if (zero) zero_parallel(a->data(), n);
+  return a;
+}
+
+void Model::release(std::unique_ptr<FloatArena> a) {
+  if (!a) return;
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  pool_.push_back(std::move(a));
+  // keep the 4 largest
+  while (pool_.size() > 4) {
+    auto smallest = std::min_element(pool_.begin(), pool_.end(),
+                                     [](const auto& x, const auto& y) { return x->size() < y->size(); });
+    pool_.erase(smallest);
+  }
+}
+
+size_t Model::cached_bytes() {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  size_t b = 0;
+  for (auto& a : pool_) b += a->bytes();
+  return b;
+}
+
+void Model::trim_cache() {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  pool_.clear();
+}
+
 MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree) {
   const size_t N = tree.n, C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim;
   const size_t QKV = (H + 2 * KVH) * D, V = cfg.vocab, M = tree.internal.size();
@@ -171,8 +241,9 @@ void model_forward(Activations& a, float* logp, float* entropy) {
   const int N = tree.n, C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim;
   const int QKV = (H + 2 * KVH) * D, V = cfg.vocab, M = (int)tree.internal.size(), half = D / 2;
   const MemoryPlan plan = plan_memory(cfg, tree);
+  Prof prof;
 
-  a.arena = std::make_unique<FloatArena>(plan.kept_floats);
+  a.arena = m.acquire(plan.kept_floats, false);  // every tensor is written before it is read
   a.kept_bytes = a.arena->bytes();
   a.forward_scratch_bytes = plan.fwd_scratch_floats * sizeof(float);
   a.backward_scratch_bytes = plan.bwd_scratch_floats * sizeof(float);
@@ -209,32 +280,47 @@ void model_forward(Activations& a, float* logp, float* entropy) {
       a.sin_t[(size_t)pos * half + i] = (float)std::sin((double)ang) * cfg.rope_attention_scaling;
     }
 
+  prof.mark("alloc+rope tables");
   const ParamPtrs P = m.ptrs(m.params->data());
   embedding_forward(a.res[0], a.tokens.data(), P.wte, N, C);
+  prof.mark("embedding_forward");
   for (int l = 0; l < cfg.layers; l++) {
     const LayerPtrs& w = P.layers[l];
     LayerActs& la = a.layers[l];
     rmsnorm_forward(la.ln1, la.rstd1, a.res[l], w.ln1, N, C, cfg.eps);
+    prof.mark("rmsnorm_forward");
     if (w.bqkv) bias_fill(la.qkv, w.bqkv, N, QKV);
     matmul_forward(la.qkv, la.ln1, w.wqkv, N, C, QKV, w.bqkv != nullptr);
+    prof.mark("matmul_forward:wqkv");
     rope_forward(la.qkv, tree.depth.data(), a.cos_t, a.sin_t, N, H, KVH, D);
+    prof.mark("rope_forward");
     tree_attention_forward(la.att, la.lse, la.qkv, tree, H, KVH, D);
+    prof.mark("tree_attention_forward");
     copy_parallel(la.mid, a.res[l], (size_t)N * C);
+    prof.mark("copy_parallel");
     matmul_forward(la.mid, la.att, w.wo, N, H * D, C, true);  // mid = x + att @ Wo^T
+    prof.mark("matmul_forward:wo");
     rmsnorm_forward(la.ln2, la.rstd2, la.mid, w.ln2, N, C, cfg.eps);
+    prof.mark("rmsnorm_forward");
     matmul_forward(la.gu, la.ln2, w.wgu, N, C, 2 * F, false);
+    prof.mark("matmul_forward:wgu");
     swiglu_forward(la.h, la.gu, N, F);
+    prof.mark("swiglu_forward");
     copy_parallel(a.res[l + 1], la.mid, (size_t)N * C);
+    prof.mark("copy_parallel");
     matmul_forward(a.res[l + 1], la.h, w.wdown, N, F, C, true);  // out = mid + h @ Wdown^T
+    prof.mark("matmul_forward:wdown");
   }
   rmsnorm_forward(a.lnf, a.rstdf, a.res[cfg.layers], P.normf, N, C, cfg.eps);
-  FloatArena scratch(plan.fwd_scratch_floats);
-  Bump sb{scratch.data(), 0};
+  prof.mark("rmsnorm_forward");
+  ScratchGuard scratch(m, plan.fwd_scratch_floats);
+  Bump sb{scratch.a->data(), 0};
   LogprobScratch ls;
   ls.R = plan.lm_rows;
   ls.rows = sb.take((size_t)ls.R * C);
   ls.logits = sb.take((size_t)ls.R * V);
   logprob_forward(logp, entropy, a.lse_int, a.ent_int, a.lnf, P.lm, a.tokens.data(), tree, C, V, ls);
+  prof.mark("logprob_forward");
 }
 
 void model_backward(Activations& a, const float* dlogp, const float* dentropy) {
@@ -244,8 +330,9 @@ void model_backward(Activations& a, const float* dlogp, const float* dentropy) {
   const int N = tree.n, C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim;
   const int QKV = (H + 2 * KVH) * D, V = cfg.vocab;
   const MemoryPlan plan = plan_memory(cfg, tree);
-  FloatArena scratch(plan.bwd_scratch_floats);  // zeroed
-  Bump b{scratch.data(), 0};
+  Prof prof;
+  ScratchGuard scratch(m, plan.bwd_scratch_floats);
+  Bump b{scratch.a->data(), 0};
   float* dres = b.take((size_t)N * C);
   float* dln = b.take((size_t)N * C);
   float* dqkv = b.take((size_t)N * QKV);
@@ -257,30 +344,46 @@ void model_backward(Activations& a, const float* dlogp, const float* dentropy) {
   ls.rows = b.take((size_t)ls.R * C);
   ls.logits = b.take((size_t)ls.R * V);
 
+  prof.mark("alloc scratch");
   const ParamPtrs P = m.ptrs(m.params->data());
   const ParamPtrs G = m.ptrs(m.grads->data());
+  zero_parallel(dres, (size_t)N * C);  // accumulated into by the final rmsnorm backward
+  zero_parallel(dln, (size_t)N * C);   // accumulated into by the LM-head backward
   // LM head: dln (as d lnf) starts at zero; only rows of nodes with children receive gradient
   logprob_backward(dln, G.lm, dlogp, dentropy, a.lnf, P.lm, a.lse_int, a.ent_int, a.tokens.data(), tree, C, V, ls);
+  prof.mark("logprob_backward");
   rmsnorm_backward(dres, G.normf, dln, a.res[cfg.layers], P.normf, a.rstdf, N, C);
+  prof.mark("rmsnorm_backward");
   for (int l = cfg.layers - 1; l >= 0; l--) {
     const LayerPtrs& w = P.layers[l];
     const LayerPtrs& gw = G.layers[l];
     LayerActs& la = a.layers[l];
     // MLP: out = mid + (silu(gate) * up) @ Wdown^T, gate|up = ln2 @ Wgu^T, ln2 = rmsnorm(mid)
     matmul_backward(dh, gw.wdown, dres, la.h, w.wdown, N, F, C, false);
+    prof.mark("matmul_backward:wdown");
     swiglu_backward(dgu, dh, la.gu, N, F);
+    prof.mark("swiglu_backward");
     matmul_backward(dln, gw.wgu, dgu, la.ln2, w.wgu, N, C, 2 * F, false);
+    prof.mark("matmul_backward:wgu");
     rmsnorm_backward(dres, gw.ln2, dln, la.mid, w.ln2, la.rstd2, N, C);  // dres is now d mid
+    prof.mark("rmsnorm_backward");
     // attention: mid = x + att @ Wo^T, att = attention(rope(q), rope(k), v), qkv = ln1 @ Wqkv^T (+ b)
     matmul_backward(datt, gw.wo, dres, la.att, w.wo, N, H * D, C, false);
+    prof.mark("matmul_backward:wo");
     zero_parallel(dqkv, (size_t)N * QKV);
+    prof.mark("zero_parallel");
     tree_attention_backward(dqkv, datt, la.att, la.lse, la.qkv, tree, H, KVH, D);
+    prof.mark("tree_attention_backward");
     rope_backward(dqkv, tree.depth.data(), a.cos_t, a.sin_t, N, H, KVH, D);
+    prof.mark("rope_backward");
     if (gw.bqkv) bias_backward(gw.bqkv, dqkv, N, QKV);
     matmul_backward(dln, gw.wqkv, dqkv, la.ln1, w.wqkv, N, C, QKV, false);
+    prof.mark("matmul_backward:wqkv");
     rmsnorm_backward(dres, gw.ln1, dln, a.res[l], w.ln1, la.rstd1, N, C);  // dres is now d x
+    prof.mark("rmsnorm_backward");
   }
   embedding_backward(G.wte, dres, a.tokens.data(), N, C);
+  prof.mark("embedding_backward");
 }
 
 }  // namespace anvil

@@ -70,6 +70,27 @@ class Model {
 
   ParamPtrs ptrs(float* base) const;
   void init_random(uint64_t seed, float std);
+
+  // Activation and scratch arenas are recycled through a small per-model cache: a fresh
+  // multi-hundred-MB allocation is an mmap whose first touch page-faults every 4 KiB, which cost
+  // more than the layer kernels themselves. A disposed handle's arena goes back to the cache
+  // (reported as cached bytes; trim_cache() returns it to the OS).
+  std::unique_ptr<FloatArena> acquire(size_t n, bool zero);
+  void release(std::unique_ptr<FloatArena> a);
+  size_t cached_bytes();
+  void trim_cache();
+
+ private:
+  std::mutex pool_mu_;
+  std::vector<std::unique_ptr<FloatArena>> pool_;
+};
+
+// Returns a scratch arena to the model's cache when it goes out of scope (also on exceptions).
+struct ScratchGuard {
+  Model& m;
+  std::unique_ptr<FloatArena> a;
+  ScratchGuard(Model& model, size_t n) : m(model), a(model.acquire(n, false)) {}
+  ~ScratchGuard() { m.release(std::move(a)); }
 };
 
 struct LayerActs {
@@ -87,6 +108,9 @@ struct LayerActs {
 
 // Everything a forward keeps for its backward, in one arena owned by the handle.
 struct Activations {
+  ~Activations() {
+    if (arena && model) model->release(std::move(arena));
+  }
   std::shared_ptr<Model> model;
   TreeInfo tree;
   std::vector<int32_t> tokens;

@@ -25,12 +25,12 @@ void set_threads(int n) {
   omp_set_num_threads(n);
 }
 
-FloatArena::FloatArena(size_t n) : size_(n) {
+FloatArena::FloatArena(size_t n, bool zero) : size_(n) {
   size_t bytes = ((n * sizeof(float)) + 63) & ~size_t(63);
   if (bytes == 0) bytes = 64;
   data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
   if (!data_) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
-  std::memset(data_, 0, bytes);
+  if (zero) std::memset(data_, 0, bytes);
 }
 
 FloatArena::~FloatArena() { std::free(data_); }

@@ -70,6 +70,14 @@ describe('gradients vs finite differences', () => {
     for (const [name, rel] of worst) expect(rel, name).toBeLessThan(1e-2);
   });
 
+  it('head_dim 40 (vector attention kernels, 32-wide + 8-wide tails)', async () => {
+    const worst = await check(
+      { vocabSize: 16, hiddenSize: 16, intermediateSize: 16, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 40 },
+      13,
+    );
+    for (const [name, rel] of worst) expect(rel, name).toBeLessThan(1e-2);
+  });
+
   it('tied qwen2 (embedding gets both the input and the LM-head gradient)', async () => {
     const worst = await check(
       { modelType: 'qwen2', vocabSize: 16, hiddenSize: 16, intermediateSize: 20, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, tieWordEmbeddings: true },

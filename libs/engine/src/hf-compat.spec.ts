@@ -57,6 +57,7 @@ describe('Hugging Face compatibility', () => {
       },
     ],
     ['llama linear rope scaling, explicit head_dim', { vocabSize: 33, hiddenSize: 24, intermediateSize: 30, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 16, ropeScaling: { type: 'linear', factor: 2.5 } }],
+    ['llama head_dim 40 (vector kernels: 32-wide + 8-wide tails)', { vocabSize: 30, hiddenSize: 32, intermediateSize: 48, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 40 }],
     ['qwen2 (bias), tied, GQA', { modelType: 'qwen2', vocabSize: 45, hiddenSize: 24, intermediateSize: 36, numHiddenLayers: 2, numAttentionHeads: 3, numKeyValueHeads: 1, tieWordEmbeddings: true, ropeTheta: 1e6 }],
   ];
   for (const [label, cfg] of cases) {

@@ -4,17 +4,17 @@ export * from './model';
 export * from './safetensors';
 export { loadEngine, selectEngine, engineInfo, setThreads, getThreads, findRepoRoot, EngineLoadError } from './loader';
 export type { Backend, EngineSelection } from './loader';
-export type { NativeAddon, NativeInfo, NativeTreeInfo } from './native';
+export type { NativeAddon, NativeInfo, NativeTreeInfo, SgemmMode } from './native';
 
 import { loadEngine } from './loader';
-import type { NativeTreeInfo } from './native';
+import type { NativeTreeInfo, SgemmMode } from './native';
 
 /** DFS pre-order, subtree ends and depths of a packed tree, exactly as the engine derives them. */
 export function analyzeTree(parents: Int32Array): NativeTreeInfo {
   return loadEngine().addon.analyzeTree(parents);
 }
 
-/** Times cblas_sgemm C[M,N] = A[M,K] @ B^T (transB) or @ B on this machine (benchmark helper). */
-export function benchSgemm(M: number, N: number, K: number, transB = true, minSeconds = 0.5) {
-  return loadEngine().addon.benchSgemm(M, N, K, transB, minSeconds);
+/** Times OpenBLAS cblas_sgemm on this machine for one GEMM shape (benchmark helper; see SgemmMode). */
+export function benchSgemm(M: number, N: number, K: number, mode: SgemmMode = 'nt', minSeconds = 0.5) {
+  return loadEngine().addon.benchSgemm(M, N, K, mode, minSeconds);
 }

@@ -313,12 +313,12 @@ export class Model {
   }
 
   /** Global L2 norm of the accumulated gradients. */
-  gradNorm(): Promise<number> {
+  async gradNorm(): Promise<number> {
     return this.nat().gradNorm();
   }
 
   /** Scales gradients so that their global L2 norm is at most maxNorm; resolves with the norm before clipping. */
-  clipGradNorm(maxNorm: number): Promise<number> {
+  async clipGradNorm(maxNorm: number): Promise<number> {
     return this.nat().clipGradNorm(maxNorm);
   }
 
@@ -329,7 +329,7 @@ export class Model {
   }
 
   /** One AdamW step with learning rate opts.lr (other fields override the configured defaults for this step). */
-  step(opts: StepOptions): Promise<number> {
+  async step(opts: StepOptions): Promise<number> {
     const o = { ...this.optimizer, ...opts };
     const decayMask = new Uint8Array(this.tensors.length);
     this.tensors.forEach((t, i) => (decayMask[i] = t.decay ? 1 : 0));

@@ -101,13 +101,18 @@ export interface NativeInfo {
   simd: string;
 }
 
+export type SgemmMode = 'nt' | 'nn' | 'tn';
+
 export interface NativeAddon {
   NativeModel: new (config: NativeModelConfig) => NativeModel;
   NativeHandle: new () => NativeHandle;
   setThreads(n: number): void;
   getThreads(): number;
   analyzeTree(parents: Int32Array): NativeTreeInfo;
-  /** C[M,N] = A[M,K] @ B (B is [N,K] transposed when transB) through cblas_sgemm, timed. */
-  benchSgemm(M: number, N: number, K: number, transB: boolean, minSeconds?: number): Promise<{ seconds: number; gflops: number }>;
+  /**
+   * Times cblas_sgemm for C[M,N]: mode "nt" = A[M,K] @ B[N,K]^T (forward), "nn" = A[M,K] @ B[K,N]
+   * (input gradient), "tn" = A[K,M]^T @ B[K,N] accumulated (weight gradient).
+   */
+  benchSgemm(M: number, N: number, K: number, mode: SgemmMode, minSeconds?: number): Promise<{ seconds: number; gflops: number }>;
   info(): NativeInfo;
 }

@@ -18,6 +18,10 @@ const CONFIGS: Array<[string, ModelConfigInput]> = [
     },
   ],
   [
+    'head_dim 72 (wide vector kernels), GQA 2/1',
+    { vocabSize: 41, hiddenSize: 32, intermediateSize: 40, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 72 },
+  ],
+  [
     'qwen2 MHA (bias) untied, 3 layers',
     { modelType: 'qwen2', vocabSize: 97, hiddenSize: 24, intermediateSize: 56, numHiddenLayers: 3, numAttentionHeads: 2, numKeyValueHeads: 2, ropeTheta: 1e6 },
   ],

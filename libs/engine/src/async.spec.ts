@@ -1,0 +1,62 @@
+// Heavy calls run off the event loop and return promises; handles are freed deterministically.
+import { describe, expect, it } from 'vitest';
+import { Model, setThreads, getThreads, engineInfo } from '@anvil/engine';
+
+describe('async engine calls', () => {
+  it('the event loop keeps turning while a large forward / backward / step runs', async () => {
+    const model = Model.create({ vocabSize: 4096, hiddenSize: 256, intermediateSize: 768, numHiddenLayers: 4, numAttentionHeads: 4, numKeyValueHeads: 2 }, { seed: 1 });
+    const N = 1536;
+    const pack = { tokens: Int32Array.from({ length: N }, (_, i) => (i * 31) % 4096), parents: Int32Array.from({ length: N }, (_, i) => i - 1) };
+    let ticks = 0;
+    let running = true;
+    const spin = () => {
+      if (!running) return;
+      ticks++;
+      setImmediate(spin);
+    };
+    setImmediate(spin);
+    const t0 = Date.now();
+    const p = model.forward(pack);
+    expect(p).toBeInstanceOf(Promise);
+    const fw = await p;
+    const afterForward = ticks;
+    const b = model.backward(fw, Float32Array.from({ length: N }, (_, i) => (i ? -1 / N : 0)));
+    expect(b).toBeInstanceOf(Promise);
+    await b;
+    const s = model.step({ lr: 1e-3 });
+    expect(s).toBeInstanceOf(Promise);
+    await s;
+    running = false;
+    const ms = Date.now() - t0;
+    expect(ms).toBeGreaterThan(50); // the work is big enough that a blocking call would starve the loop
+    expect(afterForward).toBeGreaterThan(5);
+    expect(ticks).toBeGreaterThan(10);
+    expect(fw.handle.activationBytes).toBeGreaterThan(N * 256 * 4 * 4);
+    fw.handle.dispose();
+    expect(fw.handle.activationBytes).toBe(0);
+    model.dispose();
+  });
+
+  it('setThreads / getThreads and engine info', () => {
+    const before = getThreads();
+    setThreads(1);
+    expect(getThreads()).toBe(1);
+    setThreads(before);
+    expect(() => setThreads(0)).toThrow(/integer in \[1, 1024\]/);
+    const info = engineInfo();
+    expect(info.backend).toBe('cpu');
+    expect(info.info.blas).toMatch(/OpenBLAS/);
+  });
+
+  it('results do not depend on the thread count', async () => {
+    const model = Model.tiny({ seed: 2 });
+    const pack = { tokens: Int32Array.from({ length: 64 }, (_, i) => i * 7), parents: Int32Array.from({ length: 64 }, (_, i) => (i % 16 === 0 ? -1 : i - 1 - (i % 3 === 0 ? 1 : 0))) };
+    const before = getThreads();
+    setThreads(1);
+    const a = await model.forward(pack);
+    setThreads(2);
+    const b = await model.forward(pack);
+    setThreads(before);
+    for (let i = 0; i < 64; i++) expect(Math.abs(a.logp[i] - b.logp[i])).toBeLessThan(1e-5);
+  });
+});

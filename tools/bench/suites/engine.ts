@@ -1,0 +1,233 @@
+// Engine benchmark: `npx tsx tools/bench/suites/engine.ts` (or `npm run bench -- engine`).
+//
+// 1. Train-step throughput (forward + backward + AdamW) on random-init tiny / small / ~100M
+//    configs at ANVIL_BENCH_THREADS (default 2) threads, in tokens/s and model GFLOP/s, next to
+//    OpenBLAS SGEMM GFLOP/s measured in the same run on the model's own GEMM shapes.
+//    Model FLOPs per step = 6 * P_ne * T + 12 * L * H * D * sum_nodes(depth + 1), where P_ne is
+//    the parameters that take part in a GEMM per token (all but the input embedding table; the LM
+//    head counts, also when tied) and the second term is attention (QK^T and PV: 4*H*D per visible
+//    key forward, twice that backward).
+// 2. Prefix merging: the same samples trained flat (each its own sequence) vs merged into a trie,
+//    at sharing ratios S = total / unique tokens of 1, 2, 4, 8, 16, 40: step-time speed-up and
+//    peak activation memory.
+// Prints a readable table, then ONE JSON object as the last line of stdout.
+import { buildPack, flatPack, mergeSampleValues, PackSample, Pack } from '@anvil/rl';
+import { Model, ModelConfigInput, analyzeTree, benchSgemm, engineInfo, setThreads, SgemmMode } from '@anvil/engine';
+
+const threads = Number(process.env.ANVIL_BENCH_THREADS ?? 2);
+setThreads(threads);
+const quick = process.env.ANVIL_BENCH_QUICK === '1';
+
+const CONFIGS: Array<{ name: string; cfg: ModelConfigInput; seqs: number; seqLen: number; steps: number }> = [
+  { name: 'tiny', cfg: { vocabSize: 2048, hiddenSize: 128, intermediateSize: 384, numHiddenLayers: 4, numAttentionHeads: 4, numKeyValueHeads: 2 }, seqs: 4, seqLen: 512, steps: 5 },
+  { name: 'small', cfg: { vocabSize: 8192, hiddenSize: 512, intermediateSize: 1536, numHiddenLayers: 4, numAttentionHeads: 8, numKeyValueHeads: 4 }, seqs: 4, seqLen: 512, steps: 3 },
+  { name: '100M', cfg: { vocabSize: 32000, hiddenSize: 768, intermediateSize: 2048, numHiddenLayers: 7, numAttentionHeads: 12, numKeyValueHeads: 12 }, seqs: 2, seqLen: 512, steps: 2 },
+];
+
+function gemmFlopParams(m: Model): number {
+  const c = m.config;
+  return m.numNonEmbeddingParams + (c.tieWordEmbeddings ? c.vocabSize * c.hiddenSize : 0);
+}
+
+function modelFlops(m: Model, pack: { parents: Int32Array }): number {
+  const c = m.config;
+  const sumLen = analyzeTree(pack.parents).sumPathLength;
+  return 6 * gemmFlopParams(m) * pack.parents.length + 12 * c.numHiddenLayers * c.numAttentionHeads * c.headDim * sumLen;
+}
+
+/** One optimizer step over the packs; returns seconds and the peak bytes of one pack's forward+backward. */
+async function trainStep(m: Model, packs: Array<{ tokens: Int32Array; parents: Int32Array; coef: Float32Array }>) {
+  const t0 = performance.now();
+  await m.zeroGrad();
+  let peak = 0;
+  for (const p of packs) {
+    const fw = await m.forward(p);
+    await m.backward(fw, p.coef);
+    peak = Math.max(peak, fw.handle.peakBytes);
+    fw.handle.dispose();
+  }
+  await m.clipGradNorm(1.0);
+  await m.step({ lr: 1e-4 });
+  return { seconds: (performance.now() - t0) / 1000, peak };
+}
+
+/** SGEMM GFLOP/s of OpenBLAS on the forward + backward GEMM shapes of this model at N tokens. */
+async function sgemmOnModelShapes(m: Model, N: number) {
+  const c = m.config;
+  const C = c.hiddenSize, F = c.intermediateSize, QKV = (c.numAttentionHeads + 2 * c.numKeyValueHeads) * c.headDim, HD = c.numAttentionHeads * c.headDim;
+  const lmRows = Math.min(N, Math.max(64, Math.floor((8 << 20) / c.vocabSize)));
+  // [out, in] of each weight, per layer (x layers) or once (LM head)
+  const shapes: Array<[number, number, number]> = [[QKV, C, c.numHiddenLayers], [C, HD, c.numHiddenLayers], [2 * F, C, c.numHiddenLayers], [C, F, c.numHiddenLayers], [c.vocabSize, C, 1]];
+  let flops = 0, secs = 0;
+  for (const [O, I, times] of shapes) {
+    const rows = O === c.vocabSize ? lmRows : N;
+    const reps = O === c.vocabSize ? N / rows : 1;
+    const runs: Array<[SgemmMode, number, number, number]> = [['nt', rows, O, I], ['nn', rows, I, O], ['tn', O, I, rows]];
+    for (const [mode, M, Nn, K] of runs) {
+      const r = await benchSgemm(M, Nn, K, mode, quick ? 0.05 : 0.15);
+      const f = 2 * M * Nn * K * times * reps;
+      flops += f;
+      secs += r.seconds * times * reps;
+    }
+  }
+  return flops / secs / 1e9;
+}
+
+function chainPacks(m: Model, seqs: number, seqLen: number, seed: number) {
+  const packs = [];
+  let s = seed;
+  const N = seqs * seqLen;
+  const tokens = new Int32Array(N), parents = new Int32Array(N), coef = new Float32Array(N);
+  for (let i = 0; i < N; i++) {
+    s = (s * 1103515245 + 12345) >>> 0;
+    tokens[i] = s % m.config.vocabSize;
+    parents[i] = i % seqLen === 0 ? -1 : i - 1;
+    coef[i] = parents[i] < 0 ? 0 : -1 / N;
+  }
+  packs.push({ tokens, parents, coef });
+  return packs;
+}
+
+function fmt(x: number, d = 1) {
+  return x.toFixed(d);
+}
+function mib(b: number) {
+  return (b / 2 ** 20).toFixed(1);
+}
+
+async function throughput() {
+  const rows = [];
+  for (const c of CONFIGS) {
+    const m = Model.create(c.cfg, { seed: 1 });
+    const packs = chainPacks(m, c.seqs, c.seqLen, 7);
+    const T = c.seqs * c.seqLen;
+    const flops = modelFlops(m, packs[0]);
+    await trainStep(m, packs); // warm-up
+    const steps = quick ? 1 : c.steps;
+    let secs = 0;
+    for (let i = 0; i < steps; i++) secs += (await trainStep(m, packs)).seconds;
+    const stepSeconds = secs / steps;
+    const modelGflops = flops / stepSeconds / 1e9;
+    const sgemmGflops = await sgemmOnModelShapes(m, T);
+    const row = {
+      name: c.name,
+      params: m.numParams,
+      gemmParams: gemmFlopParams(m),
+      tokensPerStep: T,
+      stepSeconds,
+      tokensPerSecond: T / stepSeconds,
+      modelGflops,
+      sgemmGflops,
+      ratio: modelGflops / sgemmGflops,
+    };
+    rows.push(row);
+    console.error(`[bench] ${c.name}: ${fmt(row.tokensPerSecond, 0)} tok/s, ${fmt(modelGflops)} model GFLOP/s, sgemm ${fmt(sgemmGflops)} GFLOP/s`);
+    m.dispose();
+  }
+  return rows;
+}
+
+/** n samples sharing a prefix of P tokens, each with b own tokens (P = 0: n distinct samples). */
+function starSamples(n: number, P: number, b: number, vocab: number, seed: number): PackSample[] {
+  let s = seed >>> 0;
+  const tok = () => ((s = (s * 1664525 + 1013904223) >>> 0), s % vocab);
+  const prefix = Array.from({ length: P }, tok);
+  return Array.from({ length: n }, () => {
+    const own = Array.from({ length: b }, tok);
+    const seq = [...prefix, ...own];
+    // the last quarter of the sample (at least one token) is the output with loss
+    const out = Math.max(1, Math.floor(seq.length / 4));
+    return { promptIds: seq.slice(0, seq.length - out), outputIds: seq.slice(seq.length - out) };
+  });
+}
+
+const SHARING_CASES: Array<{ S: number; n: number; P: number; b: number }> = [
+  { S: 1, n: 8, P: 0, b: 512 },
+  { S: 2, n: 32, P: 64, b: 60 },
+  { S: 4, n: 32, P: 96, b: 28 },
+  { S: 8, n: 32, P: 112, b: 12 },
+  { S: 16, n: 32, P: 180, b: 6 },
+  { S: 40, n: 64, P: 208, b: 2 },
+];
+
+async function merging() {
+  const cfg = CONFIGS[1];
+  const m = Model.create(cfg.cfg, { seed: 2 });
+  const rows = [];
+  const toStep = (pack: Pack, samples: PackSample[]) => {
+    const coef = mergeSampleValues(pack, pack.samples.map((i) => Float32Array.from(samples[i].outputIds, () => -1 / samples.length)));
+    return [{ tokens: pack.tokens, parents: pack.parents, coef }];
+  };
+  for (const c of SHARING_CASES) {
+    const samples = starSamples(c.n, c.P, c.b, m.config.vocabSize, 100 + c.S);
+    const merged = buildPack(samples);
+    const flat = flatPack(samples);
+    const S = merged.totalTokens / merged.uniqueTokens;
+    const mp = toStep(merged, samples), fp = toStep(flat, samples);
+    await trainStep(m, mp); // warm-up
+    const reps = quick ? 1 : 2;
+    let tm = 0, tf = 0, peakM = 0, peakF = 0;
+    for (let r = 0; r < reps; r++) {
+      const a = await trainStep(m, mp);
+      tm += a.seconds;
+      peakM = a.peak;
+    }
+    for (let r = 0; r < (quick ? 1 : 1); r++) {
+      const a = await trainStep(m, fp);
+      tf += a.seconds;
+      peakF = a.peak;
+    }
+    tm /= reps;
+    const row = {
+      targetS: c.S, S, samples: c.n, totalTokens: merged.totalTokens, uniqueTokens: merged.uniqueTokens, sharing: merged.sharing,
+      flatStepSeconds: tf, mergedStepSeconds: tm, speedup: tf / tm, flatPeakBytes: peakF, mergedPeakBytes: peakM,
+    };
+    rows.push(row);
+    console.error(`[bench] S=${fmt(S)}: flat ${fmt(tf, 2)} s, merged ${fmt(tm, 3)} s, speed-up ${fmt(row.speedup)}x`);
+  }
+  m.dispose();
+  return rows;
+}
+
+async function main() {
+  const t0 = performance.now();
+  const info = engineInfo();
+  console.log(`Anvil engine benchmark - backend ${info.backend} (${info.reason}); ${info.info.blas}; ${threads} threads; ${info.info.simd}`);
+  const tp = await throughput();
+  const mg = await merging();
+
+  console.log('\nTrain step (forward + backward + clip + AdamW), chains of 512 tokens');
+  console.log('model FLOPs = 6 * P_gemm * tokens + 12 * layers * heads * head_dim * sum(depth + 1)');
+  console.log('config | params | P_gemm | tokens/step | step s | tokens/s | model GFLOP/s | OpenBLAS SGEMM GFLOP/s (model shapes) | ratio');
+  for (const r of tp)
+    console.log(`${r.name} | ${(r.params / 1e6).toFixed(2)}M | ${(r.gemmParams / 1e6).toFixed(2)}M | ${r.tokensPerStep} | ${fmt(r.stepSeconds, 3)} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.modelGflops)} | ${fmt(r.sgemmGflops)} | ${fmt(r.ratio, 2)}`);
+  console.log(`\nPrefix merging (${CONFIGS[1].name} config): the same samples flat vs merged into a trie`);
+  console.log('target S | S = total/unique | samples | total tok | unique tok | flat step s | merged step s | speed-up | flat peak MiB | merged peak MiB');
+  for (const r of mg)
+    console.log(`${r.targetS} | ${fmt(r.S, 2)} | ${r.samples} | ${r.totalTokens} | ${r.uniqueTokens} | ${fmt(r.flatStepSeconds, 3)} | ${fmt(r.mergedStepSeconds, 3)} | ${fmt(r.speedup, 1)}x | ${mib(r.flatPeakBytes)} | ${mib(r.mergedPeakBytes)}`);
+
+  const ratioTarget = tp.filter((r) => r.name !== 'tiny').every((r) => r.ratio >= 0.5);
+  const speedupTarget = mg.every((r) => (r.targetS <= 16 ? r.speedup >= 0.8 * r.S : r.speedup >= 20));
+  const memoryTarget = mg.filter((r) => r.targetS > 1).every((r) => r.mergedPeakBytes < r.flatPeakBytes);
+  console.log(`\ntargets: ratio >= 0.5 on small/100M: ${ratioTarget ? 'met' : 'NOT met'}; speed-up >= 0.8 S (S <= 16) and >= 20x at S = 40: ${speedupTarget ? 'met' : 'NOT met'}; merged memory below flat: ${memoryTarget ? 'met' : 'NOT met'}`);
+  const seconds = (performance.now() - t0) / 1000;
+  console.log(`total ${fmt(seconds)} s`);
+  console.log(
+    JSON.stringify({
+      suite: 'engine',
+      backend: info.backend,
+      threads,
+      blas: info.info.blas,
+      flopsFormula: '6*P_gemm*tokens + 12*layers*heads*head_dim*sum(depth+1)',
+      throughput: tp,
+      merging: mg,
+      targets: { ratio: ratioTarget, speedup: speedupTarget, memory: memoryTarget },
+      seconds,
+    }),
+  );
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
