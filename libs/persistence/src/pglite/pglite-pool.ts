@@ -26,12 +26,11 @@ export interface PglitePoolOptions {
  * owns the session until release(), and plain queries queue behind it.
  */
 export class PglitePool extends EventEmitter {
+  readonly pglite: PGlite;
+  readonly #close: () => Promise<void>;
   readonly #lock = new SessionLock();
   readonly #timeoutMs: number;
   #ending: Promise<void> | null = null;
-
-  readonly pglite: PGlite;
-  readonly #close: () => Promise<void>;
 
   constructor(session: PgliteSession, options: PglitePoolOptions = {}) {
     super();
@@ -61,7 +60,7 @@ export class PglitePool extends EventEmitter {
     );
   }
 
-  /** Waits for the current lease to end, then closes PGlite (if this pool owns it). */
+  /** Waits for the current lease to end, then closes the session (createPgliteDriver's pools close their PGlite). */
   end(): Promise<void>;
   end(callback: (err?: Error) => void): void;
   end(callback?: (err?: Error) => void): Promise<void> | void {
