@@ -50,7 +50,7 @@ describe('kafka bus specifics', () => {
   it('creates topics up front with the configured partitions, retry and dead-letter topics included', async () => {
     const bus = open();
     const group = `g-${Date.now().toString(36)}-topics`;
-    const sub = await bus.subscribe({ group, topics: [TOPICS.weights], handler: async () => {} });
+    const sub = await bus.subscribe({ group, topics: [TOPICS.weights], handler: async () => undefined });
     const expected = [TOPICS.weights, `${TOPICS.weights}.retry.${group}`, `${TOPICS.weights}.dlq.${group}`].map((t) => namespace + t);
     const { topics } = await admin.fetchTopicMetadata({ topics: expected });
     const byName = (a: [string, number], b: [string, number]) => a[0].localeCompare(b[0]);

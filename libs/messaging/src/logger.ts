@@ -25,7 +25,8 @@ export function stderrLogger(min: BusLogLevel = 'warn'): BusLogger {
   return { debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') };
 }
 
-export const silentLogger: BusLogger = { debug() {}, info() {}, warn() {}, error() {} };
+const ignore = (): void => undefined;
+export const silentLogger: BusLogger = { debug: ignore, info: ignore, warn: ignore, error: ignore };
 
 function errorReplacer(_key: string, value: unknown): unknown {
   return value instanceof Error ? { name: value.name, message: value.message } : value;

@@ -46,7 +46,7 @@ export function settleUnlessAbandoned<T>(fn: () => Promise<T>, signal: AbortSign
 
 /** Calls `beat` every `intervalMs` until the returned function is called (Kafka heartbeats). */
 export function startKeepAlive(keepAlive: KeepAlive | undefined): () => void {
-  if (!keepAlive) return () => {};
+  if (!keepAlive) return () => undefined;
   const timer = setInterval(() => {
     keepAlive.beat().catch(() => {
       // A failed heartbeat means the group is rebalancing; the commit after the handler will

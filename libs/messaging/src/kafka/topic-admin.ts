@@ -20,8 +20,13 @@ export class TopicAdmin {
   async ensure(topics: readonly string[]): Promise<void> {
     const wanted = [...new Set(topics)].filter((t) => !this.known.has(t));
     if (wanted.length === 0) return;
-    const others = wanted.filter((t) => this.pending.has(t)).map((t) => this.pending.get(t)!);
-    const mine = wanted.filter((t) => !this.pending.has(t));
+    const others: Promise<void>[] = [];
+    const mine: string[] = [];
+    for (const t of wanted) {
+      const creating = this.pending.get(t);
+      if (creating) others.push(creating);
+      else mine.push(t);
+    }
     if (mine.length > 0) {
       const creation = this.create(mine);
       for (const t of mine) this.pending.set(t, creation);

@@ -48,7 +48,7 @@ describe('MemoryBus specifics', () => {
 
   it('treats an oversized message as poison', async () => {
     const bus = open(new MemoryBroker());
-    await bus.subscribe({ group: 'g', topics: [TOPICS.llmCalls], handler: async () => {} });
+    await bus.subscribe({ group: 'g', topics: [TOPICS.llmCalls], handler: async () => undefined });
     const dead = new Inbox<RawRecord>(5_000);
     await bus.subscribeRaw({ group: 'dlq', topics: [deadLetterTopicOf(TOPICS.llmCalls, 'g')], handler: async (r) => dead.push(r) });
     await bus.publishRaw(TOPICS.llmCalls, { key: 'k', value: Buffer.alloc(MAX_EVENT_BYTES + 1) });
@@ -166,7 +166,7 @@ describe('MemoryBus specifics', () => {
     await bus.publish(rolloutStarted('k', 0));
     const retryTopic = retryTopicOf(TOPICS.rollouts, 'g');
     await waitUntil(() => calls === 1, 5_000, 'first attempt');
-    await sub.whenIdle({ timeoutMs: 200 }).catch(() => {});
+    await sub.whenIdle({ timeoutMs: 200 }).catch(() => undefined);
     const lag = await sub.lag();
     expect(lag.filter((p) => p.topic === retryTopic).reduce((n, p) => n + p.lag, 0)).toBe(1);
     const started = Date.now();
@@ -179,7 +179,7 @@ describe('MemoryBus specifics', () => {
     for (const retainConsumed of [false, true]) {
       const broker = new MemoryBroker({ retainConsumed });
       const bus = open(broker, 1);
-      const fast = await bus.subscribe({ group: 'fast', topics: [TOPICS.rollouts], handler: async () => {} });
+      const fast = await bus.subscribe({ group: 'fast', topics: [TOPICS.rollouts], handler: async () => undefined });
       const slowGate = { open: false };
       const slow = await bus.subscribe({
         group: 'slow',
@@ -219,19 +219,19 @@ describe('MemoryBus specifics', () => {
 
   it('rejects use after close and reports itself unhealthy', async () => {
     const bus = open(new MemoryBroker());
-    const sub = await bus.subscribe({ group: 'g', topics: [TOPICS.rollouts], handler: async () => {} });
+    const sub = await bus.subscribe({ group: 'g', topics: [TOPICS.rollouts], handler: async () => undefined });
     expect((await bus.health()).ok).toBe(true);
     await bus.close();
     await expect(bus.publish(rolloutStarted('k', 0))).rejects.toThrow(/closed/);
-    await expect(bus.subscribe({ group: 'g', topics: [TOPICS.rollouts], handler: async () => {} })).rejects.toThrow(/closed/);
+    await expect(bus.subscribe({ group: 'g', topics: [TOPICS.rollouts], handler: async () => undefined })).rejects.toThrow(/closed/);
     expect((await bus.health()).ok).toBe(false);
     await sub.stop(); // already stopped by close(): resolves again
   });
 
   it('refuses a subscription without a usable group', async () => {
     const bus = open(new MemoryBroker());
-    await expect(bus.subscribe({ group: '', topics: [TOPICS.rollouts], handler: async () => {} })).rejects.toThrow(/consumer group/);
-    await expect(bus.subscribe({ group: 'has space', topics: [TOPICS.rollouts], handler: async () => {} })).rejects.toThrow(/consumer group/);
-    await expect(bus.subscribe({ group: 'g', topics: [TOPICS.rollouts], maxAttempts: 0, handler: async () => {} })).rejects.toThrow(/maxAttempts/);
+    await expect(bus.subscribe({ group: '', topics: [TOPICS.rollouts], handler: async () => undefined })).rejects.toThrow(/consumer group/);
+    await expect(bus.subscribe({ group: 'has space', topics: [TOPICS.rollouts], handler: async () => undefined })).rejects.toThrow(/consumer group/);
+    await expect(bus.subscribe({ group: 'g', topics: [TOPICS.rollouts], maxAttempts: 0, handler: async () => undefined })).rejects.toThrow(/maxAttempts/);
   });
 });

@@ -81,15 +81,15 @@ export class MemoryGroup {
 
   /** Round-robin per topic over the members subscribed to it, rotating the start member per topic. */
   private rebalance(): void {
-    const assignment = new Map<GroupMember, TopicPartition[]>(this.members.map((m) => [m, []]));
+    const assignment: TopicPartition[][] = this.members.map(() => []);
     const topics = [...new Set(this.members.flatMap((m) => m.physicalTopics))].sort();
     let rotation = 0;
     for (const topic of topics) {
-      const candidates = this.members.filter((m) => m.physicalTopics.includes(topic));
+      const candidates = this.members.flatMap((m, i) => (m.physicalTopics.includes(topic) ? [i] : []));
       const count = this.broker.requireLog(topic).partitionCount;
-      for (let p = 0; p < count; p++) assignment.get(candidates[(p + rotation) % candidates.length])!.push({ topic, partition: p });
+      for (let p = 0; p < count; p++) assignment[candidates[(p + rotation) % candidates.length]].push({ topic, partition: p });
       rotation++;
     }
-    for (const [member, partitions] of assignment) member.assign(partitions);
+    this.members.forEach((member, i) => member.assign(assignment[i]));
   }
 }

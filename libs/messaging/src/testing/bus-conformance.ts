@@ -44,12 +44,12 @@ export function describeBusConformance(
     let testIndex = 0;
     let namespace = '';
     let opened: MessageBus[] = [];
-    let uninstallTracing: () => void = () => {};
+    let uninstallTracing: (() => void) | undefined;
 
     beforeAll(() => {
       uninstallTracing = installTestTracing();
     });
-    afterAll(() => uninstallTracing());
+    afterAll(() => uninstallTracing?.());
     beforeEach(() => {
       testIndex++;
       namespace = `anvtest.${run}.${testIndex}.`;
@@ -89,12 +89,12 @@ export function describeBusConformance(
       const got = await inbox.waitFor(sent.length);
       for (const expected of sent) {
         const match = got.find((g) => g.event.id === expected.id);
-        expect(match, expected.type).toBeDefined();
-        expect(bitExact(match!.event)).toEqual(bitExact(expected));
-        expect(match!.meta.topic).toBe(topicOf(expected.type));
-        expect(match!.meta.attempt).toBe(1);
-        expect(match!.meta.headers[HEADERS.eventType]).toBe(expected.type);
-        expect(match!.meta.headers[HEADERS.eventId]).toBe(expected.id);
+        if (!match) throw new Error(`${expected.type} was not delivered`);
+        expect(bitExact(match.event)).toEqual(bitExact(expected));
+        expect(match.meta.topic).toBe(topicOf(expected.type));
+        expect(match.meta.attempt).toBe(1);
+        expect(match.meta.headers[HEADERS.eventType]).toBe(expected.type);
+        expect(match.meta.headers[HEADERS.eventId]).toBe(expected.id);
       }
       await sub.whenIdle({ timeoutMs: waitMs });
       expect((await sub.lag()).every((p) => p.lag === 0)).toBe(true);
@@ -179,7 +179,7 @@ export function describeBusConformance(
         handler: async (event) => {
           seenByDoomed.push(event.id); // partial work, then the process "dies" mid-handler
           started.resolve();
-          await new Promise<never>(() => {});
+          await new Promise<never>(() => undefined);
         },
       });
       await started.promise;
@@ -250,7 +250,7 @@ export function describeBusConformance(
       const dead = await (await readDeadLetters(bus, TOPICS.rollouts, group)).waitFor(poison.length);
       expect(dead.map((d) => d.record.headers[HEADERS.reason])).toEqual(poison.map(([reason]) => reason));
       for (const [i, d] of dead.entries()) {
-        expect(Buffer.compare(d.record.value!, poison[i][1])).toBe(0);
+        expect(d.record.value?.equals(poison[i][1])).toBe(true);
         expect(d.record.key).toBe(key);
         expect(d.record.headers[HEADERS.originalTopic]).toBe(TOPICS.rollouts);
         expect(d.record.headers[HEADERS.originalPartition]).toBe(String(handled.meta.partition));
