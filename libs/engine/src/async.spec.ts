@@ -34,6 +34,9 @@ describe('async engine calls', () => {
     expect(fw.handle.activationBytes).toBeGreaterThan(N * 256 * 4 * 4);
     fw.handle.dispose();
     expect(fw.handle.activationBytes).toBe(0);
+    expect(model.memory().cachedBytes).toBeGreaterThan(0); // the arena went back to the cache
+    model.trimCache();
+    expect(model.memory().cachedBytes).toBe(0);
     model.dispose();
   });
 
@@ -58,5 +61,39 @@ describe('async engine calls', () => {
     const b = await model.forward(pack);
     setThreads(before);
     for (let i = 0; i < 64; i++) expect(Math.abs(a.logp[i] - b.logp[i])).toBeLessThan(1e-5);
+  });
+});
+
+describe('garbage collection', () => {
+  it('an undisposed handle releases its activations when collected (finalizer)', async () => {
+    const { spawnSync } = await import('node:child_process');
+    const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join, resolve } = await import('node:path');
+    const dir = mkdtempSync(join(tmpdir(), 'anvil-gc-'));
+    const script = join(dir, 'gc.ts');
+    const index = resolve(__dirname, 'index.ts');
+    writeFileSync(
+      script,
+      `import { Model } from ${JSON.stringify(index)};
+(async () => {
+  const m = Model.tiny({ seed: 1 });
+  const pack = { tokens: new Int32Array([1, 2, 3, 4]), parents: new Int32Array([-1, 0, 1, 2]) };
+  const before = m.memory().cachedBytes;
+  const bytes = await (async () => (await m.forward(pack)).handle.activationBytes)(); // the handle is dropped undisposed
+  for (let i = 0; i < 20 && m.memory().cachedBytes - before < bytes; i++) {
+    (globalThis as any).gc();
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  console.log(JSON.stringify({ bytes, cached: m.memory().cachedBytes }));
+})();
+`,
+    );
+    const r = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', script], { encoding: 'utf8', cwd: resolve(__dirname, '../../..') });
+    rmSync(dir, { recursive: true, force: true });
+    expect(r.status, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout.trim().split('\n').pop()!);
+    expect(out.bytes).toBeGreaterThan(0);
+    expect(out.cached).toBeGreaterThanOrEqual(out.bytes); // the collected handle's arena returned to the model
   });
 });

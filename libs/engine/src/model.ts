@@ -91,6 +91,8 @@ export interface MemoryReport {
   gradBytes: number;
   /** AdamW m and v (allocated at the first step). */
   optimizerBytes: number;
+  /** Freed activation/scratch arenas the model keeps for reuse; trimCache() releases them. */
+  cachedBytes: number;
 }
 
 export interface CreateOptions {
@@ -349,7 +351,12 @@ export class Model {
 
   memory(): MemoryReport {
     const m = this.nat().memory();
-    return { numParams: m.numParams, paramBytes: m.paramBytes, gradBytes: m.gradBytes, optimizerBytes: m.optimizerBytes };
+    return { numParams: m.numParams, paramBytes: m.paramBytes, gradBytes: m.gradBytes, optimizerBytes: m.optimizerBytes, cachedBytes: m.cachedBytes };
+  }
+
+  /** Returns the cached activation/scratch arenas to the operating system. */
+  trimCache(): void {
+    this.nat().trimCache();
   }
 
   /** Releases the model; tensor views already taken stay readable (they co-own the arena). */

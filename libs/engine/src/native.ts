@@ -33,6 +33,8 @@ export interface NativeMemory {
   gradBytes: number;
   /** AdamW m and v; 0 until the first optimizer step allocates them. */
   optimizerBytes: number;
+  /** Freed activation/scratch arenas kept for reuse (trimCache() releases them). */
+  cachedBytes: number;
 }
 
 /** Activations of one forward, kept for its backward. */
@@ -81,6 +83,7 @@ export interface NativeModel {
   adamwStep(options: NativeAdamwOptions): Promise<number>;
   memory(): NativeMemory;
   stepCount(): number;
+  trimCache(): void;
   dispose(): void;
 }
 
