@@ -35,6 +35,11 @@ export class KafkaSubscription<T> implements Subscription {
   /** Set when kafkajs crashed the consumer for good (no restart); health() reports it. */
   failure?: Error;
   private consumer?: Consumer;
+  /** Partitions this member holds, per physical topic (from the latest group join). */
+  private assignment: Record<string, number[]> = {};
+  /** fromBeginning=false: where each main-topic partition ended when subscribe() was called. */
+  private startOffsets?: Map<string, string>;
+  private joinedOnce = false;
   private readonly stopping = new AbortController();
   private readonly abandoning = new AbortController();
   private readonly resumeTimers = new Set<NodeJS.Timeout>();
@@ -68,7 +73,19 @@ export class KafkaSubscription<T> implements Subscription {
         logger.error('kafka consumer crashed and will not restart', { group: this.group, error: errorMessage(payload.error) });
       }
     });
-    const joined = new Promise<void>((resolve) => consumer.on(consumer.events.GROUP_JOIN, () => resolve()));
+    if (!policy.fromBeginning) {
+      this.startOffsets = await this.endOffsets(topology.mainTopics).catch((err: unknown) => {
+        logger.warn('could not read end offsets; uncommitted partitions start at the latest offset', { group: this.group, error: errorMessage(err) });
+        return undefined;
+      });
+    }
+    const joined = new Promise<void>((resolve) =>
+      consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
+        this.assignment = payload.memberAssignment;
+        resolve();
+        if (this.joinedOnce) void this.pinStartOffsets();
+      }),
+    );
     await consumer.connect();
     await consumer.subscribe({ topics: topology.mainTopics, fromBeginning: policy.fromBeginning });
     // Retry copies exist only for this group: always read them from the beginning.
@@ -82,6 +99,8 @@ export class KafkaSubscription<T> implements Subscription {
     // run() returns after the first join unless it crashed; then surface the crash, not a hang.
     if (this.failure) throw this.failure;
     await joined;
+    this.joinedOnce = true;
+    await this.pinStartOffsets();
   }
 
   stop(options: StopOptions = {}): Promise<void> {
@@ -112,6 +131,44 @@ export class KafkaSubscription<T> implements Subscription {
 
   whenIdle(options?: { timeoutMs?: number; pollMs?: number }): Promise<void> {
     return waitUntilIdle(() => this.lag(), { pollMs: 200, ...options });
+  }
+
+  /**
+   * Kafka's own "latest" is resolved at the first fetch, after subscribe() has returned, and is
+   * not committed until a message is handled: events published in between are silently
+   * skipped, by this member or by the next one to own the partition. Like the in-process bus,
+   * we pin partitions without a committed offset to where they ended when subscribe() was
+   * called, and commit that position right away.
+   */
+  private async pinStartOffsets(): Promise<void> {
+    const { startOffsets, consumer } = this;
+    if (!startOffsets || !consumer || this.stopping.signal.aborted) return;
+    const assignment = this.assignment;
+    const topics = Object.keys(assignment).filter((t) => this.deps.topology.route(t).kind === 'main');
+    if (topics.length === 0) return;
+    try {
+      const admin = await this.deps.admin();
+      const committed = await admin.fetchOffsets({ groupId: this.group, topics });
+      const pins: { topic: string; partition: number; offset: string }[] = [];
+      for (const { topic, partitions } of committed) {
+        for (const { partition, offset } of partitions) {
+          const start = startOffsets.get(`${topic}:${partition}`);
+          if (offset === '-1' && start !== undefined && assignment[topic]?.includes(partition)) pins.push({ topic, partition, offset: start });
+        }
+      }
+      if (pins.length === 0) return;
+      for (const pin of pins) consumer.seek(pin);
+      await consumer.commitOffsets(pins);
+    } catch (err) {
+      this.deps.logger.warn('could not pin start offsets; uncommitted partitions start at the latest offset', { group: this.group, error: errorMessage(err) });
+    }
+  }
+
+  private async endOffsets(topics: readonly string[]): Promise<Map<string, string>> {
+    const admin = await this.deps.admin();
+    const out = new Map<string, string>();
+    for (const topic of topics) for (const p of await admin.fetchTopicOffsets(topic)) out.set(`${topic}:${p.partition}`, p.high);
+    return out;
   }
 
   private async shutdown(timeoutMs: number): Promise<void> {

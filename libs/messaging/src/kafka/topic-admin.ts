@@ -66,8 +66,13 @@ export class TopicAdmin {
     for (let attempt = 0; ; attempt++) {
       try {
         const { topics: metadata } = await admin.fetchTopicMetadata({ topics });
-        const ready = metadata.length === topics.length && metadata.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0));
-        if (ready) return;
+        const led = metadata.length === topics.length && metadata.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0));
+        // A leader in the metadata may still answer NOT_LEADER for a moment; ListOffsets
+        // succeeding means produce, fetch and offset lookups will too.
+        if (led) {
+          for (const topic of topics) await admin.fetchTopicOffsets(topic);
+          return;
+        }
       } catch (err) {
         if (Date.now() > deadline) throw err;
       }

@@ -74,19 +74,6 @@ describe('MemoryBus specifics', () => {
     expect(attempts).toEqual([1, 2]);
   });
 
-  it('starts a new group at the end of the log unless fromBeginning', async () => {
-    const broker = new MemoryBroker();
-    const bus = open(broker);
-    await bus.publish(rolloutStarted('k', 0));
-    const latest = new Inbox<number>(5_000);
-    const earliest = new Inbox<number>(5_000);
-    await bus.subscribe({ group: 'late', topics: [TOPICS.rollouts], handler: async (e) => latest.push(seqOf(e)) });
-    await bus.subscribe({ group: 'early', topics: [TOPICS.rollouts], fromBeginning: true, handler: async (e) => earliest.push(seqOf(e)) });
-    await bus.publish(rolloutStarted('k', 1));
-    expect(await earliest.waitFor(2)).toEqual([0, 1]);
-    expect(await latest.waitFor(1)).toEqual([1]);
-  });
-
   it('runs at most `concurrency` handlers at once', async () => {
     for (const concurrency of [1, 2]) {
       const bus = open(new MemoryBroker());

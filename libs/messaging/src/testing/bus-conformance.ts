@@ -163,6 +163,26 @@ export function describeBusConformance(
       expect([...pa].filter((p) => pb.has(p))).toEqual([]);
     });
 
+    it('starts a new group at the end of the log unless fromBeginning, and loses nothing published after subscribe', async () => {
+      const bus = await connect();
+      const seqs = (got: { event: AnyEventEnvelope }[]) => got.map((g) => (g.event.type === 'rollout.started' ? `${g.event.key}#${g.event.payload.sampleIndex}` : '?'));
+      await bus.publish(rolloutStarted('rollout-old', 0));
+      const earliest = await collect(bus, groupName('earliest'), [TOPICS.rollouts], { fromBeginning: true });
+      const group = groupName('latest');
+      const first = await collect(bus, group, [TOPICS.rollouts], { fromBeginning: false });
+      await bus.publish(rolloutStarted('rollout-new', 1));
+      expect(seqs(await first.inbox.waitFor(1))).toEqual(['rollout-new#1']);
+      await first.sub.stop();
+      // Published while the group has no member, on partitions the first member never handled
+      // a message on: its start position must already be on record for the group.
+      const later = Array.from({ length: 6 }, (_, i) => rolloutStarted(`rollout-later-${i}`, 2));
+      await bus.publish(later);
+      const second = await collect(await connect(), group, [TOPICS.rollouts], { fromBeginning: false });
+      const got = await second.inbox.waitFor(later.length);
+      expect(new Set(got.map((g) => g.event.id))).toEqual(new Set(later.map((e) => e.id)));
+      expect(seqs(await earliest.inbox.waitFor(1))).toEqual(['rollout-old#0']);
+    });
+
     it('redelivers a message to the next member when its consumer dies before committing', async () => {
       const group = groupName('crash');
       const producer = await connect();
