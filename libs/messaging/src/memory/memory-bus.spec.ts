@@ -3,7 +3,6 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { MessageBus, MessageMeta, RawRecord } from '../bus';
 import { HEADERS } from '../headers';
 import { silentLogger } from '../logger';
-import { partitionForKey } from '../partitioner';
 import { describeBusConformance, Inbox, waitUntil } from '../testing/bus-conformance';
 import { rolloutStarted } from '../testing/sample-events';
 import { MemoryBroker } from './memory-broker';
@@ -34,17 +33,6 @@ describe('MemoryBus specifics', () => {
   });
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
   const seqOf = (e: { type: string; payload: unknown }) => (e.payload as { sampleIndex: number }).sampleIndex;
-
-  it('places a key on the partition Kafka would', async () => {
-    const bus = open(new MemoryBroker());
-    const inbox = new Inbox<{ key: string; partition: number }>(5_000);
-    await bus.subscribe({ group: 'g', topics: [TOPICS.rollouts], handler: async (e, meta) => inbox.push({ key: e.key, partition: meta.partition }) });
-    const keys = Array.from({ length: 12 }, (_, i) => `rollout-${i}`);
-    await bus.publish(keys.map((k) => rolloutStarted(k, 0)));
-    const got = await inbox.waitFor(keys.length);
-    for (const { key, partition } of got) expect(partition, key).toBe(partitionForKey(key, 3));
-    expect(new Set(got.map((g) => g.partition)).size).toBe(3);
-  });
 
   it('treats an oversized message as poison', async () => {
     const bus = open(new MemoryBroker());

@@ -13,6 +13,7 @@ import { trace } from '@opentelemetry/api';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { MessageBus, MessageMeta, RawRecord } from '../bus';
 import { HEADERS } from '../headers';
+import { partitionForKey } from '../partitioner';
 import { bitExact, oneOfEachType, rolloutStarted } from './sample-events';
 import { installTestTracing, withRemoteParent } from './trace-kit';
 
@@ -30,6 +31,8 @@ export interface BusConformanceOptions {
   cleanup?(namespace: string): Promise<void>;
   /** Longest wait for one expected delivery. Default 20 s. */
   waitMs?: number;
+  /** Partitions the bus gives new topics. Default 3 (both buses' default). */
+  partitions?: number;
 }
 
 export function describeBusConformance(
@@ -38,6 +41,7 @@ export function describeBusConformance(
   options: BusConformanceOptions = {},
 ): void {
   const waitMs = options.waitMs ?? 20_000;
+  const partitions = options.partitions ?? 3;
 
   describe(`message bus conformance: ${name}`, () => {
     const run = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
@@ -143,6 +147,16 @@ export function describeBusConformance(
       }
       expect(byKey.size).toBe(producers.length * keysPerProducer);
       for (const [key, seqs] of byKey) expect(seqs, key).toEqual(Array.from({ length: perKey }, (_, i) => i));
+    });
+
+    it('places each key on the partition a Kafka producer would (murmur2)', async () => {
+      const bus = await connect();
+      const { inbox } = await collect(bus, groupName('placement'), [TOPICS.rollouts]);
+      const keys = Array.from({ length: 12 }, (_, i) => `rollout-${i}`);
+      await bus.publish(keys.map((k) => rolloutStarted(k, 0)));
+      const got = await inbox.waitFor(keys.length);
+      for (const { event, meta } of got) expect(meta.partition, event.key).toBe(partitionForKey(event.key, partitions));
+      expect(new Set(got.map((g) => g.meta.partition)).size).toBe(Math.min(partitions, 3));
     });
 
     it('splits partitions between members of one group and hands each message to one of them', async () => {
