@@ -26,8 +26,8 @@ const DEFAULT_STOP_TIMEOUT_MS = 30_000;
 
 /**
  * One member of a Kafka consumer group. kafkajs runs `eachBatch` per partition; for each message
- * we run the shared delivery pipeline, then resolve and commit that one offset (autoCommit is
- * off): an offset is committed only once the handler succeeded or the retry/DLQ copy was acked.
+ * we run the shared delivery pipeline, then resolve its offset (autoCommit is off): an offset is
+ * resolved, and later committed, only once the handler succeeded or the retry/DLQ copy was acked.
  */
 export class KafkaSubscription<T> implements Subscription {
   readonly group: string;
@@ -40,6 +40,7 @@ export class KafkaSubscription<T> implements Subscription {
   /** fromBeginning=false: where each main-topic partition ended when subscribe() was called. */
   private startOffsets?: Map<string, string>;
   private joinedOnce = false;
+  private lastCommit = 0;
   private readonly stopping = new AbortController();
   private readonly abandoning = new AbortController();
   private readonly resumeTimers = new Set<NodeJS.Timeout>();
@@ -203,20 +204,32 @@ export class KafkaSubscription<T> implements Subscription {
       keepAlive: { intervalMs: tuning.heartbeatIntervalMs, beat: heartbeat },
       logger,
     };
-    for (const message of batch.messages) {
-      // Unresolved messages are fetched again by whoever owns the partition next.
-      if (!isRunning() || isStale() || this.stopping.signal.aborted) return;
-      const record = toInbound(batch.topic, batch.partition, message);
-      const due = dueAt(record, route);
-      if (due > Date.now()) {
-        this.pauseUntil(pause, due);
-        return;
+    // autoCommit is off: only offsets resolved below (handled, or forwarded to retry/DLQ) are
+    // ever committed — within the batch every commitIntervalMs, and always when it ends.
+    const commit = async () => {
+      const pending = uncommittedOffsets();
+      if (pending.topics.length > 0) await commitOffsetsIfNecessary(pending);
+      this.lastCommit = Date.now();
+    };
+    try {
+      for (const message of batch.messages) {
+        // Unresolved messages are fetched again by whoever owns the partition next.
+        if (!isRunning() || isStale() || this.stopping.signal.aborted) return;
+        const record = toInbound(batch.topic, batch.partition, message);
+        const due = dueAt(record, route);
+        if (due > Date.now()) {
+          this.pauseUntil(pause, due);
+          return;
+        }
+        const outcome = await deliver(record, route, processor, env);
+        if (outcome === 'interrupted') return;
+        resolveOffset(message.offset);
+        if (Date.now() - this.lastCommit >= tuning.commitIntervalMs) await commit();
+        await heartbeat();
       }
-      const outcome = await deliver(record, route, processor, env);
-      if (outcome === 'interrupted') return;
-      resolveOffset(message.offset);
-      await commitOffsetsIfNecessary(uncommittedOffsets());
-      await heartbeat();
+    } finally {
+      // Also on the way out of a rebalance (heartbeat threw) or a stop: hand over what is done.
+      await commit();
     }
   }
 

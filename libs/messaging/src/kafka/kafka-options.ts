@@ -10,6 +10,12 @@ export interface KafkaConsumerTuning {
   heartbeatIntervalMs?: number;
   /** Fetch long-poll. Bounds how fast an idle member notices a rebalance or a stop. Default 1 s. */
   maxWaitTimeMs?: number;
+  /**
+   * Within a fetched batch, commit at most this often (a batch's end, a stop and a rebalance
+   * always commit). 0 commits after every message: the fewest redeliveries after a crash, one
+   * broker round trip per message (about 4x fewer messages a second on a local broker). Default 100 ms.
+   */
+  commitIntervalMs?: number;
 }
 
 export interface KafkaBusOptions {
@@ -49,7 +55,7 @@ export const KAFKA_DEFAULTS = {
   connectionTimeoutMs: 3_000,
   requestTimeoutMs: 30_000,
   healthTimeoutMs: 2_000,
-  consumer: { sessionTimeoutMs: 30_000, rebalanceTimeoutMs: 60_000, heartbeatIntervalMs: 3_000, maxWaitTimeMs: 1_000 },
+  consumer: { sessionTimeoutMs: 30_000, rebalanceTimeoutMs: 60_000, heartbeatIntervalMs: 3_000, maxWaitTimeMs: 1_000, commitIntervalMs: 100 },
 };
 
 export type ResolvedConsumerTuning = Required<KafkaConsumerTuning>;
