@@ -38,7 +38,7 @@ export async function startService(app: string, env: NodeJS.ProcessEnv, timeoutM
   const deadline = Date.now() + timeoutMs;
   let port = 0;
   while (!port) {
-    const match = /"msg":"listening","port":(\d+)/.exec(output()) ?? /"port":(\d+)[^\n]*"msg":"listening"/.exec(output());
+    const match = /"msg":"listening"[^\n]*"port":(\d+)/.exec(output());
     if (match) port = Number(match[1]);
     else if (child.exitCode !== null) throw new Error(`${app} exited with ${child.exitCode} before listening:\n${output()}`);
     else if (Date.now() > deadline) {
