@@ -2,8 +2,10 @@ import { z } from 'zod';
 
 /**
  * The inference-proxy's token-level internal API: ids in, ids + logprobs + versions out.
- * Over HTTP these travel as a binary frame (content-type application/x-anvil-frame) so the
- * arrays stay compact; the JSON shape below is what the frame body holds.
+ * POST /internal/v1/generate takes the request below as JSON; the answer is one JSON
+ * response, or, with `stream: true`, NDJSON lines (`generateStreamLineSchema`): token
+ * chunks as they are sampled, then one `done` line carrying the whole response (or one
+ * `error` line). Errors outside a stream use the OpenAI error body (`apiErrorBodySchema`).
  */
 export const generateRequestSchema = z.object({
   requestId: z.string().min(1).max(128),
@@ -16,8 +18,12 @@ export const generateRequestSchema = z.object({
   topK: z.number().int().nonnegative().default(0),
   seed: z.number().int().nullable().default(null),
   stopIds: z.array(z.number().int().nonnegative()).default([]),
+  /** Stream token chunks as NDJSON lines instead of one JSON response. */
+  stream: z.boolean().default(false),
 });
 export type GenerateRequest = z.infer<typeof generateRequestSchema>;
+/** What a caller may send: fields with defaults are optional. */
+export type GenerateRequestInput = z.input<typeof generateRequestSchema>;
 
 export const generateResponseSchema = z.object({
   requestId: z.string(),
@@ -32,3 +38,31 @@ export const generateResponseSchema = z.object({
   replica: z.string(),
 });
 export type GenerateResponse = z.infer<typeof generateResponseSchema>;
+
+/** Tokens sampled since the previous chunk, each with its logprob and policy version. */
+export const generateTokenChunkSchema = z.object({
+  type: z.literal('tokens'),
+  ids: z.array(z.number().int().nonnegative()),
+  logprobs: z.array(z.number()),
+  versions: z.array(z.number().int().nonnegative()),
+});
+export type GenerateTokenChunk = z.infer<typeof generateTokenChunkSchema>;
+
+/** OpenAI-style error body, used by the internal APIs too so one client parses both. */
+export const apiErrorBodySchema = z.object({
+  error: z.object({
+    message: z.string(),
+    type: z.string(),
+    param: z.string().nullable(),
+    code: z.string().nullable(),
+  }),
+});
+export type ApiErrorBody = z.infer<typeof apiErrorBodySchema>;
+
+/** One NDJSON line of a streamed generation. */
+export const generateStreamLineSchema = z.discriminatedUnion('type', [
+  generateTokenChunkSchema,
+  z.object({ type: z.literal('done'), response: generateResponseSchema }),
+  z.object({ type: z.literal('error'), error: apiErrorBodySchema.shape.error }),
+]);
+export type GenerateStreamLine = z.infer<typeof generateStreamLineSchema>;
