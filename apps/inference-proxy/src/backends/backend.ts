@@ -1,0 +1,108 @@
+/**
+ * What the proxy needs from an inference engine. Three implementations: the embedded native
+ * engine (embedded-backend.ts), vLLM over its OpenAI-compatible completions API
+ * (vllm-backend.ts) and SGLang over its native /generate (sglang-backend.ts). The router
+ * treats them alike; only their weight-update mechanics and logprob semantics differ, and each
+ * documents both.
+ */
+
+export interface SamplingParams {
+  maxTokens: number;
+  temperature: number;
+  topP: number;
+  /** 0 = disabled. */
+  topK: number;
+  seed: number | null;
+  /** Generation stops after sampling one of these; the stop token is part of the output. */
+  stopIds: number[];
+}
+
+export interface BackendGenerateRequest {
+  /** Unique per attempt (a resumed generation gets a new one): backends abort by it. */
+  requestId: string;
+  promptIds: number[];
+  sampling: SamplingParams;
+}
+
+/** Tokens sampled since the previous chunk. */
+export interface TokenChunk {
+  ids: number[];
+  logprobs: number[];
+}
+
+export type FinishReason = 'stop' | 'length' | 'abort';
+
+export interface BackendResult {
+  outputIds: number[];
+  /**
+   * Log-prob of each sampled token under the distribution it was sampled from. What that
+   * means exactly depends on the engine and its flags: see each backend's header comment.
+   */
+  logprobs: number[];
+  /** 'abort' when `signal` fired: outputIds then holds what was produced before it. */
+  finishReason: FinishReason;
+  /** Prompt tokens served from the engine's prefix cache (0 when it does not say). */
+  cachedPromptTokens: number;
+}
+
+export interface BackendGenerateOptions {
+  /** Aborting stops the generation at the next token boundary; generate() then resolves with 'abort'. */
+  signal?: AbortSignal;
+  /** Called as tokens arrive, in order, before generate() resolves. */
+  onTokens?: (chunk: TokenChunk) => void;
+}
+
+export interface BackendHealth {
+  ok: boolean;
+  detail?: string;
+}
+
+export interface LoadWeightsRequest {
+  version: number;
+  /** Hugging Face layout (config.json + safetensors): a path the engine can read. */
+  checkpointUri: string;
+}
+
+export interface InferenceBackend {
+  /** Stable replica id (its URL for external engines). */
+  readonly id: string;
+  readonly kind: 'embedded' | 'vllm' | 'sglang';
+  /** Generations currently running on this backend through this proxy. */
+  readonly inFlight: number;
+  /**
+   * Runs one generation. Rejects with BackendUnavailableError when the engine cannot be
+   * reached or the stream breaks (tokens already passed to onTokens stay valid: the router
+   * resumes from them elsewhere), with BackendRequestError when the engine refuses the request.
+   */
+  generate(req: BackendGenerateRequest, opts?: BackendGenerateOptions): Promise<BackendResult>;
+  health(): Promise<BackendHealth>;
+  /** Replaces the weights; resolves once generations started afterwards use them. */
+  loadWeights(req: LoadWeightsRequest): Promise<void>;
+  /** Aborts every generation this proxy runs on the backend (each resolves with 'abort'). */
+  abortAll(): Promise<void>;
+  close?(): Promise<void>;
+}
+
+/** The engine could not be reached or broke off: another replica may serve the request. */
+export class BackendUnavailableError extends Error {
+  override readonly name = 'BackendUnavailableError';
+  constructor(
+    readonly backendId: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${backendId}: ${message}`, options);
+  }
+}
+
+/** The engine refused the request itself (4xx): retrying elsewhere would fail the same way. */
+export class BackendRequestError extends Error {
+  override readonly name = 'BackendRequestError';
+  constructor(
+    readonly backendId: string,
+    readonly status: number,
+    message: string,
+  ) {
+    super(`${backendId}: ${message}`);
+  }
+}

@@ -1,0 +1,53 @@
+import type { BackendGenerateOptions, BackendGenerateRequest, BackendHealth, BackendResult, InferenceBackend, LoadWeightsRequest } from './backend';
+import type { EmbeddedGenerator } from './embedded-generator';
+
+/**
+ * The native engine in this process as one replica. Tokens stream through onTokens one at a
+ * time (the engine samples them one at a time); aborting stops at the next token boundary.
+ * Weight loads read the checkpoint directory named by weights.published.
+ */
+export class EmbeddedBackend implements InferenceBackend {
+  readonly kind = 'embedded' as const;
+  private running = 0;
+  private readonly controllers = new Set<AbortController>();
+
+  constructor(
+    private readonly generator: EmbeddedGenerator,
+    readonly id = 'embedded',
+  ) {}
+
+  get inFlight(): number {
+    return this.running;
+  }
+
+  async generate(req: BackendGenerateRequest, opts: BackendGenerateOptions = {}): Promise<BackendResult> {
+    const controller = new AbortController();
+    const forward = () => controller.abort();
+    opts.signal?.addEventListener('abort', forward, { once: true });
+    if (opts.signal?.aborted) controller.abort();
+    this.controllers.add(controller);
+    this.running++;
+    try {
+      return await this.generator.generate(req.promptIds, req.sampling, {
+        signal: controller.signal,
+        onToken: (id, logprob) => opts.onTokens?.({ ids: [id], logprobs: [logprob] }),
+      });
+    } finally {
+      this.running--;
+      this.controllers.delete(controller);
+      opts.signal?.removeEventListener('abort', forward);
+    }
+  }
+
+  async health(): Promise<BackendHealth> {
+    return { ok: true, detail: JSON.stringify(this.generator.stats()) };
+  }
+
+  loadWeights(req: LoadWeightsRequest): Promise<void> {
+    return this.generator.loadCheckpoint(req.checkpointUri);
+  }
+
+  async abortAll(): Promise<void> {
+    for (const c of this.controllers) c.abort();
+  }
+}

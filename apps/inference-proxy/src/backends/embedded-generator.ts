@@ -1,0 +1,62 @@
+import type { FinishReason, SamplingParams } from './backend';
+
+/**
+ * The small surface the embedded backend needs from the native engine's generation API
+ * (batched decode with KV cache, sampling, prefix cache), which libs/engine is growing.
+ * Kept here, owned by the proxy, so the engine can evolve behind it; an adapter from the
+ * engine's real export satisfies it (see createEngineGenerator).
+ */
+export interface EmbeddedGenerator {
+  /**
+   * Samples up to `sampling.maxTokens` tokens after `promptIds`, calling onToken for each as it
+   * is sampled. `logprob` is the log-prob of the token under the distribution it was sampled
+   * from: after temperature, top-k and top-p (the engine's sampler knows it exactly, so the
+   * embedded backend has no raw-vs-processed caveat). Aborting `signal` stops at the next
+   * token boundary and resolves with finishReason 'abort'.
+   */
+  generate(
+    promptIds: readonly number[],
+    sampling: SamplingParams,
+    opts: { signal?: AbortSignal; onToken?: (id: number, logprob: number) => void },
+  ): Promise<EmbeddedGeneration>;
+  /** Loads Hugging Face weights (config.json + safetensors) from a directory; later generations use them. */
+  loadCheckpoint(dir: string): Promise<void>;
+  stats(): EmbeddedGeneratorStats;
+}
+
+export interface EmbeddedGeneration {
+  outputIds: number[];
+  logprobs: number[];
+  finishReason: FinishReason;
+  /** Prompt tokens whose KV came from the prefix cache. */
+  cachedPromptTokens: number;
+}
+
+export interface EmbeddedGeneratorStats {
+  /** Sequences decoding now. */
+  activeSequences: number;
+  prefixCacheHitTokens: number;
+  prefixCacheLookupTokens: number;
+}
+
+export class EngineGenerationUnavailableError extends Error {
+  override readonly name = 'EngineGenerationUnavailableError';
+}
+
+/**
+ * Wires the embedded backend to @anvil/engine. The engine's generation API is being built in
+ * parallel, so this checks at runtime that the loaded engine exports a generator factory
+ * (`createGenerator(checkpointDir, options)`) and fails clearly when it does not: there is
+ * no fallback generation. Loaded lazily so the external backends never load the native addon.
+ */
+export async function createEngineGenerator(checkpointDir: string, options: { maxBatch?: number } = {}): Promise<EmbeddedGenerator> {
+  const engine = (await import('@anvil/engine')) as Record<string, unknown>;
+  const factory = engine.createGenerator;
+  if (typeof factory !== 'function') {
+    throw new EngineGenerationUnavailableError(
+      'engine generation not available in this build: @anvil/engine exports no createGenerator(); ' +
+        'use INFERENCE_BACKEND=vllm or sglang until the native generation API lands',
+    );
+  }
+  return (await (factory as (dir: string, opts: unknown) => Promise<EmbeddedGenerator> | EmbeddedGenerator)(checkpointDir, options)) as EmbeddedGenerator;
+}

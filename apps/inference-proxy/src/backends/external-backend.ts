@@ -1,0 +1,121 @@
+import {
+  BackendUnavailableError,
+  type BackendGenerateOptions,
+  type BackendGenerateRequest,
+  type BackendHealth,
+  type BackendResult,
+  type FinishReason,
+  type InferenceBackend,
+  type LoadWeightsRequest,
+} from './backend';
+import { openStream, sseData, trimSlash } from './http-stream';
+
+export interface ExternalBackendOptions {
+  /** Base URL of the engine's HTTP server, e.g. http://10.0.0.5:8000 */
+  url: string;
+  /** Deadline for control calls (health, weight loads, aborts). */
+  controlTimeoutMs?: number;
+  /** Deadline for a weight load (reading a checkpoint takes a while). */
+  loadTimeoutMs?: number;
+}
+
+/** What one parsed stream event contributes. */
+export interface StreamStep {
+  ids: number[];
+  logprobs: number[];
+  finishReason?: FinishReason;
+  cachedPromptTokens?: number;
+}
+
+/**
+ * The streaming loop both HTTP engines share: open the SSE stream, turn each event into
+ * tokens (subclasses know the wire format), hand them on, and stop at a token boundary when
+ * aborted. Aborting closes the connection (both engines abort a request whose client left);
+ * subclasses may also tell the engine explicitly (onAbort).
+ */
+export abstract class ExternalBackend implements InferenceBackend {
+  abstract readonly kind: 'vllm' | 'sglang';
+  readonly id: string;
+  protected readonly baseUrl: string;
+  protected readonly controlTimeoutMs: number;
+  protected readonly loadTimeoutMs: number;
+  private readonly running = new Map<string, AbortController>();
+
+  constructor(opts: ExternalBackendOptions) {
+    this.baseUrl = trimSlash(opts.url);
+    this.id = this.baseUrl;
+    this.controlTimeoutMs = opts.controlTimeoutMs ?? 5_000;
+    this.loadTimeoutMs = opts.loadTimeoutMs ?? 600_000;
+  }
+
+  get inFlight(): number {
+    return this.running.size;
+  }
+
+  protected abstract streamPath: string;
+  protected abstract requestBody(req: BackendGenerateRequest): unknown;
+  /** Parses one `data:` payload; `state` is per request (for cumulative formats). */
+  protected abstract parseEvent(data: unknown, state: { received: number }): StreamStep;
+  /** Called (fire-and-forget) after the connection of an aborted request was closed. */
+  protected onAbort(_requestId: string): Promise<void> {
+    return Promise.resolve();
+  }
+  abstract health(): Promise<BackendHealth>;
+  abstract loadWeights(req: LoadWeightsRequest): Promise<void>;
+
+  async generate(req: BackendGenerateRequest, opts: BackendGenerateOptions = {}): Promise<BackendResult> {
+    const outputIds: number[] = [];
+    const logprobs: number[] = [];
+    let cachedPromptTokens = 0;
+    const aborted = (): BackendResult => ({ outputIds, logprobs, finishReason: 'abort', cachedPromptTokens });
+    if (opts.signal?.aborted) return aborted();
+
+    const controller = new AbortController();
+    const forward = () => controller.abort();
+    opts.signal?.addEventListener('abort', forward, { once: true });
+    this.running.set(req.requestId, controller);
+    try {
+      const body = await openStream(this.id, `${this.baseUrl}${this.streamPath}`, this.requestBody(req), controller.signal);
+      const state = { received: 0 };
+      let finishReason: FinishReason | undefined;
+      for await (const data of sseData(body)) {
+        if (data === '[DONE]') break;
+        const step = this.parseEvent(JSON.parse(data), state);
+        if (step.cachedPromptTokens !== undefined) cachedPromptTokens = step.cachedPromptTokens;
+        if (step.ids.length) {
+          state.received += step.ids.length;
+          outputIds.push(...step.ids);
+          logprobs.push(...step.logprobs);
+          opts.onTokens?.({ ids: step.ids, logprobs: step.logprobs });
+        }
+        if (step.finishReason) finishReason = step.finishReason;
+      }
+      if (!finishReason) throw new BackendUnavailableError(this.id, `stream ended after ${outputIds.length} tokens without a finish reason`);
+      return { outputIds, logprobs, finishReason, cachedPromptTokens };
+    } catch (err) {
+      if (controller.signal.aborted) {
+        void this.onAbort(req.requestId).catch(() => undefined);
+        return aborted();
+      }
+      if (err instanceof Error && (err.name === 'BackendUnavailableError' || err.name === 'BackendRequestError')) throw err;
+      throw new BackendUnavailableError(this.id, `stream broke after ${outputIds.length} tokens: ${(err as Error).message}`, { cause: err });
+    } finally {
+      opts.signal?.removeEventListener('abort', forward);
+      this.running.delete(req.requestId);
+    }
+  }
+
+  async abortAll(): Promise<void> {
+    for (const controller of this.running.values()) controller.abort();
+  }
+
+  protected async getOk(path: string): Promise<BackendHealth> {
+    try {
+      const res = await fetch(`${this.baseUrl}${path}`, { signal: AbortSignal.timeout(this.controlTimeoutMs) });
+      await res.arrayBuffer();
+      return res.ok ? { ok: true } : { ok: false, detail: `GET ${path} answered ${res.status}` };
+    } catch (err) {
+      return { ok: false, detail: `GET ${path} failed: ${(err as Error).message}` };
+    }
+  }
+}

@@ -1,0 +1,101 @@
+import { BackendUnavailableError, type BackendGenerateRequest, type BackendHealth, type FinishReason, type LoadWeightsRequest } from './backend';
+import { ExternalBackend, type StreamStep } from './external-backend';
+import { postJson } from './http-stream';
+
+/**
+ * SGLang through its native runtime API (`python -m sglang.launch_server`).
+ *
+ * Generation: POST /generate with `input_ids`, `rid` (our attempt id, so we can abort it),
+ * `sampling_params` {max_new_tokens, temperature, top_p, top_k (-1 = off), stop_token_ids,
+ * skip_special_tokens: false, no_stop_trim: true (keep the stop token in the output),
+ * sampling_seed}, `return_logprob: true`, `logprob_start_len: -1` (output tokens only) and
+ * `stream: true` (GenerateReqInput in io_struct.py; docs: basic_usage/sampling_params). Each
+ * SSE `data:` event carries `meta_info.output_token_logprobs` as [logprob, token_id, text]
+ * tuples plus `completion_tokens`, `cached_tokens` and `finish_reason` ({type: stop|length|abort}),
+ * and the stream ends with `data: [DONE]`. By default the lists are CUMULATIVE (each event
+ * repeats every token so far); servers started with `--incremental-streaming-output` send only
+ * the new ones. We tell them apart by `completion_tokens`: when the list is as long as the
+ * count of tokens generated so far it is cumulative and we take the part we have not seen.
+ *
+ * Logprob semantics: SGLang computes the returned logprob from the temperature-scaled
+ * distribution (before top-k/top-p renormalisation); `SGLANG_RETURN_ORIGINAL_LOGPROB=1` makes
+ * it return the raw model distribution instead. At temperature 1 without top-k/top-p all agree.
+ *
+ * Abort: POST /abort_request {rid} (and the connection is closed: SGLang also aborts requests
+ * whose client disconnected). Health: GET /health.
+ * Weight updates: POST /update_weights_from_disk {model_path} loads the checkpoint in place
+ * and flushes the radix cache; it answers {success, message}.
+ */
+export class SglangBackend extends ExternalBackend {
+  readonly kind = 'sglang' as const;
+  protected readonly streamPath = '/generate';
+
+  protected requestBody(req: BackendGenerateRequest): unknown {
+    const s = req.sampling;
+    return {
+      rid: req.requestId,
+      input_ids: req.promptIds,
+      sampling_params: {
+        max_new_tokens: s.maxTokens,
+        temperature: s.temperature,
+        top_p: s.topP,
+        top_k: s.topK > 0 ? s.topK : -1,
+        stop_token_ids: s.stopIds,
+        skip_special_tokens: false,
+        no_stop_trim: true,
+        ...(s.seed !== null ? { sampling_seed: s.seed } : {}),
+      },
+      return_logprob: true,
+      logprob_start_len: -1,
+      stream: true,
+    };
+  }
+
+  protected parseEvent(data: unknown, state: { received: number }): StreamStep {
+    const event = data as SglangStreamEvent;
+    const meta = event.meta_info ?? {};
+    const tuples = meta.output_token_logprobs ?? [];
+    const total = meta.completion_tokens;
+    // Cumulative when the list covers every token generated so far.
+    const cumulative = typeof total === 'number' ? tuples.length === total && total >= state.received : tuples.length >= state.received;
+    const fresh = cumulative ? tuples.slice(state.received) : tuples;
+    const step: StreamStep = { ids: fresh.map((t) => t[1]), logprobs: fresh.map((t) => (t[0] === null ? Number.NEGATIVE_INFINITY : t[0])) };
+    if (typeof meta.cached_tokens === 'number') step.cachedPromptTokens = meta.cached_tokens;
+    if (meta.finish_reason) step.finishReason = mapFinish(meta.finish_reason);
+    if (step.finishReason === undefined && tuples.length === 0 && event.error) {
+      throw new BackendUnavailableError(this.id, `stream error: ${JSON.stringify(event.error)}`);
+    }
+    return step;
+  }
+
+  protected override async onAbort(requestId: string): Promise<void> {
+    await postJson(this.id, `${this.baseUrl}/abort_request`, { rid: requestId }, { timeoutMs: this.controlTimeoutMs });
+  }
+
+  health(): Promise<BackendHealth> {
+    return this.getOk('/health');
+  }
+
+  async loadWeights(req: LoadWeightsRequest): Promise<void> {
+    const res = (await postJson(this.id, `${this.baseUrl}/update_weights_from_disk`, { model_path: req.checkpointUri }, { timeoutMs: this.loadTimeoutMs })) as { success?: boolean; message?: string } | null;
+    if (!res?.success) throw new BackendUnavailableError(this.id, `update_weights_from_disk failed: ${res?.message ?? 'no answer'}`);
+  }
+}
+
+interface SglangStreamEvent {
+  text?: string;
+  output_ids?: number[];
+  error?: unknown;
+  meta_info?: {
+    id?: string;
+    finish_reason?: { type: string; message?: string } | null;
+    prompt_tokens?: number;
+    completion_tokens?: number;
+    cached_tokens?: number;
+    output_token_logprobs?: [number | null, number, string | null][];
+  };
+}
+
+function mapFinish(reason: { type: string }): FinishReason {
+  return reason.type === 'length' ? 'length' : reason.type === 'stop' ? 'stop' : 'abort';
+}

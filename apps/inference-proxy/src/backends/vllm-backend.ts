@@ -1,0 +1,120 @@
+import { BackendUnavailableError, type BackendGenerateRequest, type BackendHealth, type FinishReason, type LoadWeightsRequest } from './backend';
+import { ExternalBackend, type ExternalBackendOptions, type StreamStep } from './external-backend';
+import { postJson } from './http-stream';
+
+/**
+ * vLLM through its OpenAI-compatible server (`vllm serve`), tokens in and out.
+ *
+ * Generation: POST /v1/completions with `prompt` as a token-id array, `stream: true` and
+ * `stream_options.include_usage` (the last event carries usage with
+ * `prompt_tokens_details.cached_tokens`, filled when the server runs with
+ * `--enable-prompt-tokens-details`). `logprobs: 0` asks for no alternatives: vLLM always
+ * includes the sampled token's own logprob ("the log probabilities of the specified number of
+ * most likely tokens, as well as the chosen tokens" — SamplingParams.logprobs), so each event
+ * carries `choices[0].logprobs.{tokens, token_logprobs}`; with `return_tokens_as_token_ids`
+ * the tokens read "token_id:<n>", which keeps ids exact without a tokenizer (a detokenised
+ * string would not round-trip). `skip_special_tokens: false` and
+ * `include_stop_str_in_output: true` keep EOS/stop tokens in the output, as training needs.
+ * Newer servers also send `choices[0].token_ids` (`return_token_ids`); ids are taken from
+ * there when present.
+ *
+ * Logprob semantics: by default vLLM V1 returns logprobs of the RAW model distribution
+ * (before temperature, top-k/top-p; Sampler docs: "If logprobs_mode is raw_logprobs, compute
+ * logprobs as the final logprobs to return"). For the log-prob under the distribution the
+ * token was actually sampled from, start the server with `--logprobs-mode processed_logprobs`.
+ * At temperature 1 without top-k/top-p both agree.
+ *
+ * Abort: closing the HTTP connection aborts the request inside vLLM.
+ *
+ * Weight updates (from the checkpoint directory, no NCCL group needed), through the dev-mode
+ * endpoints (`VLLM_SERVER_DEV_MODE=1`):
+ *   POST /collective_rpc {"method":"update_config","args":[{"model_config":{"model":<dir>}}]}
+ *   POST /collective_rpc {"method":"reload_weights"}
+ *   POST /reset_prefix_cache           (cached KV was computed by the old weights)
+ * `update_config` / `reload_weights` are the worker methods vLLM's own example
+ * (examples/offline_inference/skip_loading_weights_in_engine_init.py) calls through
+ * `collective_rpc`. The proxy drains or aborts this replica's generations itself before
+ * calling them, so vLLM's /pause is not needed. Required server flags:
+ *   VLLM_SERVER_DEV_MODE=1 vllm serve <model> --enable-prefix-caching \
+ *     --logprobs-mode processed_logprobs --enable-prompt-tokens-details
+ */
+export class VllmBackend extends ExternalBackend {
+  readonly kind = 'vllm' as const;
+  protected readonly streamPath = '/v1/completions';
+
+  constructor(private readonly options: ExternalBackendOptions & { model?: string }) {
+    super(options);
+  }
+
+  protected requestBody(req: BackendGenerateRequest): unknown {
+    const s = req.sampling;
+    return {
+      ...(this.options.model ? { model: this.options.model } : {}),
+      prompt: req.promptIds,
+      max_tokens: s.maxTokens,
+      temperature: s.temperature,
+      top_p: s.topP,
+      ...(s.topK > 0 ? { top_k: s.topK } : {}),
+      ...(s.seed !== null ? { seed: s.seed } : {}),
+      stop_token_ids: s.stopIds,
+      logprobs: 0,
+      return_tokens_as_token_ids: true,
+      skip_special_tokens: false,
+      include_stop_str_in_output: true,
+      stream: true,
+      stream_options: { include_usage: true },
+    };
+  }
+
+  protected parseEvent(data: unknown): StreamStep {
+    const event = data as VllmCompletionChunk;
+    const step: StreamStep = { ids: [], logprobs: [] };
+    const cached = event.usage?.prompt_tokens_details?.cached_tokens;
+    if (typeof cached === 'number') step.cachedPromptTokens = cached;
+    const choice = event.choices?.[0];
+    if (!choice) return step;
+    const lp = choice.logprobs;
+    const tokenLogprobs = lp?.token_logprobs ?? [];
+    const ids = choice.token_ids ?? (lp?.tokens ?? []).map((t) => parseTokenId(this.id, t));
+    if (ids.length !== tokenLogprobs.length) {
+      throw new BackendUnavailableError(this.id, `completion chunk has ${ids.length} tokens but ${tokenLogprobs.length} logprobs`);
+    }
+    step.ids = ids;
+    step.logprobs = tokenLogprobs.map((x) => (x === null ? Number.NEGATIVE_INFINITY : x));
+    if (choice.finish_reason) step.finishReason = mapFinish(choice.finish_reason);
+    return step;
+  }
+
+  health(): Promise<BackendHealth> {
+    return this.getOk('/health');
+  }
+
+  async loadWeights(req: LoadWeightsRequest): Promise<void> {
+    const opts = { timeoutMs: this.loadTimeoutMs };
+    await postJson(this.id, `${this.baseUrl}/collective_rpc`, { method: 'update_config', args: [{ model_config: { model: req.checkpointUri } }] }, opts);
+    await postJson(this.id, `${this.baseUrl}/collective_rpc`, { method: 'reload_weights' }, opts);
+    await postJson(this.id, `${this.baseUrl}/reset_prefix_cache`, {}, { timeoutMs: this.controlTimeoutMs });
+  }
+}
+
+interface VllmCompletionChunk {
+  choices?: {
+    index: number;
+    text?: string;
+    token_ids?: number[];
+    logprobs?: { tokens?: string[]; token_logprobs?: (number | null)[] } | null;
+    finish_reason?: string | null;
+  }[];
+  usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } | null;
+}
+
+function parseTokenId(backendId: string, token: string): number {
+  const m = /^token_id:(\d+)$/.exec(token);
+  if (!m) throw new BackendUnavailableError(backendId, `token ${JSON.stringify(token)} is not "token_id:<n>": is return_tokens_as_token_ids supported by this vLLM?`);
+  return Number(m[1]);
+}
+
+function mapFinish(reason: string): FinishReason {
+  // vLLM: "stop" (EOS, stop token or string), "length" (max_tokens / context), "abort".
+  return reason === 'length' ? 'length' : reason === 'stop' ? 'stop' : 'abort';
+}
