@@ -32,6 +32,7 @@
         "-std=c++17",
         "-fexceptions",
         "-O3",
+        "-fno-math-errno",
         "-fopenmp",
         "-Wall",
         "-Wno-unused-function"

@@ -1,6 +1,6 @@
 // The typed model API over the native engine: create / load / save, forward over a packed tree,
 // backward with caller-computed coefficients, gradient clipping, AdamW.
-import { existsSync, promises as fsp, readFileSync } from 'node:fs';
+import { existsSync, promises as fsp } from 'node:fs';
 import { basename, join } from 'node:path';
 import { ModelConfig, ModelConfigInput, normalizeConfig, parseHfConfig, ropeInvFreq, tinyConfig, toHfConfig } from './config';
 import { loadEngine } from './loader';
@@ -202,7 +202,7 @@ export class Model {
     const loaded = new Set<string>();
     for (const f of files) {
       const path = join(dir, f);
-      const st = parseSafetensors(readFileSync(path), path);
+      const st = parseSafetensors(await fsp.readFile(path), path);
       for (const [name, t] of st.tensors) {
         if (weightMap && weightMap[name] !== f)
           throw new SafetensorsError(`${path}: tensor ${name} is not listed for this shard in the index`);
