@@ -1,0 +1,186 @@
+import type { GenerateRequest, GenerateResponse } from '@anvil/contracts';
+import type { Logger } from '@anvil/observability';
+import { BackendRequestError, type FinishReason } from '../backends/backend';
+import type { InferenceMetrics } from '../metrics';
+import type { HealthMonitor } from '../routing/health-monitor';
+import type { Replica } from '../routing/replica';
+import { NoReplicaAvailableError, type Router } from '../routing/router';
+import type { AdmissionGate } from '../weights/admission-gate';
+import type { PolicyVersionState } from '../weights/policy-version';
+import type { ActiveAttempt, ActiveAttempts } from './active-attempts';
+
+export interface StampedChunk {
+  ids: number[];
+  logprobs: number[];
+  versions: number[];
+}
+
+export interface GenerationServiceOptions {
+  /** Replicas one request may fail on before it gives up. */
+  maxAttempts: number;
+  /** A generation still running after this is aborted (its tokens so far are returned). */
+  requestTimeoutMs: number;
+}
+
+export class ServiceShuttingDownError extends Error {
+  override readonly name = 'ServiceShuttingDownError';
+}
+
+/**
+ * Runs one generation across replicas and weight versions. Each attempt goes to the replica
+ * the router picks and starts from prompt + the tokens produced so far, so:
+ *  - a replica that fails before the first token is simply replaced;
+ *  - one that fails mid-stream is replaced and the generation RESUMES from its tokens;
+ *  - a weight swap under abort-and-resume interrupts the attempt at a token boundary and the
+ *    next attempt (after the load) continues under the new version.
+ * Every token is stamped with the policy version active when its attempt started (the gate
+ * guarantees the weights do not change under a running attempt), and tokens already produced
+ * never change: their ids, logprobs and versions are final when they are handed out.
+ */
+export class GenerationService {
+  private shuttingDown = false;
+
+  constructor(
+    private readonly router: Router,
+    private readonly monitor: HealthMonitor,
+    private readonly versions: PolicyVersionState,
+    private readonly gate: AdmissionGate,
+    private readonly active: ActiveAttempts,
+    private readonly metrics: InferenceMetrics,
+    private readonly logger: Logger,
+    private readonly options: GenerationServiceOptions,
+  ) {}
+
+  async generate(req: GenerateRequest, opts: { signal?: AbortSignal; onChunk?: (chunk: StampedChunk) => void } = {}): Promise<GenerateResponse> {
+    if (this.shuttingDown) throw new ServiceShuttingDownError('the inference-proxy is shutting down');
+    const stop = AbortSignal.any([...(opts.signal ? [opts.signal] : []), AbortSignal.timeout(this.options.requestTimeoutMs), this.shutdownSignal.signal]);
+    const ids: number[] = [];
+    const logprobs: number[] = [];
+    const versions: number[] = [];
+    const excluded = new Set<string>();
+    let cachedPromptTokens: number | null = null;
+    let lastReplica = '';
+    let failures = 0;
+    let attemptNo = 0;
+
+    const finish = (finishReason: FinishReason): GenerateResponse => {
+      this.metrics.requests.inc({ outcome: finishReason });
+      return { requestId: req.requestId, outputIds: ids, logprobs, versions, finishReason, promptTokens: req.promptIds.length, cachedPromptTokens: cachedPromptTokens ?? 0, replica: lastReplica };
+    };
+
+    try {
+      for (;;) {
+        if (stop.aborted) return finish('abort');
+        const remaining = req.maxTokens - ids.length;
+        if (remaining <= 0) return finish('length');
+        // Wait out a weight swap; check-and-register happens synchronously after, so a swap
+        // that closes the gate either sees this attempt as active or makes it wait.
+        while (!this.gate.isOpen) {
+          try {
+            await this.gate.wait(stop);
+          } catch {
+            return finish('abort');
+          }
+        }
+        let replica: Replica;
+        try {
+          replica = this.router.route(req.sessionId, excluded).replica;
+        } catch (err) {
+          if (err instanceof NoReplicaAvailableError && ids.length > 0) {
+            this.logger.warn('no replica left to resume on; returning the partial output', { requestId: req.requestId, tokens: ids.length });
+            return finish('abort');
+          }
+          throw err;
+        }
+        const version = this.versions.current;
+        const interrupt = new AbortController();
+        let interrupted = false;
+        const attempt: ActiveAttempt = {
+          replicaId: replica.id,
+          interruptForSwap: () => {
+            interrupted = true;
+            interrupt.abort();
+          },
+        };
+        this.active.add(attempt);
+        this.metrics.inFlight.inc({ replica: replica.id });
+        lastReplica = replica.id;
+        replica.requests++;
+        const producedBefore = ids.length;
+        const prompt = producedBefore ? [...req.promptIds, ...ids] : req.promptIds;
+        let result;
+        try {
+          result = await replica.backend.generate(
+            {
+              requestId: `${req.requestId}.${attemptNo++}`,
+              promptIds: prompt,
+              sampling: { maxTokens: remaining, temperature: req.temperature, topP: req.topP, topK: req.topK, seed: req.seed, stopIds: req.stopIds },
+            },
+            {
+              signal: AbortSignal.any([stop, interrupt.signal]),
+              onTokens: (chunk) => {
+                const stamped = chunk.ids.map(() => version);
+                ids.push(...chunk.ids);
+                logprobs.push(...chunk.logprobs);
+                versions.push(...stamped);
+                replica.tokensGenerated += chunk.ids.length;
+                this.metrics.tokens.inc({ replica: replica.id }, chunk.ids.length);
+                opts.onChunk?.({ ids: chunk.ids, logprobs: chunk.logprobs, versions: stamped });
+              },
+            },
+          );
+        } catch (err) {
+          if (stop.aborted) return finish('abort');
+          if (interrupted) continue;
+          if (err instanceof BackendRequestError) throw err;
+          failures++;
+          replica.failures++;
+          excluded.add(replica.id);
+          this.monitor.recordFailure(replica, (err as Error).message);
+          const stage = ids.length > 0 ? 'mid_stream' : 'before_first_token';
+          this.metrics.failovers.inc({ stage });
+          this.logger.warn('replica failed a generation; failing over', { requestId: req.requestId, replica: replica.id, stage, tokens: ids.length, err });
+          if (failures >= this.options.maxAttempts) {
+            if (ids.length > 0) return finish('abort');
+            throw err;
+          }
+          continue;
+        } finally {
+          this.active.remove(attempt);
+          this.metrics.inFlight.dec({ replica: replica.id });
+        }
+        if (cachedPromptTokens === null) cachedPromptTokens = result.cachedPromptTokens;
+        replica.promptTokens += prompt.length;
+        replica.cachedPromptTokens += result.cachedPromptTokens;
+        if (result.finishReason !== 'abort') return finish(result.finishReason);
+        if (stop.aborted) return finish('abort');
+        if (interrupted) continue;
+        // The engine aborted on its own (restart, its own weight update): resume elsewhere.
+        failures++;
+        excluded.add(replica.id);
+        this.metrics.failovers.inc({ stage: ids.length > 0 ? 'mid_stream' : 'before_first_token' });
+        if (failures >= this.options.maxAttempts) return finish('abort');
+      }
+    } catch (err) {
+      this.metrics.requests.inc({ outcome: 'error' });
+      throw err;
+    }
+  }
+
+  private readonly shutdownSignal = new AbortController();
+
+  /**
+   * Graceful shutdown: refuse new generations, let running ones finish within `graceMs`, then
+   * abort the rest (they return their tokens with finishReason 'abort', so the caller can resume
+   * them on another proxy instance).
+   */
+  async shutdown(graceMs: number): Promise<void> {
+    this.shuttingDown = true;
+    const drained = await this.active.whenIdle(graceMs);
+    if (!drained) {
+      this.logger.warn('shutdown: aborting generations still running', { count: this.active.count });
+      this.shutdownSignal.abort();
+      await this.active.whenIdle(5_000);
+    }
+  }
+}
