@@ -18,7 +18,8 @@
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",
-        "/usr/include/x86_64-linux-gnu",
+        "/usr/include/<!(gcc -print-multiarch)/openblas-pthread",
+        "/usr/include/<!(gcc -print-multiarch)",
         "/usr/include/openblas"
       ],
       "defines": [
