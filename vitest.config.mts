@@ -15,6 +15,7 @@ const alias = {
   '@anvil/rl': `${root}libs/rl/src/index.ts`,
   '@anvil/engine': `${root}libs/engine/src/index.ts`,
   '@anvil/testing': `${root}libs/testing/src/index.ts`,
+  '@anvil/inference-client': `${root}libs/inference-client/src/index.ts`,
   '@anvil/tokenizer': `${root}libs/tokenizer/src/index.ts`,
 };
 const shared = { resolve: { alias } };
