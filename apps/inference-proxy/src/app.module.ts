@@ -2,11 +2,23 @@ import { Module, type DynamicModule } from '@nestjs/common';
 import type { ServiceContext } from '@anvil/observability';
 import { serviceCoreModules } from '@anvil/service-kit';
 import type { InferenceProxyConfig } from './config';
+import { GenerateController } from './http/generate.controller';
+import { RuntimeLifecycle, runtimeProvider } from './runtime.provider';
+import { INFERENCE_CONFIG } from './tokens';
+import { WeightsConsumer } from './weights/weights.consumer';
 
-/** The inference-proxy service: inference backends, routing and weight versions (backends arrive with the gateway/inference issue). */
+/**
+ * The inference-proxy service: inference backends (embedded engine, vLLM, SGLang), session-
+ * affine routing with fail-over, and policy versions swapped on weights.published.
+ */
 @Module({})
 export class InferenceProxyModule {
   static forRoot(ctx: ServiceContext<InferenceProxyConfig>): DynamicModule {
-    return { module: InferenceProxyModule, imports: [...serviceCoreModules(ctx)] };
+    return {
+      module: InferenceProxyModule,
+      imports: [...serviceCoreModules(ctx)],
+      controllers: [GenerateController],
+      providers: [{ provide: INFERENCE_CONFIG, useValue: ctx.config }, runtimeProvider, RuntimeLifecycle, WeightsConsumer],
+    };
   }
 }

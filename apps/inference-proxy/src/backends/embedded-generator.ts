@@ -49,7 +49,7 @@ export class EngineGenerationUnavailableError extends Error {
  * (`createGenerator(checkpointDir, options)`) and fails clearly when it does not: there is
  * no fallback generation. Loaded lazily so the external backends never load the native addon.
  */
-export async function createEngineGenerator(checkpointDir: string, options: { maxBatch?: number } = {}): Promise<EmbeddedGenerator> {
+export async function createEngineGenerator(checkpointDir: string | undefined, options: { maxBatch?: number } = {}): Promise<EmbeddedGenerator> {
   const engine = (await import('@anvil/engine')) as Record<string, unknown>;
   const factory = engine.createGenerator;
   if (typeof factory !== 'function') {
@@ -58,5 +58,6 @@ export async function createEngineGenerator(checkpointDir: string, options: { ma
         'use INFERENCE_BACKEND=vllm or sglang until the native generation API lands',
     );
   }
+  if (!checkpointDir) throw new Error('EMBEDDED_CHECKPOINT_DIR is required for INFERENCE_BACKEND=embedded');
   return (await (factory as (dir: string, opts: unknown) => Promise<EmbeddedGenerator> | EmbeddedGenerator)(checkpointDir, options)) as EmbeddedGenerator;
 }
