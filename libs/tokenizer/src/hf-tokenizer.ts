@@ -124,6 +124,7 @@ export class HfTokenizer implements Tokenizer {
         if (this.idToToken(id) === undefined || (skip && this.special.has(id))) continue;
         kept.push(id);
       }
+      if (kept.length === 0) return '';
       return this.inner.decode(kept, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
     }
     const parts: Uint8Array[] = [];
