@@ -34,7 +34,11 @@ export function startTelemetry(opts: { serviceName: string; otlpEndpoint?: strin
     // Explicit list (an empty one when not exporting) so the SDK never falls back to its
     // default OTLP exporter pointed at localhost.
     spanProcessors,
-    // Metrics are served by prom-client on /metrics; the OTel metrics pipeline stays off.
+    // Metrics are served by prom-client on /metrics and logs go to stdout as JSON lines, so
+    // both OTel pipelines stay off. Left unset, the SDK would build OTLP exporters aimed at
+    // localhost whose final flush stalls shutdown for seconds when no collector listens.
+    metricReaders: [],
+    logRecordProcessors: [],
     instrumentations: [
       new HttpInstrumentation({ ignoreIncomingRequestHook: (req) => /^\/(healthz|readyz|metrics)/.test(req.url ?? '') }),
       new PgInstrumentation(),

@@ -45,10 +45,12 @@ export async function bootstrapService(opts: BootstrapOptions): Promise<NestFast
     }, opts.shutdownTimeoutMs);
     deadline.unref();
     try {
+      const started = Date.now();
       app.get(ReadinessRegistry).markDraining();
       await app.close();
+      const appClosedMs = Date.now() - started;
       await opts.telemetry.shutdown();
-      opts.logger.info('stopped cleanly');
+      opts.logger.info('stopped cleanly', { appClosedMs, totalMs: Date.now() - started });
       process.exit(0);
     } catch (err) {
       opts.logger.error('shutdown failed', { err });

@@ -13,6 +13,9 @@ import { kafkaLogCreator, kafkaLogLevel } from './kafka-logger';
 import { KAFKA_DEFAULTS, validateKafkaOptions, type KafkaBusOptions, type ResolvedConsumerTuning } from './kafka-options';
 import { TopicAdmin } from './topic-admin';
 
+/** How long close() waits for a client that is still connecting. */
+const CLOSE_CONNECT_WAIT_MS = 2_000;
+
 /** The shared partitioner (murmur2, as every Kafka client), so both buses place keys alike. */
 const anvilPartitioner: ICustomPartitioner = () => {
   const roundRobin = new RoundRobin();
@@ -108,7 +111,9 @@ export class KafkaBus implements MessageBus {
     this.closing ??= (async () => {
       await Promise.allSettled([...this.subscriptions].map((s) => s.stop()));
       const disconnect = async (client: Promise<Producer | Admin> | undefined) => {
-        const connected = await client?.catch(() => undefined);
+        // A client still retrying its first connection (broker unreachable) has nothing to
+        // flush; waiting for kafkajs's retries to give up would outlast any shutdown deadline.
+        const connected = client && (await withTimeout(client, CLOSE_CONNECT_WAIT_MS, 'not connected').catch(() => undefined));
         await connected?.disconnect().catch((err: unknown) => this.logger.warn('kafka client did not disconnect cleanly', { error: errorMessage(err) }));
       };
       await Promise.all([disconnect(this.producerReady), disconnect(this.adminReady)]);

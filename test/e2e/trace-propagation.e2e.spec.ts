@@ -1,0 +1,71 @@
+import { createServer, type Server } from 'node:http';
+import { randomBytes } from 'node:crypto';
+import { afterAll, describe, expect, it } from 'vitest';
+import { encodeEvent, sampleLlmCallEvent, TOPICS } from '@anvil/contracts';
+import { createBus } from '@anvil/messaging';
+import { startService, waitFor } from '@anvil/testing';
+
+/**
+ * One trace follows a trajectory across services: an llm-call event published with a W3C
+ * traceparent header is consumed by the middleware process, whose PostgreSQL writes (pg is
+ * instrumented because OpenTelemetry starts before it is loaded) become spans of that same
+ * trace, exported over OTLP/HTTP to the collector endpoint the service was given.
+ */
+const KAFKA_BROKERS = process.env.KAFKA_BROKERS!;
+const DATABASE_URL = process.env.DATABASE_URL!;
+
+interface ExportedSpan { traceId: string; name: string; service: string }
+const spans: ExportedSpan[] = [];
+let collector: Server;
+
+afterAll(() => new Promise<void>((r) => (collector ? collector.close(() => r()) : r())));
+
+async function startCollector(): Promise<string> {
+  collector = createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      if (req.url === '/v1/traces') {
+        const payload = JSON.parse(body);
+        for (const rs of payload.resourceSpans ?? []) {
+          const service = rs.resource?.attributes?.find((a: { key: string }) => a.key === 'service.name')?.value?.stringValue;
+          for (const ss of rs.scopeSpans ?? []) for (const s of ss.spans ?? []) spans.push({ traceId: s.traceId, name: s.name, service });
+        }
+      }
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((r) => collector.listen(0, '127.0.0.1', r));
+  const addr = collector.address();
+  return `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}`;
+}
+
+describe('OpenTelemetry across Kafka', () => {
+  it('continues the producer trace in the consuming service and exports it over OTLP', async () => {
+    const endpoint = await startCollector();
+    const topicPrefix = `trace-${process.pid}-${Date.now()}.`;
+    const svc = await startService('middleware', { KAFKA_BROKERS, DATABASE_URL, KAFKA_TOPIC_PREFIX: topicPrefix, OTEL_EXPORTER_OTLP_ENDPOINT: endpoint });
+    try {
+      await waitFor('middleware ready', async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 60_000);
+      const bus = createBus({ kind: 'kafka', brokers: KAFKA_BROKERS.split(','), clientId: 'trace-test', topicPrefix });
+      const traceId = randomBytes(16).toString('hex');
+      const event = sampleLlmCallEvent({ promptTokens: 64, outputTokens: 8, seed: 11 });
+      await bus.publishRaw(TOPICS.llmCalls, {
+        key: event.key,
+        value: encodeEvent(event),
+        headers: { traceparent: `00-${traceId}-${randomBytes(8).toString('hex')}-01` },
+      });
+      await bus.close();
+      // The service flushes its span batch on SIGTERM.
+      const ingested = /anvil_data_pool_events_ingested_total\{[^}]*type="llm_call.recorded"[^}]*\} 1/;
+      await waitFor('event ingested', async () => (ingested.test(await (await fetch(`${svc.baseUrl}/metrics`)).text()) ? true : undefined), 60_000);
+      expect(await svc.stop('SIGTERM')).toBe(0);
+      const ours = spans.filter((s) => s.traceId === traceId);
+      expect(ours.length, `spans exported: ${JSON.stringify(spans.slice(0, 20))}`).toBeGreaterThan(0);
+      expect(new Set(ours.map((s) => s.service))).toEqual(new Set(['middleware']));
+      expect(ours.some((s) => /insert|pg\.query|INSERT/i.test(s.name))).toBe(true);
+    } finally {
+      await svc.stop('SIGKILL');
+    }
+  });
+});
