@@ -1,12 +1,12 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { fixtureGenerate, type FixtureServer } from '../../../../tools/bench/fixtures/fixture-model';
-import { startSglangFixture } from '../../../../tools/bench/fixtures/sglang-fixture';
-import { startVllmFixture } from '../../../../tools/bench/fixtures/vllm-fixture';
-import { BackendUnavailableError, type InferenceBackend, type SamplingParams } from './backend';
-import { SglangBackend } from './sglang-backend';
-import { VllmBackend } from './vllm-backend';
+import { fixtureGenerate, type FixtureServer } from '../../tools/bench/fixtures/fixture-model';
+import { startSglangFixture } from '../../tools/bench/fixtures/sglang-fixture';
+import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';
+import { BackendUnavailableError, type InferenceBackend, type SamplingParams } from '../../apps/inference-proxy/src/backends/backend';
+import { SglangBackend } from '../../apps/inference-proxy/src/backends/sglang-backend';
+import { VllmBackend } from '../../apps/inference-proxy/src/backends/vllm-backend';
 
-/** The real vLLM and SGLang clients against the engines' protocol fixtures. */
+/** The real vLLM and SGLang clients against the engines' protocol fixtures (local HTTP servers, no Kafka). */
 const sampling = (over: Partial<SamplingParams> = {}): SamplingParams => ({ maxTokens: 12, temperature: 1, topP: 1, topK: 0, seed: 7, stopIds: [], ...over });
 const fixtures: FixtureServer[] = [];
 afterEach(async () => {
