@@ -126,6 +126,10 @@ export class ByteTokenizer implements Tokenizer {
     return this.byId.get(id)?.content;
   }
 
+  normalize(text: string): string {
+    return text;
+  }
+
   isSpecial(id: number): boolean {
     return this.byId.get(id)?.special === true;
   }

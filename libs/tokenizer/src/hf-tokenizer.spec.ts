@@ -88,9 +88,15 @@ describe('HfTokenizer on the real Qwen3 tokenizer', () => {
     const literals = ['<|im_start|>', '<|im_end|>', '<|endoftext|>', '<tool_call>', '</think>'];
     for (let i = 0; i < 300; i++) {
       const s = randomText(r, 60, literals);
-      // The normalizer is NFC: text comes back NFC-normalised.
+      // The normalizer is NFC: text comes back NFC-normalised (normalize() says so).
       expect(qwen.decode(qwen.encode(s))).toBe(s.normalize('NFC'));
+      expect(qwen.decode(qwen.encode(s))).toBe(qwen.normalize(s));
     }
+  });
+
+  it('normalises like its normalizer (NFC), leaving added tokens alone', () => {
+    expect(qwen.normalize('e\u0301<|im_end|>\u0338x')).toBe('\u00e9<|im_end|>\u0338x'); // '>' + U+0338 would compose to U+226F
+    expect(qwen.decode(qwen.encode('e\u0301<|im_end|>\u0338x'))).toBe('\u00e9<|im_end|>\u0338x');
   });
 
   it('recognises every added token written literally, even glued to text', () => {

@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer as HfJsTokenizer } from '@huggingface/tokenizers';
 import { byteLevelTokenBytes, concatBytes } from './byte-level';
+import { addedTokenSplitter } from './byte-tokenizer';
 import type { DecodeOptions, Tokenizer } from './types';
 
 /** The JSON files of a Hugging Face model directory, already parsed. */
@@ -52,6 +53,9 @@ export class HfTokenizer implements Tokenizer {
   private readonly special = new Set<number>();
   private readonly addedById = new Map<number, string>();
   private readonly bytesCache: Array<Uint8Array | null | undefined>;
+  /** Unicode normal forms the normaliser applies, in order (empty: none or not expressible). */
+  private readonly normalForms: Array<'NFC' | 'NFD' | 'NFKC' | 'NFKD'>;
+  private readonly splitter: RegExp | null;
 
   constructor(files: HfTokenizerFiles) {
     const tj = files.tokenizerJson;
@@ -86,6 +90,8 @@ export class HfTokenizer implements Tokenizer {
     this.vocabSize = maxId + 1;
     this.bytesCache = new Array(this.vocabSize);
 
+    this.normalForms = unicodeNormalForms(tj.normalizer);
+    this.splitter = addedTokenSplitter(added.keys());
     const decoder = tj.decoder;
     this.byteLevel = isObject(decoder) && decoder.type === 'ByteLevel';
 
@@ -147,6 +153,21 @@ export class HfTokenizer implements Tokenizer {
     return bytes ?? undefined;
   }
 
+  normalize(text: string): string {
+    if (this.normalForms.length === 0) return text;
+    const norm = (s: string) => this.normalForms.reduce((acc, form) => acc.normalize(form), s);
+    if (this.splitter === null) return norm(text);
+    // Added tokens are cut out before normalisation: normalise the text between them only.
+    let out = '';
+    let last = 0;
+    for (const m of text.matchAll(this.splitter)) {
+      const at = m.index ?? 0;
+      out += norm(text.slice(last, at)) + m[0];
+      last = at + m[0].length;
+    }
+    return out + norm(text.slice(last));
+  }
+
   tokenToId(token: string): number | undefined {
     const added = this.addedTokens.get(token);
     if (added !== undefined) return added;
@@ -161,6 +182,24 @@ export class HfTokenizer implements Tokenizer {
   isSpecial(id: number): boolean {
     return this.special.has(id);
   }
+}
+
+/**
+ * The Unicode normal forms a tokenizer.json normaliser applies (NFC, or a Sequence of normal
+ * forms). Other normalisers (lower-casing, Prepend/Replace of SentencePiece vocabularies) are
+ * not reproduced: none is returned, and text is compared as is.
+ */
+function unicodeNormalForms(normalizer: unknown): Array<'NFC' | 'NFD' | 'NFKC' | 'NFKD'> {
+  const forms = ['NFC', 'NFD', 'NFKC', 'NFKD'] as const;
+  const one = (n: unknown) => (isObject(n) ? forms.find((f) => f === n.type) : undefined);
+  if (!isObject(normalizer)) return [];
+  const single = one(normalizer);
+  if (single) return [single];
+  if (normalizer.type === 'Sequence' && Array.isArray(normalizer.normalizers)) {
+    const list = normalizer.normalizers.map(one);
+    if (list.every((f) => f !== undefined)) return list as Array<'NFC' | 'NFD' | 'NFKC' | 'NFKD'>;
+  }
+  return [];
 }
 
 /** Builds a tokenizer from parsed tokenizer.json / tokenizer_config.json [/ generation_config.json]. */

@@ -30,6 +30,11 @@ export interface Tokenizer {
   decode(ids: ArrayLike<number>, options?: DecodeOptions): string;
   tokenToId(token: string): number | undefined;
   idToToken(id: number): string | undefined;
+  /**
+   * The text `decode(encode(text))` gives back: the normaliser's effect (Qwen: NFC outside added
+   * tokens; byte tokenizer: none). Used to compare rendered text with decoded ids.
+   */
+  normalize(text: string): string;
   /** True for ids flagged special (see `specialTokens`). */
   isSpecial(id: number): boolean;
   /**
