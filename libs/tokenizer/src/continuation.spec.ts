@@ -17,21 +17,24 @@ const tools: ToolDefinition[] = [
 
 /** One LLM call as the gateway records it. */
 interface Call {
+  /** What the gateway stores (the rendered history). */
   messages: ChatMessage[];
+  /** What the client sent (its own copies of earlier replies). */
+  client: ChatMessage[];
   promptIds: number[];
   outputIds: number[];
   reply: ChatMessage;
 }
 
 /** The gateway's side of a call: the model "writes" `output`, the reply is parsed from it. */
-function respond(f: ChatFormat, messages: ChatMessage[], promptIds: number[], output: string, opts: { eos?: number | null } = {}): Call {
+function respond(f: ChatFormat, messages: ChatMessage[], promptIds: number[], output: string, opts: { eos?: number | null; client?: ChatMessage[] } = {}): Call {
   const eos = opts.eos === undefined ? f.tokenizer.tokenToId('<|im_end|>') : opts.eos;
   const outputIds = [...f.tokenizer.encode(output), ...(eos === null || eos === undefined ? [] : [eos])];
   const parsed = parseAssistantOutput(f.tokenizer.decode(outputIds, { skipSpecialTokens: true }), { format: f.toolCallFormat, tools });
   const reply: ChatMessage = { role: 'assistant', content: parsed.content };
   if (parsed.toolCalls.length) reply.tool_calls = parsed.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } }));
   if (parsed.reasoning !== undefined) reply.reasoning_content = parsed.reasoning;
-  return { messages, promptIds, outputIds, reply };
+  return { messages, client: opts.client ?? messages, promptIds, outputIds, reply };
 }
 
 /** What a typical OpenAI client sends back: no reasoning, arguments re-serialised compactly. */
@@ -45,8 +48,8 @@ function fresh(f: ChatFormat, messages: ChatMessage[], extra?: Record<string, un
   return f.tokenizer.encode(f.template.render(messages, { tools, addGenerationPrompt: true, extra }));
 }
 
-function next(f: ChatFormat, prev: Call, added: ChatMessage[], extra?: Record<string, unknown>): { plan: ContinuationPlan; messages: ChatMessage[] } {
-  const request = [...prev.messages, echo(prev.reply), ...added];
+function next(f: ChatFormat, prev: Call, added: ChatMessage[], extra?: Record<string, unknown>): { plan: ContinuationPlan; messages: ChatMessage[]; client: ChatMessage[] } {
+  const request = [...prev.client, echo(prev.reply), ...added];
   const plan = planContinuation({
     template: f.template,
     tokenizer: f.tokenizer,
@@ -59,7 +62,7 @@ function next(f: ChatFormat, prev: Call, added: ChatMessage[], extra?: Record<st
     extra,
   });
   // What the gateway stores as the call's messages: the rendered history when extending, the request when branching.
-  return { plan, messages: plan.kind === 'extend' ? plan.messages : request };
+  return { plan, messages: plan.kind === 'extend' ? plan.messages : request, client: request };
 }
 
 /** The full re-render of a conversation with the stored replies (reasoning included). */
@@ -90,14 +93,15 @@ describe('planContinuation: tiny byte-level format', () => {
     ];
     let stored = [...history];
     for (const step of steps) {
-      const { plan, messages } = next(f, prev, step.added);
+      const { plan, messages, client } = next(f, prev, step.added);
       const ext = expectExtend(plan);
       stored = [...stored, prev.reply, ...step.added];
       expect(ext.promptIds).toEqual(fullRender(f, stored));
+      expect(ext.messages).toEqual(stored);
       expect(ext.reusedTokens).toBe(prev.promptIds.length + prev.outputIds.length);
       expect(ext.cleanBoundary).toBe(true);
       expect(ext.appendedText.startsWith('\n<|im_start|>')).toBe(true); // the output ended with <|im_end|>
-      prev = respond(f, messages, ext.promptIds, step.output);
+      prev = respond(f, messages, ext.promptIds, step.output, { client });
     }
   });
 
@@ -124,11 +128,11 @@ describe('planContinuation: tiny byte-level format', () => {
         const added: ChatMessage[] = prev.reply.tool_calls?.length
           ? prev.reply.tool_calls.map((c) => ({ role: 'tool' as const, tool_call_id: c.id, content: randomText(r, 30) }))
           : [{ role: 'user', content: randomText(r, 30) }];
-        const { plan, messages } = next(tiny, prev, added);
+        const { plan, messages, client } = next(tiny, prev, added);
         const ext = expectExtend(plan);
         stored = [...stored, prev.reply, ...added];
         expect(ext.promptIds).toEqual(fullRender(tiny, stored));
-        prev = respond(tiny, messages, ext.promptIds, randomOutput(r), { eos: r() < 0.2 ? null : 258 });
+        prev = respond(tiny, messages, ext.promptIds, randomOutput(r), { eos: r() < 0.2 ? null : 258, client });
       }
     }
   });
@@ -197,12 +201,12 @@ describe('planContinuation: the real Qwen3 template and tokenizer', () => {
       { added: [{ role: 'tool', tool_call_id: 'y', content: '{"temp": 28}' }], output: '<think>\nDone.\n</think>\n\nParis 21°C, Tokyo 28°C.' },
     ];
     for (const step of steps) {
-      const { plan, messages } = next(f, prev, step.added);
+      const { plan, messages, client } = next(f, prev, step.added);
       const ext = expectExtend(plan);
       stored = [...stored, prev.reply, ...step.added];
       expect(ext.promptIds).toEqual(fullRender(f, stored));
       expect(ext.appendedIds.slice(0, 4)).toEqual([198, 151644, 872, 198]); // "\n<|im_start|>user\n"
-      prev = respond(f, messages, ext.promptIds, step.output);
+      prev = respond(f, messages, ext.promptIds, step.output, { client });
     }
   });
 
@@ -211,7 +215,8 @@ describe('planContinuation: the real Qwen3 template and tokenizer', () => {
     const history: ChatMessage[] = [{ role: 'user', content: 'What is 2+2?' }];
     const prev = respond(f, history, fresh(f, history), '<think>\nSimple arithmetic.\n</think>\n\n4');
     const { plan } = next(f, prev, [{ role: 'user', content: 'And 3+3?' }]);
-    expect(plan).toMatchObject({ kind: 'branch', reason: 'assistant-render-mismatch' });
+    expect(plan).toMatchObject({ kind: 'branch', reason: 'template-rewrites-history' });
+    expect((plan as { detail: string }).detail).toMatch(/drops the reply's reasoning/);
     // The earlier reasoning is gone from the new rendering: what the model saw is not a prefix of it.
     const rendered = f.template.render([...history, prev.reply, { role: 'user', content: 'And 3+3?' }], { tools, addGenerationPrompt: true });
     expect(rendered).not.toContain('Simple arithmetic.');
@@ -223,7 +228,7 @@ describe('planContinuation: the real Qwen3 template and tokenizer', () => {
     const history: ChatMessage[] = [{ role: 'user', content: 'Find cats' }];
     const c1 = respond(f, history, fresh(f, history), `<think>\nsearch\n</think>\n\n${call('search', '{"q": "cats"}')}`);
     const s2 = next(f, c1, [{ role: 'tool', tool_call_id: 't', content: 'cats!' }]);
-    const c2 = respond(f, s2.messages, expectExtend(s2.plan).promptIds, '<think>\nanswer\n</think>\n\nCats found.');
+    const c2 = respond(f, s2.messages, expectExtend(s2.plan).promptIds, '<think>\nanswer\n</think>\n\nCats found.', { client: s2.client });
     const s3 = next(f, c2, [{ role: 'user', content: 'Dogs?' }]);
     expect(s3.plan).toMatchObject({ kind: 'branch', reason: 'template-rewrites-history' });
   });
@@ -262,7 +267,7 @@ describe('planContinuation: the real Qwen3 template and tokenizer', () => {
     const tool: ChatMessage = { role: 'tool', tool_call_id: 't', content: 'Cre\u0300me bru\u0302le\u0301e' };
     const s2 = next(f, c1, [tool]);
     expect(expectExtend(s2.plan).promptIds).toEqual(fullRender(f, [...history, c1.reply, tool]));
-    const c2 = respond(f, s2.messages, expectExtend(s2.plan).promptIds, '<think>\nok\n</think>\n\nDone.');
+    const c2 = respond(f, s2.messages, expectExtend(s2.plan).promptIds, '<think>\nok\n</think>\n\nDone.', { client: s2.client });
     expect(next(f, c2, [{ role: 'user', content: 'x' }]).plan.kind).toBe('branch'); // Qwen3 drops the reasoning at a user turn
   });
 
@@ -280,14 +285,14 @@ describe('planContinuation: the real Qwen3 template and tokenizer', () => {
         const added: ChatMessage[] = toolTurn
           ? prev.reply.tool_calls!.map((c) => ({ role: 'tool' as const, tool_call_id: c.id, content: randomText(r, 30) }))
           : [{ role: 'user', content: `more ${randomText(r, 20)}` }];
-        const { plan, messages } = next(f, prev, added);
+        const { plan, messages, client } = next(f, prev, added);
         stored = [...stored, prev.reply, ...added];
         if (toolTurn) {
           expect(expectExtend(plan).promptIds).toEqual(fullRender(f, stored));
           extends_++;
-          prev = respond(f, messages, (plan as { promptIds: number[] }).promptIds, randomOutput(r, true));
+          prev = respond(f, messages, (plan as { promptIds: number[] }).promptIds, randomOutput(r, true), { client });
         } else {
-          expect(plan.kind).toBe('branch');
+          expect(plan).toMatchObject({ kind: 'branch', reason: 'template-rewrites-history' });
           branches++;
           // The gateway starts a new branch from a fresh encoding of the request.
           stored = [...messages];
@@ -340,6 +345,13 @@ describe('planContinuation: what is not an extension', () => {
     const echoed = echo(c1.reply);
     echoed.tool_calls = echoed.tool_calls!.map((c) => ({ ...c, function: { ...c.function, arguments: '{ "q" : "cats" }' } }));
     expect(planContinuation({ ...base, newMessages: [...history, echoed, tool] }).kind).toBe('extend');
+  });
+
+  it('accepts the same tools written with another key order (rendered as the previous call wrote them)', () => {
+    const reordered = tools.map((t) => JSON.parse(canonicalJson(t)) as ToolDefinition);
+    expect(JSON.stringify(reordered)).not.toBe(JSON.stringify(tools));
+    const plan = planContinuation({ ...base, newMessages: [...history, echo(c1.reply), tool], tools: reordered, prevTools: tools });
+    expect(expectExtend(plan).promptIds).toEqual(fullRender(f, [...history, c1.reply, tool]));
   });
 
   it('changed tools or template variables', () => {

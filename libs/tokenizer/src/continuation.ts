@@ -119,9 +119,9 @@ export type ContinuationPlan =
       /** prevPromptIds + output ids (less a dropped stop id) + encode(bridge + new messages). */
       promptIds: number[];
       /**
-       * The messages the prompt renders: newMessages with the stored reply (and its reasoning) in
-       * the echoed reply's place. Store these as the call's messages: they are the next
-       * continuation's prevMessages.
+       * The messages the prompt renders: prevMessages, the stored reply (with its reasoning), then
+       * the new messages. Store these as the call's messages: they are the next continuation's
+       * prevMessages.
        */
       messages: ChatMessage[];
       /** How many leading ids come from the previous call (prompt + output). */
@@ -175,16 +175,18 @@ export function planContinuation(input: ContinuationInput): ContinuationPlan {
   if (echoedReasoning !== undefined && echoedReasoning !== '' && echoedReasoning !== (storedReasoning ?? '')) {
     return branch('assistant-mismatch', `message ${n} carries a different reasoning`);
   }
-  // The stored reply (with its reasoning) takes the echoed one's place: it is what the model wrote.
-  const history = [...newMessages];
-  history[n] = assistantMessage;
+  // Rendered history: the previous call's messages and the stored reply (with its reasoning) as
+  // they were, not as the agent echoes them (equal as values, but an agent may re-serialise
+  // arguments or drop reasoning, and templates print what they are given); then the new messages.
+  const history = [...prevMessages, assistantMessage, ...newMessages.slice(n + 1)];
 
   const prevText = template.render(prevMessages, { tools: prevTools, addGenerationPrompt: true, extra: prevExtra });
   if (input.verifyPrevPrompt !== false) {
     const decoded = tokenizer.decode(input.prevPromptIds);
     if (decoded !== prevText && decoded !== tokenizer.normalize(prevText)) return branch('prompt-mismatch', 'the previous prompt ids do not decode to the rendering of the previous messages');
   }
-  const newText = template.render(history, { tools, addGenerationPrompt: true, extra });
+  // Tools equal as values are rendered as the previous call's (same key order, same text).
+  const newText = template.render(history, { tools: prevTools, addGenerationPrompt: true, extra: prevExtra });
   if (!newText.startsWith(prevText)) {
     let at = 0;
     while (at < prevText.length && prevText[at] === newText[at]) at++;
@@ -209,6 +211,10 @@ export function planContinuation(input: ContinuationInput): ContinuationPlan {
     }
   }
   if (!afterPrompt.startsWith(outputText)) {
+    const reasoning = storedReasoning?.trim();
+    if (reasoning && outputText.includes(reasoning) && !afterPrompt.includes(reasoning)) {
+      return branch('template-rewrites-history', "the template drops the reply's reasoning (<think> block) from history");
+    }
     let at = 0;
     while (at < outputText.length && outputText[at] === afterPrompt[at]) at++;
     return branch('assistant-render-mismatch', `the template renders the reply as ${JSON.stringify(afterPrompt.slice(at, at + 40))} where the model wrote ${JSON.stringify(outputText.slice(at, at + 40))} (character ${at})`);
