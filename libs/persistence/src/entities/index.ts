@@ -1,4 +1,7 @@
 import { Checkpoint } from './checkpoint.entity';
+import { GatewayCall } from './gateway-call.entity';
+import { GatewayPolicyState } from './gateway-policy-state.entity';
+import { GatewaySession } from './gateway-session.entity';
 import { LlmCall } from './llm-call.entity';
 import { PolicyActivation } from './policy-activation.entity';
 import { PolicyVersion } from './policy-version.entity';
@@ -11,7 +14,8 @@ import { TaskSet } from './task-set.entity';
 import { TrainBatch } from './train-batch.entity';
 import { Trajectory } from './trajectory.entity';
 
-export { Checkpoint, LlmCall, PolicyActivation, PolicyVersion, ProcessedEvent, Reward, Rollout, RolloutGroup, Task, TaskSet, TrainBatch, Trajectory };
+export { Checkpoint, GatewayCall, GatewayPolicyState, GatewaySession, LlmCall, PolicyActivation, PolicyVersion, ProcessedEvent, Reward, Rollout, RolloutGroup, Task, TaskSet, TrainBatch, Trajectory };
+export type { GatewaySessionStatus } from './gateway-session.entity';
 export type { LlmFinishReason, SamplingParams } from './llm-call.entity';
 export type { RewardKind } from './reward.entity';
 export type { RolloutStatus } from './rollout.entity';
@@ -19,4 +23,4 @@ export type { TrajectoryStatus } from './trajectory.entity';
 export { ID_LENGTH, type JsonObject, type JsonValue } from './columns';
 
 /** Every entity, registered explicitly (no globs: the same list works from src and dist). */
-export const ENTITIES = [TaskSet, Task, RolloutGroup, Rollout, LlmCall, Reward, Trajectory, TrainBatch, Checkpoint, PolicyVersion, PolicyActivation, ProcessedEvent];
+export const ENTITIES = [TaskSet, Task, RolloutGroup, Rollout, LlmCall, Reward, Trajectory, TrainBatch, Checkpoint, PolicyVersion, PolicyActivation, ProcessedEvent, GatewaySession, GatewayCall, GatewayPolicyState];

@@ -1,4 +1,5 @@
 import { InitialSchema1795987110915 } from './1795987110915-initial-schema';
+import { GatewaySessions1796100000000 } from './1796100000000-gateway-sessions';
 
 /** Every migration, in order, registered explicitly (no globs: works from src and dist alike). */
-export const MIGRATIONS = [InitialSchema1795987110915];
+export const MIGRATIONS = [InitialSchema1795987110915, GatewaySessions1796100000000];

@@ -6,6 +6,9 @@ import { revertAllMigrations, runMigrations, schemaDrift } from '../migrate';
 
 export const SCHEMA_TABLES = [
   'checkpoints',
+  'gateway_calls',
+  'gateway_policy_state',
+  'gateway_sessions',
   'llm_calls',
   'policy_activations',
   'policy_versions',

@@ -1,0 +1,57 @@
+import { Column, CreateDateColumn, Entity, Index, PrimaryColumn } from 'typeorm';
+import { tokenArrayTransformer } from '../codec/token-bytea';
+import { idColumn, timeColumn, type JsonObject, type JsonValue } from './columns';
+
+/**
+ * The capture state of one answered call: what the next call of the session needs to extend it
+ * token-exactly (DESIGN.md, "Token-exact capture"). The training record itself is the
+ * llm_call.recorded event; this row is the gateway's working state, found by the fingerprint
+ * of (tools, template variables, messages + the reply) that a later request's message prefix
+ * reproduces.
+ */
+@Entity({ name: 'gateway_calls' })
+@Index('idx_gateway_calls_session_fingerprint', ['sessionId', 'replyFingerprint'])
+export class GatewayCall {
+  @PrimaryColumn({ ...idColumn, name: 'id', primaryKeyConstraintName: 'pk_gateway_calls' })
+  id!: string;
+
+  @Column({ ...idColumn, name: 'session_id' })
+  sessionId!: string;
+
+  @Column({ ...idColumn, name: 'branch_id' })
+  branchId!: string;
+
+  @Column({ ...idColumn, name: 'parent_call_id', nullable: true })
+  parentCallId!: string | null;
+
+  @Column({ name: 'turn_index', type: 'integer' })
+  turnIndex!: number;
+
+  /** sha256 (hex) of the messages plus the reply (fingerprintMessages' last entry). */
+  @Column({ name: 'reply_fingerprint', type: 'varchar', length: 64 })
+  replyFingerprint!: string;
+
+  /** The canonical history the prompt renders (planContinuation's `messages`), not the agent's echo. */
+  @Column({ name: 'messages', type: 'jsonb' })
+  messages!: JsonValue[];
+
+  /** The reply as returned to the agent (reasoning included). */
+  @Column({ name: 'assistant_message', type: 'jsonb' })
+  assistantMessage!: JsonObject;
+
+  @Column({ name: 'tools', type: 'jsonb', nullable: true })
+  tools!: JsonValue[] | null;
+
+  /** Template variables (chat_template_kwargs) the prompt was rendered with. */
+  @Column({ name: 'template_extra', type: 'jsonb' })
+  templateExtra!: JsonObject;
+
+  @Column({ name: 'prompt_ids', type: 'bytea', transformer: tokenArrayTransformer(Int32Array) })
+  promptIds!: Int32Array;
+
+  @Column({ name: 'output_ids', type: 'bytea', transformer: tokenArrayTransformer(Int32Array) })
+  outputIds!: Int32Array;
+
+  @CreateDateColumn({ ...timeColumn, name: 'created_at' })
+  createdAt!: Date;
+}

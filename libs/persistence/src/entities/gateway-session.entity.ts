@@ -1,0 +1,66 @@
+import { Column, CreateDateColumn, Entity, Index, PrimaryColumn } from 'typeorm';
+import { idColumn, timeColumn } from './columns';
+
+export type GatewaySessionStatus = 'open' | 'closed';
+
+/**
+ * One agent session at the gateway (opened by the rollout manager through the admin API).
+ * The agent's key is never stored: only its sha256, compared in constant time. Everything a
+ * gateway instance needs to serve the session lives here, so any instance behind the load
+ * balancer can serve any call.
+ */
+@Entity({ name: 'gateway_sessions' })
+@Index('idx_gateway_sessions_status', ['status'])
+@Index('idx_gateway_sessions_rollout', ['rolloutId'])
+export class GatewaySession {
+  @PrimaryColumn({ ...idColumn, name: 'id', primaryKeyConstraintName: 'pk_gateway_sessions' })
+  id!: string;
+
+  /** sha256 (hex) of the whole API key. */
+  @Column({ name: 'key_hash', type: 'varchar', length: 64 })
+  keyHash!: string;
+
+  @Column({ ...idColumn, name: 'rollout_id' })
+  rolloutId!: string;
+
+  @Column({ ...idColumn, name: 'group_id' })
+  groupId!: string;
+
+  @Column({ ...idColumn, name: 'task_id' })
+  taskId!: string;
+
+  @Column({ name: 'model', type: 'text' })
+  model!: string;
+
+  @Column({ name: 'max_context_tokens', type: 'integer', nullable: true })
+  maxContextTokens!: number | null;
+
+  @Column({ name: 'status', type: 'varchar', length: 16 })
+  status!: GatewaySessionStatus;
+
+  @Column({ ...timeColumn, name: 'expires_at', nullable: true })
+  expiresAt!: Date | null;
+
+  /**
+   * Policy version current when the session's first call was admitted (null until then): the
+   * session's "start version" in the staleness bound (DESIGN.md, "Staleness").
+   */
+  @Column({ name: 'policy_version_at_start', type: 'integer', nullable: true })
+  policyVersionAtStart!: number | null;
+
+  /** Calls recorded so far (n > 1 counts each choice); also the next call's turn index. */
+  @Column({ name: 'call_count', type: 'integer', default: 0 })
+  callCount!: number;
+
+  @Column({ name: 'branch_count', type: 'integer', default: 0 })
+  branchCount!: number;
+
+  @CreateDateColumn({ ...timeColumn, name: 'created_at' })
+  createdAt!: Date;
+
+  @Column({ ...timeColumn, name: 'closed_at', nullable: true })
+  closedAt!: Date | null;
+
+  @Column({ name: 'close_reason', type: 'varchar', length: 32, nullable: true })
+  closeReason!: string | null;
+}
