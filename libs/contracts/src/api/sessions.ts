@@ -25,3 +25,27 @@ export const createSessionResponseSchema = z.object({
 export type CreateSessionResponse = z.infer<typeof createSessionResponseSchema>;
 
 export const SESSION_STATES = ['open', 'closed'] as const;
+
+/**
+ * GET /admin/v1/sessions/:id and POST /admin/v1/sessions/:id/close answer this. Times are ms
+ * since epoch. `policyVersionAtStart` is null until the session's first call is admitted.
+ */
+export const sessionStateSchema = z.object({
+  sessionId: z.string(),
+  status: z.enum(SESSION_STATES),
+  rolloutId: z.string(),
+  groupId: z.string(),
+  taskId: z.string(),
+  model: z.string(),
+  /** Calls recorded (each choice of an n > 1 request counts). */
+  callCount: z.number().int().nonnegative(),
+  /** Branches started (the first call starts one; every history rewrite starts another). */
+  branchCount: z.number().int().nonnegative(),
+  policyVersionAtStart: z.number().int().nonnegative().nullable(),
+  createdAt: z.number().int().nonnegative(),
+  expiresAt: z.number().int().nonnegative().nullable(),
+  closedAt: z.number().int().nonnegative().nullable(),
+  /** Why it closed: 'closed' (admin API), 'expired'. */
+  closeReason: z.string().nullable(),
+});
+export type SessionState = z.infer<typeof sessionStateSchema>;
