@@ -116,8 +116,9 @@ struct AddonData {
 class ForwardWorker : public PromiseWorker {
  public:
   ForwardWorker(Napi::Env env, std::shared_ptr<Model> model, Napi::Int32Array tokens, Napi::Int32Array parents,
-                Napi::Float32Array logp, Napi::Float32Array entropy, double max_tokens, double max_bytes)
-      : PromiseWorker(env), model_(std::move(model)), max_tokens_(max_tokens), max_bytes_(max_bytes) {
+                Napi::Float32Array logp, Napi::Float32Array entropy, double max_tokens, double max_bytes, int logits_mode)
+      : PromiseWorker(env), model_(std::move(model)), max_tokens_(max_tokens), max_bytes_(max_bytes),
+        logits_mode_(logits_mode) {
     n_ = (int)tokens.ElementLength();
     tokens_ = tokens.Data();
     parents_ = parents.Data();
@@ -142,9 +143,9 @@ class ForwardWorker : public PromiseWorker {
         throw Error("token out of range: tokens[" + std::to_string(i) + "] = " + std::to_string(tokens_[i]) +
                     " (vocab size " + std::to_string(V) + ")");
     acts->tokens.assign(tokens_, tokens_ + n_);
+    acts->plan = plan_memory(model_->cfg, acts->tree, (LogitsMode)logits_mode_, max_bytes_);
     if (max_bytes_ > 0) {
-      MemoryPlan plan = plan_memory(model_->cfg, acts->tree);
-      double need = (double)(plan.kept_floats + std::max(plan.fwd_scratch_floats, plan.bwd_scratch_floats)) * 4.0;
+      const double need = (double)acts->plan.peak_bytes();
       if (need > max_bytes_)
         throw Error("pack needs " + std::to_string((int64_t)need) + " bytes of activations and scratch, over the limit maxBytes = " +
                     std::to_string((int64_t)max_bytes_));
@@ -170,6 +171,7 @@ class ForwardWorker : public PromiseWorker {
   float* logp_;
   float* entropy_;
   double max_tokens_, max_bytes_;
+  int logits_mode_;
   std::vector<Napi::ObjectReference> refs_;
 };
 
@@ -351,7 +353,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   }
 
   // forward(tokens: Int32Array, parents: Int32Array, logp: Float32Array, entropy: Float32Array,
-  //         maxTokens: number, maxBytes: number): Promise<NativeHandle>
+  //         maxTokens: number, maxBytes: number, logitsMode: 0 auto | 1 keep | 2 recompute): Promise<NativeHandle>
   Napi::Value Forward(const Napi::CallbackInfo& info) {
     model();
     auto tokens = get_typed<int32_t, napi_int32_array>(info[0], "tokens");
@@ -367,7 +369,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     if (logp.ElementLength() != n || ent.ElementLength() != n) throw Error("logp/entropy outputs must have one entry per node");
     double max_tokens = info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : 0;
     double max_bytes = info[5].IsNumber() ? info[5].As<Napi::Number>().DoubleValue() : 0;
-    auto* w = new ForwardWorker(info.Env(), model_, tokens, parents, logp, ent, max_tokens, max_bytes);
+    int logits_mode = info[6].IsNumber() ? info[6].As<Napi::Number>().Int32Value() : 0;
+    if (logits_mode < 0 || logits_mode > 2) throw Error("forward: logits mode must be 0 (auto), 1 (keep) or 2 (recompute)");
+    auto* w = new ForwardWorker(info.Env(), model_, tokens, parents, logp, ent, max_tokens, max_bytes, logits_mode);
     w->Queue();
     return w->Promise();
   }

@@ -62,12 +62,13 @@ struct LogprobScratch {
   float* logits;  // [R, V]
   int R;          // chunk rows
 };
+// kept [M, V] (or null): when given, the logits are written there instead of the scratch chunk.
 void logprob_forward(float* logp, float* entropy, float* lse, float* ent, const float* h, const float* w,
-                     const int32_t* tokens, const TreeInfo& tree, int C, int V, LogprobScratch s);
+                     const int32_t* tokens, const TreeInfo& tree, int C, int V, LogprobScratch s, float* kept);
 // dh[N,C] += ..., dw[V,C] += ..., given per-node dlogp[N] and optional dentropy[N] (may be null)
 void logprob_backward(float* dh, float* dw, const float* dlogp, const float* dentropy, const float* h, const float* w,
                       const float* lse, const float* ent, const int32_t* tokens, const TreeInfo& tree, int C, int V,
-                      LogprobScratch s);
+                      LogprobScratch s, const float* kept);
 
 // ---- AdamW with decoupled weight decay (PyTorch semantics) over one contiguous range ----
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,

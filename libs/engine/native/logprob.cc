@@ -23,18 +23,19 @@ void gather_rows(float* dst, const float* h, const int32_t* idx, int R, int C) {
 }  // namespace
 
 void logprob_forward(float* logp, float* entropy, float* lse, float* ent, const float* h, const float* w,
-                     const int32_t* tokens, const TreeInfo& tree, int C, int V, LogprobScratch s) {
+                     const int32_t* tokens, const TreeInfo& tree, int C, int V, LogprobScratch s, float* kept) {
   // logp[N], entropy[N] (0 for roots), lse[M], ent[M]; h[N,C] final normed hidden; w[V,C]
   const int N = tree.n, M = (int)tree.internal.size();
   std::memset(logp, 0, sizeof(float) * N);
   std::memset(entropy, 0, sizeof(float) * N);
   for (int r0 = 0; r0 < M; r0 += s.R) {
     const int R = std::min(s.R, M - r0);
+    float* chunk = kept ? kept + (size_t)r0 * V : s.logits;
     gather_rows(s.rows, h, tree.internal.data() + r0, R, C);
-    matmul_forward(s.logits, s.rows, w, R, C, V, false);  // logits[R,V]
+    matmul_forward(chunk, s.rows, w, R, C, V, false);  // logits[R,V]
 #pragma omp parallel for num_threads(nthreads()) schedule(static)
     for (int r = 0; r < R; r++) {
-      const float* l = s.logits + (size_t)r * V;
+      const float* l = chunk + (size_t)r * V;
       float mx = l[0];
       for (int k = 1; k < V; k++) mx = l[k] > mx ? l[k] : mx;
       float sum = 0.f, swl = 0.f;  // sum e^(l-mx), sum e^(l-mx) * (l-mx)
@@ -61,7 +62,7 @@ void logprob_forward(float* logp, float* entropy, float* lse, float* ent, const 
 
 void logprob_backward(float* dh, float* dw, const float* dlogp, const float* dentropy, const float* h, const float* w,
                       const float* lse, const float* ent, const int32_t* tokens, const TreeInfo& tree, int C, int V,
-                      LogprobScratch s) {
+                      LogprobScratch s, const float* kept) {
   // For an internal row with distribution P (log P = lp) and children c with coefficients a_c, e_c:
   //   dlogp_c / dlogit_k = 1[k = tok_c] - P_k;   dH / dlogit_k = -P_k (lp_k + H)
   //   g_k = -P_k (A + E (lp_k + H)) + sum_c a_c 1[k = tok_c],  A = sum_c a_c, E = sum_c e_c
@@ -87,7 +88,13 @@ void logprob_backward(float* dh, float* dw, const float* dlogp, const float* den
   for (int a0 = 0; a0 < MA; a0 += s.R) {
     const int R = std::min(s.R, MA - a0);
     gather_rows(s.rows, h, nodes.data() + a0, R, C);
-    matmul_forward(s.logits, s.rows, w, R, C, V, false);  // recompute logits[R,V]
+    if (kept) {
+#pragma omp parallel for num_threads(nthreads()) schedule(static)
+      for (int r = 0; r < R; r++)  // copy: the kept logits stay intact for another backward
+        std::memcpy(s.logits + (size_t)r * V, kept + (size_t)active[a0 + r] * V, sizeof(float) * V);
+    } else {
+      matmul_forward(s.logits, s.rows, w, R, C, V, false);  // recompute logits[R,V]
+    }
 #pragma omp parallel for num_threads(nthreads()) schedule(static)
     for (int r = 0; r < R; r++) {
       const int row = active[a0 + r];

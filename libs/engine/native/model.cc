@@ -210,7 +210,7 @@ void Model::trim_cache() {
   pool_.clear();
 }
 
-MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree) {
+MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree, LogitsMode mode, double max_bytes) {
   const size_t N = tree.n, C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim;
   const size_t QKV = (H + 2 * KVH) * D, V = cfg.vocab, M = tree.internal.size();
   Bump b;
@@ -222,15 +222,25 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree) {
   t(N * C); t(N); t(M); t(M);
   t((size_t)(tree.max_depth + 1) * (D / 2)); t((size_t)(tree.max_depth + 1) * (D / 2));
   MemoryPlan plan;
-  plan.kept_floats = b.used;
   // LM-head chunk: about 8M logits (32 MiB) per chunk, at least 64 rows so the GEMM stays efficient
   size_t rows = std::max<size_t>(64, (size_t(8) << 20) / V);
   rows = std::min(rows, std::max<size_t>(M, 1));
   plan.lm_rows = (int)rows;
   const size_t lm = rows * C + rows * V + 32;
-  plan.fwd_scratch_floats = lm;
   // backward: dres, dln [N,C]; dqkv [N,QKV]; datt [N,HD]; dgu [N,2F]; dh [N,F]; + LM chunk
   plan.bwd_scratch_floats = N * (2 * C + QKV + H * D + 3 * F) + 6 * 16 + lm;
+  plan.fwd_scratch_floats = lm;
+  plan.kept_floats = b.used;
+  const size_t logits = ((M * V) + 15) & ~size_t(15);
+  if (mode == LogitsMode::Keep) {
+    plan.keep_logits = true;
+  } else if (mode == LogitsMode::Recompute) {
+    plan.keep_logits = false;
+  } else {
+    const double with = (double)(plan.kept_floats + logits + std::max(plan.fwd_scratch_floats, plan.bwd_scratch_floats)) * 4.0;
+    plan.keep_logits = logits * sizeof(float) <= kKeepLogitsMaxBytes && (max_bytes <= 0 || with <= max_bytes);
+  }
+  if (plan.keep_logits) plan.kept_floats += logits;
   return plan;
 }
 
@@ -240,7 +250,7 @@ void model_forward(Activations& a, float* logp, float* entropy) {
   const TreeInfo& tree = a.tree;
   const int N = tree.n, C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim;
   const int QKV = (H + 2 * KVH) * D, V = cfg.vocab, M = (int)tree.internal.size(), half = D / 2;
-  const MemoryPlan plan = plan_memory(cfg, tree);
+  const MemoryPlan& plan = a.plan;  // set by the caller (plan_memory)
   Prof prof;
 
   a.arena = m.acquire(plan.kept_floats, false);  // every tensor is written before it is read
@@ -271,6 +281,7 @@ void model_forward(Activations& a, float* logp, float* entropy) {
   a.ent_int = b.take(M);
   a.cos_t = b.take((size_t)(tree.max_depth + 1) * half);
   a.sin_t = b.take((size_t)(tree.max_depth + 1) * half);
+  a.logits = plan.keep_logits ? b.take((size_t)M * V) : nullptr;
 
   // RoPE tables as transformers computes them: angle = float32(pos * inv_freq), then cos/sin.
   for (int pos = 0; pos <= tree.max_depth; pos++)
@@ -319,7 +330,7 @@ void model_forward(Activations& a, float* logp, float* entropy) {
   ls.R = plan.lm_rows;
   ls.rows = sb.take((size_t)ls.R * C);
   ls.logits = sb.take((size_t)ls.R * V);
-  logprob_forward(logp, entropy, a.lse_int, a.ent_int, a.lnf, P.lm, a.tokens.data(), tree, C, V, ls);
+  logprob_forward(logp, entropy, a.lse_int, a.ent_int, a.lnf, P.lm, a.tokens.data(), tree, C, V, ls, a.logits);
   prof.mark("logprob_forward");
 }
 
@@ -329,7 +340,7 @@ void model_backward(Activations& a, const float* dlogp, const float* dentropy) {
   const TreeInfo& tree = a.tree;
   const int N = tree.n, C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim;
   const int QKV = (H + 2 * KVH) * D, V = cfg.vocab;
-  const MemoryPlan plan = plan_memory(cfg, tree);
+  const MemoryPlan& plan = a.plan;
   Prof prof;
   ScratchGuard scratch(m, plan.bwd_scratch_floats);
   Bump b{scratch.a->data(), 0};
@@ -350,7 +361,8 @@ void model_backward(Activations& a, const float* dlogp, const float* dentropy) {
   zero_parallel(dres, (size_t)N * C);  // accumulated into by the final rmsnorm backward
   zero_parallel(dln, (size_t)N * C);   // accumulated into by the LM-head backward
   // LM head: dln (as d lnf) starts at zero; only rows of nodes with children receive gradient
-  logprob_backward(dln, G.lm, dlogp, dentropy, a.lnf, P.lm, a.lse_int, a.ent_int, a.tokens.data(), tree, C, V, ls);
+  logprob_backward(dln, G.lm, dlogp, dentropy, a.lnf, P.lm, a.lse_int, a.ent_int, a.tokens.data(), tree, C, V, ls,
+                   a.logits);
   prof.mark("logprob_backward");
   rmsnorm_backward(dres, G.normf, dln, a.res[cfg.layers], P.normf, a.rstdf, N, C);
   prof.mark("rmsnorm_backward");

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <mutex>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,21 @@ struct ScratchGuard {
   ~ScratchGuard() { m.release(std::move(a)); }
 };
 
+// How the LM head's logits [M, V] are handled: kept in the handle (the backward reads them back)
+// or recomputed chunk by chunk in the backward (one extra LM-head GEMM, no [M, V] memory).
+enum class LogitsMode { Auto = 0, Keep = 1, Recompute = 2 };
+// Auto keeps them when they take at most this many bytes and fit any maxBytes limit.
+constexpr size_t kKeepLogitsMaxBytes = size_t(256) << 20;
+
+struct MemoryPlan {
+  size_t kept_floats, fwd_scratch_floats, bwd_scratch_floats;
+  int lm_rows;  // LM-head chunk rows
+  bool keep_logits;
+  size_t peak_bytes() const { return (kept_floats + std::max(fwd_scratch_floats, bwd_scratch_floats)) * sizeof(float); }
+};
+// max_bytes (0 = no limit) only steers LogitsMode::Auto; the caller enforces the limit itself.
+MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree, LogitsMode mode, double max_bytes);
+
 struct LayerActs {
   float* ln1;    // [N, C]
   float* rstd1;  // [N]
@@ -121,6 +137,8 @@ struct Activations {
   float* rstdf = nullptr;    // [N]
   float* lse_int = nullptr;  // [M] log-sum-exp of each internal node's logits
   float* ent_int = nullptr;  // [M] entropy of each internal node's distribution
+  float* logits = nullptr;   // [M, V] kept logits, or null when the backward recomputes them
+  MemoryPlan plan{};
   float* cos_t = nullptr;    // [max_depth+1, D/2]
   float* sin_t = nullptr;
   size_t kept_bytes = 0;          // bytes of this arena
@@ -128,11 +146,7 @@ struct Activations {
   size_t backward_scratch_bytes = 0;
 };
 
-struct MemoryPlan {
-  size_t kept_floats, fwd_scratch_floats, bwd_scratch_floats;
-  int lm_rows;  // LM-head chunk rows
-};
-MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree);
+
 
 // Allocates the activation arena and runs the forward. logp/entropy are [N] outputs.
 void model_forward(Activations& a, float* logp, float* entropy);

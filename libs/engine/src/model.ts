@@ -18,6 +18,12 @@ export interface ForwardOptions {
   maxTokens?: number;
   /** Reject packs whose activations + peak scratch would exceed this many bytes (before allocating). */
   maxBytes?: number;
+  /**
+   * LM-head logits [nodes with children, vocab]: 'keep' them in the handle for the backward, or
+   * 'recompute' them there (one extra LM-head GEMM, no [M, V] memory). 'auto' (default) keeps
+   * them when they take at most 256 MiB and still fit maxBytes.
+   */
+  logits?: 'auto' | 'keep' | 'recompute';
 }
 
 /** Activations of one forward, kept for backward. Free with dispose(); GC frees it otherwise. */
@@ -291,7 +297,9 @@ export class Model {
     const n = tokens.length;
     const logp = new Float32Array(n);
     const entropy = new Float32Array(n);
-    const h = await native.forward(tokens, parents, logp, entropy, opts.maxTokens ?? 0, opts.maxBytes ?? 0);
+    const mode = { auto: 0, keep: 1, recompute: 2 }[opts.logits ?? 'auto'];
+    if (mode === undefined) throw new TypeError(`forward: logits must be 'auto', 'keep' or 'recompute'`);
+    const h = await native.forward(tokens, parents, logp, entropy, opts.maxTokens ?? 0, opts.maxBytes ?? 0, mode);
     const hasLogp = new Uint8Array(n);
     for (let i = 0; i < n; i++) hasLogp[i] = parents[i] >= 0 ? 1 : 0;
     return { handle: new ForwardHandle(h, this), logp, entropy, hasLogp };

@@ -66,7 +66,10 @@ export interface NativeModel {
   paramsBuffer(): ArrayBuffer;
   gradsBuffer(): ArrayBuffer;
   initRandom(seed: number, std: number): void;
-  /** Writes logp/entropy in place and resolves with the handle. maxTokens/maxBytes: 0 = no limit. */
+  /**
+   * Writes logp/entropy in place and resolves with the handle. maxTokens/maxBytes: 0 = no limit.
+   * logitsMode: 0 auto, 1 keep the LM-head logits for the backward, 2 recompute them there.
+   */
   forward(
     tokens: Int32Array,
     parents: Int32Array,
@@ -74,6 +77,7 @@ export interface NativeModel {
     entropy: Float32Array,
     maxTokens: number,
     maxBytes: number,
+    logitsMode: 0 | 1 | 2,
   ): Promise<NativeHandle>;
   backward(handle: NativeHandle, dLdlogp: Float32Array, dLdEntropy?: Float32Array | null): Promise<void>;
   zeroGrad(): Promise<number>;

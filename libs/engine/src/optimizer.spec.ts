@@ -79,6 +79,29 @@ describe('gradient accumulation and clipping', () => {
     });
   });
 
+  it('kept and recomputed LM-head logits give the same gradients; a handle can be backpropagated twice', async () => {
+    const model = Model.create({ ...cfg, vocabSize: 300 }, { seed: 6, initStd: 0.2 });
+    const pack = { tokens: new Int32Array([1, 2, 3, 4, 5, 6]), parents: new Int32Array([-1, 0, 1, 1, 3, -1]) };
+    const coef = new Float32Array([0, 0.5, -1, 2, 1, 0]), ent = new Float32Array([0, 0.1, 0, -0.3, 0.2, 0]);
+    const grads = [];
+    for (const logits of ['keep', 'recompute'] as const) {
+      await model.zeroGrad();
+      const fw = await model.forward(pack, { logits });
+      await model.backward(fw, coef, ent);
+      await model.backward(fw, coef, ent); // twice: the kept logits must survive the first backward
+      grads.push(model.tensors.map((t) => Float64Array.from(t.grad)));
+      fw.handle.dispose();
+    }
+    model.tensors.forEach((t, k) => {
+      let d = 0, n = 0;
+      grads[0][k].forEach((g, i) => ((d += (g - grads[1][k][i]) ** 2), (n += g * g)));
+      expect(Math.sqrt(d), t.name).toBeLessThanOrEqual(1e-5 * Math.sqrt(n) + 1e-12);
+    });
+    const keep = await model.forward(pack, { logits: 'keep' });
+    const rec = await model.forward(pack, { logits: 'recompute' });
+    expect(keep.handle.activationBytes).toBeGreaterThan(rec.handle.activationBytes); // the [M, V] logits
+  });
+
   it('clipGradNorm returns the pre-clip norm and scales to maxNorm', async () => {
     const model = Model.create(cfg, { seed: 4, initStd: 0.2 });
     await model.zeroGrad();

@@ -179,20 +179,24 @@ async function merging() {
     const flat = flatPack(samples);
     const S = merged.totalTokens / merged.uniqueTokens;
     const mp = toStep(merged, samples), fp = toStep(flat, samples);
-    await trainStep(m, mp); // warm-up
+    // warm-up both (steady state: arenas of these sizes are cached, as in training), then
+    // alternate flat and merged steps so that bursts of outside load hit both alike; keep minima
+    await trainStep(m, mp);
+    await trainStep(m, fp);
     const reps = quick ? 1 : 3;
     let tm = Infinity, fbm = Infinity, peakM = 0;
+    const f = { seconds: Infinity, fwdBwdSeconds: Infinity, peak: 0 };
     for (let r = 0; r < reps; r++) {
-      const a = await trainStep(m, mp);
-      tm = Math.min(tm, a.seconds);
-      fbm = Math.min(fbm, a.fwdBwdSeconds);
-      peakM = a.peak;
-    }
-    await trainStep(m, fp); // warm-up (steady state: arenas of this size are cached, as in training)
-    const f = await trainStep(m, fp);
-    if (!quick) {
-      const f2 = await trainStep(m, fp);
-      if (f2.seconds < f.seconds) Object.assign(f, f2);
+      const a = await trainStep(m, fp);
+      f.seconds = Math.min(f.seconds, a.seconds);
+      f.fwdBwdSeconds = Math.min(f.fwdBwdSeconds, a.fwdBwdSeconds);
+      f.peak = a.peak;
+      for (let k = 0; k < 2; k++) {
+        const b = await trainStep(m, mp);
+        tm = Math.min(tm, b.seconds);
+        fbm = Math.min(fbm, b.fwdBwdSeconds);
+        peakM = b.peak;
+      }
     }
     const row = {
       targetS: c.S, S, samples: samples.length, totalTokens: merged.totalTokens, uniqueTokens: merged.uniqueTokens, sharing: merged.sharing,
