@@ -39,12 +39,16 @@ export class GatewayCall {
   @Column({ name: 'assistant_message', type: 'jsonb' })
   assistantMessage!: JsonObject;
 
-  @Column({ name: 'tools', type: 'jsonb', nullable: true })
-  tools!: JsonValue[] | null;
+  /**
+   * The tools as JSON text, not jsonb: templates print them with `tojson` in their key order,
+   * which jsonb would not keep, and the previous prompt must re-render to the same text.
+   */
+  @Column({ name: 'tools_json', type: 'text', nullable: true })
+  toolsJson!: string | null;
 
-  /** Template variables (chat_template_kwargs) the prompt was rendered with. */
-  @Column({ name: 'template_extra', type: 'jsonb' })
-  templateExtra!: JsonObject;
+  /** Template variables (chat_template_kwargs) the prompt was rendered with, as JSON text (key order kept, as for tools). */
+  @Column({ name: 'template_extra_json', type: 'text' })
+  templateExtraJson!: string;
 
   @Column({ name: 'prompt_ids', type: 'bytea', transformer: tokenArrayTransformer(Int32Array) })
   promptIds!: Int32Array;
