@@ -1,13 +1,49 @@
 import { z } from 'zod';
 import { httpUrl, port, positiveInt, secret, serviceBaseEnv } from '@anvil/config';
 
-export const gatewayEnv = z.object({
-  ...serviceBaseEnv,
-  PORT: port(8080),
-  HOST: z.string().default('127.0.0.1'),
-  /** Credential of the admin API the rollout manager uses to open and close sessions. */
-  GATEWAY_ADMIN_TOKEN: secret(32),
-  INFERENCE_PROXY_URL: httpUrl(),
-  MAX_REQUEST_BYTES: positiveInt(4 * 1024 * 1024),
-});
+const nonNegativeInt = (fallback: number) => z.coerce.number().int().nonnegative().default(fallback);
+const flag = (fallback: 'true' | 'false') => z.enum(['true', 'false']).default(fallback).transform((v) => v === 'true');
+
+export const gatewayEnv = z
+  .object({
+    ...serviceBaseEnv,
+    PORT: port(8080),
+    HOST: z.string().default('127.0.0.1'),
+    /** Credential of the admin API the rollout manager uses to open and close sessions. */
+    GATEWAY_ADMIN_TOKEN: secret(32),
+    INFERENCE_PROXY_URL: httpUrl(),
+    /** Largest request body accepted (413 beyond). */
+    MAX_REQUEST_BYTES: positiveInt(4 * 1024 * 1024),
+    /** The served model's name: what /v1/models lists and requests must name. */
+    GATEWAY_MODEL_NAME: z.string().min(1).max(128).default('anvil-tiny'),
+    /** The model family's tokenizer and chat template: the built-in tiny model, or a Hugging Face directory. */
+    GATEWAY_CHAT_FORMAT: z.enum(['tiny', 'hf']).default('tiny'),
+    /** With GATEWAY_CHAT_FORMAT=hf: tokenizer.json, tokenizer_config.json, the chat template. */
+    GATEWAY_TOKENIZER_DIR: z.string().optional(),
+    /** Prompt + output tokens one call may use. */
+    GATEWAY_MAX_CONTEXT_TOKENS: positiveInt(8192),
+    /** max_tokens when the request sets none (clamped to what the context leaves). */
+    GATEWAY_DEFAULT_MAX_TOKENS: positiveInt(1024),
+    /** Largest `n` (choices per request). */
+    GATEWAY_MAX_N: positiveInt(16),
+    /** η of DESIGN.md "Staleness": current policy version − oldest in-flight session's start version may not exceed it. */
+    MAX_STALENESS: nonNegativeInt(4),
+    /** Seconds a refused first call is told to wait (Retry-After). */
+    GATEWAY_RETRY_AFTER_S: positiveInt(2),
+    /** Policy version assumed until a policy_version.activated arrives (the proxy's INITIAL_POLICY_VERSION). */
+    INITIAL_POLICY_VERSION: nonNegativeInt(0),
+    /** Consumer group for policy_version.activated. */
+    GATEWAY_POLICY_GROUP: z.string().min(1).default('anvil.gateway.policy'),
+    /** Public base URL agents reach this gateway at (session base URLs are built on it); default: the admin request's Host. */
+    GATEWAY_PUBLIC_URL: httpUrl().optional(),
+    /** Apply committed migrations (under the shared advisory lock) at start: the gateway's tables must exist before it serves. */
+    DB_MIGRATE_ON_START: flag('true'),
+    /** One generation may take at most this long at the inference-proxy. */
+    GATEWAY_GENERATION_TIMEOUT_MS: positiveInt(600_000),
+  })
+  .superRefine((env, ctx) => {
+    if (env.GATEWAY_CHAT_FORMAT === 'hf' && !env.GATEWAY_TOKENIZER_DIR) {
+      ctx.addIssue({ code: 'custom', path: ['GATEWAY_TOKENIZER_DIR'], message: 'is required when GATEWAY_CHAT_FORMAT=hf' });
+    }
+  });
 export type GatewayConfig = z.infer<typeof gatewayEnv>;

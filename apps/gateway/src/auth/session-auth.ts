@@ -1,0 +1,46 @@
+import type { GatewaySession } from '@anvil/persistence';
+import { ApiError } from '../http/api-error';
+import type { SessionStore } from '../sessions/session-store';
+import { keyMatches, sessionIdOfKey } from './api-key';
+
+/**
+ * Finds the one session a request may touch. The credential is the session key, taken from the
+ * per-session URL's path segment when the request came that way (the segment is the key), else
+ * from `Authorization: Bearer <key>`. The key names its session; nothing else in the request
+ * does, so a key can only ever reach its own session.
+ *
+ *  - no key, a malformed key, an unknown session (Bearer form), a wrong secret → 401
+ *  - a per-session URL whose segment names no session → 404
+ *  - a closed or expired session → 410
+ * The row is read from PostgreSQL on every call, so a close is seen by every instance at once.
+ */
+export class SessionAuthenticator {
+  constructor(private readonly sessions: SessionStore) {}
+
+  async authenticate(authorization: string | undefined, pathKey: string | undefined): Promise<GatewaySession> {
+    const viaUrl = pathKey !== undefined;
+    const key = viaUrl ? pathKey : bearer(authorization);
+    if (!key) throw ApiError.unauthorized('missing API key: send `Authorization: Bearer <session key>` or use the session base URL');
+    const sessionId = sessionIdOfKey(key);
+    if (!sessionId) throw viaUrl ? notFound() : ApiError.unauthorized('invalid API key');
+    const session = await this.sessions.find(sessionId);
+    if (!session) throw viaUrl ? notFound() : ApiError.unauthorized('invalid API key');
+    if (!keyMatches(key, session.keyHash)) throw ApiError.unauthorized('invalid API key');
+    if (session.status === 'closed') throw gone(session.closeReason === 'expired' ? 'session_expired' : 'session_closed');
+    if (session.expiresAt && session.expiresAt.getTime() <= Date.now()) {
+      await this.sessions.close(session.id, 'expired');
+      throw gone('session_expired');
+    }
+    return session;
+  }
+}
+
+export function bearer(authorization: string | undefined): string | null {
+  if (!authorization) return null;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+  return m ? m[1] : null;
+}
+
+const notFound = () => new ApiError(404, 'invalid_request_error', 'no such session', 'session_not_found');
+const gone = (code: 'session_closed' | 'session_expired') =>
+  new ApiError(410, 'invalid_request_error', code === 'session_expired' ? 'this session has expired' : 'this session is closed', code);

@@ -1,0 +1,28 @@
+import type { GatewaySession } from '@anvil/persistence';
+import type { ChatMessage, ToolDefinition } from '@anvil/tokenizer';
+import type { PlannedPrompt } from '../capture/prompt-planner';
+import type { ServedModel } from '../models/model-registry';
+import type { ChatRequest } from '../openai/chat-request';
+
+/** A validated, admitted request with its prompt planned: everything generation and recording need. */
+export interface PreparedCall {
+  kind: 'chat' | 'completion';
+  requestId: string;
+  receivedAt: number;
+  session: GatewaySession;
+  model: ServedModel;
+  plan: PlannedPrompt;
+  /** The parent's branch when extending, else a new one shared by all n choices. */
+  branchId: string;
+  /** One call id per choice (also the inference-proxy request id and the record's event id). */
+  callIds: string[];
+  maxTokens: number;
+  sampling: { temperature: number; topP: number; topK: number; seed: number | null };
+  stop: string[];
+  logprobs: boolean;
+  /** Chat only. */
+  tools: ToolDefinition[] | null;
+  toolChoice: ChatRequest['tool_choice'];
+  extra: Record<string, unknown>;
+  messages: ChatMessage[];
+}

@@ -1,0 +1,74 @@
+import { Module, type DynamicModule } from '@nestjs/common';
+import { APP_FILTER } from '@nestjs/core';
+import type { DataSource } from 'typeorm';
+import { InferenceProxyClient } from '@anvil/inference-client';
+import type { MessageBus } from '@anvil/messaging';
+import type { Logger, ServiceMetrics } from '@anvil/observability';
+import { DATA_SOURCE, EVENT_BUS, LOGGER, METRICS } from '@anvil/service-kit';
+import { SessionAuthenticator } from './auth/session-auth';
+import { CallRecorder } from './capture/call-recorder';
+import { CaptureStore } from './capture/capture-store';
+import { CallService } from './chat/call-service';
+import type { GatewayConfig } from './config';
+import { AdminController } from './http/admin.controller';
+import { HttpSetup } from './http/http-setup';
+import { OpenAiController } from './http/openai.controller';
+import { OpenAiErrorFilter } from './http/openai-error.filter';
+import { GatewayLifecycle } from './lifecycle/gateway-lifecycle';
+import { InFlightCalls } from './lifecycle/in-flight';
+import { GatewayMetrics } from './metrics';
+import { ModelRegistry } from './models/model-registry';
+import { PolicyVersionConsumer } from './sessions/policy-version.consumer';
+import { PolicyVersionStore } from './sessions/policy-version-store';
+import { SCHEMA_GATE, SchemaGate } from './sessions/schema-gate';
+import { SessionStore } from './sessions/session-store';
+import { StalenessGate } from './sessions/staleness-gate';
+import { CALL_SERVICE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT, INFERENCE_CLIENT, MODEL_REGISTRY, POLICY_VERSIONS, SESSION_AUTH, SESSION_STORE } from './tokens';
+
+/**
+ * The gateway's own providers and controllers, on top of whatever supplies EVENT_BUS,
+ * DATA_SOURCE, LOGGER and METRICS (Kafka + PostgreSQL in the service; an in-process bus and
+ * PGlite in tests).
+ */
+@Module({})
+export class GatewayApiModule {
+  static forRoot(config: GatewayConfig, opts: { registry?: ModelRegistry } = {}): DynamicModule {
+    return {
+      module: GatewayApiModule,
+      controllers: [AdminController, OpenAiController],
+      providers: [
+        { provide: GATEWAY_CONFIG, useValue: config },
+        { provide: MODEL_REGISTRY, useFactory: () => opts.registry ?? ModelRegistry.fromConfig(config) },
+        { provide: INFERENCE_CLIENT, useFactory: () => new InferenceProxyClient({ baseUrl: config.INFERENCE_PROXY_URL, timeoutMs: config.GATEWAY_GENERATION_TIMEOUT_MS }) },
+        { provide: GATEWAY_METRICS, inject: [METRICS], useFactory: (m: ServiceMetrics) => new GatewayMetrics(m) },
+        { provide: IN_FLIGHT, useFactory: () => new InFlightCalls() },
+        { provide: SCHEMA_GATE, inject: [DATA_SOURCE, LOGGER], useFactory: (ds: DataSource, logger: Logger) => new SchemaGate(ds, config.DB_MIGRATE_ON_START, logger) },
+        { provide: SESSION_STORE, inject: [DATA_SOURCE], useFactory: (ds: DataSource) => new SessionStore(ds) },
+        { provide: SESSION_AUTH, inject: [SESSION_STORE], useFactory: (s: SessionStore) => new SessionAuthenticator(s) },
+        { provide: POLICY_VERSIONS, inject: [DATA_SOURCE], useFactory: (ds: DataSource) => new PolicyVersionStore(ds, config.INITIAL_POLICY_VERSION) },
+        {
+          provide: CALL_SERVICE,
+          inject: [DATA_SOURCE, EVENT_BUS, SESSION_STORE, POLICY_VERSIONS, INFERENCE_CLIENT, MODEL_REGISTRY, GATEWAY_METRICS, LOGGER],
+          useFactory: (ds: DataSource, bus: MessageBus, sessions: SessionStore, versions: PolicyVersionStore, client: InferenceProxyClient, registry: ModelRegistry, metrics: GatewayMetrics, logger: Logger) => {
+            const captures = new CaptureStore(ds);
+            return new CallService({
+              config,
+              registry,
+              client,
+              sessions,
+              gate: new StalenessGate(ds, versions, config.MAX_STALENESS),
+              captures,
+              recorder: new CallRecorder(bus, captures, 'gateway'),
+              metrics,
+              logger: logger.child({ component: 'calls' }),
+            });
+          },
+        },
+        { provide: APP_FILTER, useClass: OpenAiErrorFilter },
+        HttpSetup,
+        GatewayLifecycle,
+        PolicyVersionConsumer,
+      ],
+    };
+  }
+}

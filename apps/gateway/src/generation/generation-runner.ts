@@ -1,0 +1,94 @@
+import type { GenerateRequestInput } from '@anvil/contracts';
+import type { InferenceProxyClient } from '@anvil/inference-client';
+import { StreamDecoder, type Tokenizer } from '@anvil/tokenizer';
+import { StopStringMatcher } from './stop-strings';
+
+export interface GenerationResult {
+  /** The ids the reply is made of (cut after a stop string, see below). */
+  outputIds: number[];
+  logprobs: number[];
+  versions: number[];
+  finishReason: 'stop' | 'length' | 'abort';
+  /** Decoded reply text (special tokens skipped), ending before a stop string. */
+  text: string;
+  stoppedByString: boolean;
+  promptTokens: number;
+  cachedPromptTokens: number;
+  firstTokenAt: number | null;
+}
+
+/**
+ * Runs one generation at the inference-proxy as a token stream and returns exactly what was
+ * sampled, with logprobs and per-token policy versions. `onText` sees the decoded text as it
+ * grows (for SSE). Stop strings end the generation early: the reply keeps the ids whose text
+ * precedes the stop string (when the string starts on a token boundary, which byte-level
+ * vocabularies guarantee, the reply's text and ids then agree exactly, so the next turn extends
+ * it token-exactly); the rest of the sampled ids are not part of the answered reply.
+ */
+export async function runGeneration(opts: {
+  client: InferenceProxyClient;
+  request: GenerateRequestInput;
+  tokenizer: Tokenizer;
+  stop: readonly string[];
+  signal?: AbortSignal;
+  onText?: (text: string) => void;
+}): Promise<GenerationResult> {
+  const decoder = new StreamDecoder(opts.tokenizer, { skipSpecialTokens: true });
+  const matcher = new StopStringMatcher(opts.stop);
+  const ids: number[] = [];
+  const logprobs: number[] = [];
+  const versions: number[] = [];
+  /** Decoded text length after each id: maps a stop string's position back to ids. */
+  const textLengths: number[] = [];
+  let firstTokenAt: number | null = null;
+  const cancel = new AbortController();
+  const signal = opts.signal ? AbortSignal.any([opts.signal, cancel.signal]) : cancel.signal;
+  const stream = opts.client.generateStream(opts.request, { signal });
+  let stopAt = -1;
+  try {
+    for (;;) {
+      const next = await stream.next();
+      if (next.done) {
+        const r = next.value;
+        decoder.flush();
+        return { outputIds: ids, logprobs, versions, finishReason: r.finishReason, text: decoder.text, stoppedByString: false, promptTokens: r.promptTokens, cachedPromptTokens: r.cachedPromptTokens, firstTokenAt };
+      }
+      const chunk = next.value;
+      if (firstTokenAt === null && chunk.ids.length > 0) firstTokenAt = Date.now();
+      for (let i = 0; i < chunk.ids.length; i++) {
+        const before = decoder.text.length;
+        decoder.push(chunk.ids[i]);
+        ids.push(chunk.ids[i]);
+        logprobs.push(chunk.logprobs[i]);
+        versions.push(chunk.versions[i]);
+        textLengths.push(decoder.text.length);
+        if (matcher.active) {
+          stopAt = matcher.find(decoder.text, before);
+          if (stopAt !== -1) break;
+        }
+      }
+      if (stopAt !== -1) break;
+      opts.onText?.(decoder.text);
+    }
+  } finally {
+    // Leaving early (stop string, error, client gone) closes the proxy stream, which aborts the
+    // generation there; the stream's own return() releases the connection.
+    if (stopAt !== -1 || signal.aborted) cancel.abort();
+    await stream.return(undefined as never).catch(() => undefined);
+  }
+  // A stop string at character stopAt: keep the ids whose text ends at or before it.
+  let keep = textLengths.findIndex((len) => len > stopAt);
+  if (keep === -1) keep = ids.length;
+  else if ((keep === 0 ? 0 : textLengths[keep - 1]) !== stopAt) keep += 1; // the stop string starts inside that token
+  return {
+    outputIds: ids.slice(0, keep),
+    logprobs: logprobs.slice(0, keep),
+    versions: versions.slice(0, keep),
+    finishReason: 'stop',
+    text: decoder.text.slice(0, stopAt),
+    stoppedByString: true,
+    promptTokens: opts.request.promptIds.length,
+    cachedPromptTokens: 0,
+    firstTokenAt,
+  };
+}

@@ -1,0 +1,72 @@
+import { Body, Controller, Get, HttpCode, Inject, Param, Post, Req } from '@nestjs/common';
+import type { FastifyRequest } from 'fastify';
+import { createSessionRequestSchema, type CreateSessionResponse, type SessionState } from '@anvil/contracts';
+import type { Logger } from '@anvil/observability';
+import { LOGGER } from '@anvil/service-kit';
+import { assertAdmin } from '../auth/admin-auth';
+import { issueKey } from '../auth/api-key';
+import type { GatewayConfig } from '../config';
+import type { ModelRegistry } from '../models/model-registry';
+import { sessionState, type SessionStore } from '../sessions/session-store';
+import { GATEWAY_CONFIG, MODEL_REGISTRY, SESSION_STORE } from '../tokens';
+import { ApiError } from './api-error';
+
+/**
+ * The admin API the rollout manager uses (credential: GATEWAY_ADMIN_TOKEN as a Bearer token).
+ *  POST /admin/v1/sessions            CreateSessionRequest -> {sessionId, apiKey, baseUrl} (201)
+ *  POST /admin/v1/sessions/:id/close  -> SessionState (idempotent)
+ *  GET  /admin/v1/sessions/:id        -> SessionState (status, call and branch counts, ...)
+ * The API key is shown once, here; only its sha256 is stored.
+ */
+@Controller('admin/v1/sessions')
+export class AdminController {
+  constructor(
+    @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
+    @Inject(MODEL_REGISTRY) private readonly registry: ModelRegistry,
+    @Inject(SESSION_STORE) private readonly sessions: SessionStore,
+    @Inject(LOGGER) private readonly logger: Logger,
+  ) {}
+
+  @Post()
+  @HttpCode(201)
+  async create(@Req() req: FastifyRequest, @Body() body: unknown): Promise<CreateSessionResponse> {
+    assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
+    const parsed = createSessionRequestSchema.safeParse(body);
+    if (!parsed.success) throw ApiError.fromZod(parsed.error);
+    const r = parsed.data;
+    const model = this.registry.get(r.model);
+    if (!model) throw new ApiError(404, 'invalid_request_error', `The model \`${r.model}\` does not exist`, 'model_not_found', 'model');
+    if (r.expiresAt !== undefined && r.expiresAt <= Date.now()) throw ApiError.invalid('expiresAt is in the past', 'expiresAt');
+    const key = issueKey();
+    await this.sessions.create({
+      id: key.sessionId,
+      keyHash: key.keyHash,
+      rolloutId: r.rolloutId,
+      groupId: r.groupId,
+      taskId: r.taskId,
+      model: r.model,
+      maxContextTokens: r.maxContextTokens ? Math.min(r.maxContextTokens, model.maxContextTokens) : null,
+      expiresAt: r.expiresAt ? new Date(r.expiresAt) : null,
+    });
+    this.logger.info('session opened', { sessionId: key.sessionId, rolloutId: r.rolloutId });
+    const base = (this.config.GATEWAY_PUBLIC_URL ?? `${req.protocol}://${req.headers.host ?? `${this.config.HOST}:${this.config.PORT}`}`).replace(/\/+$/, '');
+    return { sessionId: key.sessionId, apiKey: key.apiKey, baseUrl: `${base}/sessions/${key.apiKey}/v1` };
+  }
+
+  @Post(':id/close')
+  @HttpCode(200)
+  async close(@Req() req: FastifyRequest, @Param('id') id: string): Promise<SessionState> {
+    assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
+    const session = await this.sessions.close(id, 'closed');
+    if (!session) throw new ApiError(404, 'invalid_request_error', 'no such session', 'session_not_found');
+    return sessionState(session);
+  }
+
+  @Get(':id')
+  async get(@Req() req: FastifyRequest, @Param('id') id: string): Promise<SessionState> {
+    assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
+    const session = await this.sessions.find(id);
+    if (!session) throw new ApiError(404, 'invalid_request_error', 'no such session', 'session_not_found');
+    return sessionState(session);
+  }
+}

@@ -1,0 +1,22 @@
+import type { ServiceMetrics } from '@anvil/observability';
+
+/** The gateway's Prometheus metrics (anvil_gateway_*). */
+export class GatewayMetrics {
+  readonly requests;
+  readonly tokens;
+  readonly capture;
+  readonly backpressure;
+  readonly records;
+  readonly inFlight;
+  readonly callSeconds;
+
+  constructor(metrics: ServiceMetrics) {
+    this.requests = metrics.counter('gateway_requests_total', 'HTTP requests answered, by route and status', ['route', 'status']);
+    this.tokens = metrics.counter('gateway_tokens_total', 'Tokens of answered calls (prompt, reused prompt, output)', ['kind']);
+    this.capture = metrics.counter('gateway_capture_total', 'Calls that extended a previous call token-exactly vs started a branch, with the branch reason', ['kind', 'reason']);
+    this.backpressure = metrics.counter('gateway_backpressure_total', 'First calls refused with 429 over staleness capacity');
+    this.records = metrics.counter('gateway_records_total', 'llm_call.recorded publications, by outcome', ['outcome']);
+    this.inFlight = metrics.gauge('gateway_calls_in_flight', 'Calls being generated or recorded');
+    this.callSeconds = metrics.histogram('gateway_call_seconds', 'Wall time of answered calls', ['route', 'stream'], [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]);
+  }
+}

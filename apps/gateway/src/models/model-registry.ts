@@ -1,0 +1,36 @@
+import { loadChatFormat, tinyChatFormat, type ChatFormat } from '@anvil/tokenizer';
+import type { GatewayConfig } from '../config';
+
+/** The model this gateway serves: its name, chat format and context size. */
+export interface ServedModel {
+  name: string;
+  format: ChatFormat;
+  maxContextTokens: number;
+  /** Unix seconds, for /v1/models' `created`. */
+  created: number;
+}
+
+/**
+ * The served model(s), from config. One model per gateway today (one policy is trained at a
+ * time); requests and sessions naming another model get 404 model_not_found.
+ */
+export class ModelRegistry {
+  private readonly models = new Map<string, ServedModel>();
+
+  constructor(models: ServedModel[]) {
+    for (const m of models) this.models.set(m.name, m);
+  }
+
+  static fromConfig(config: Pick<GatewayConfig, 'GATEWAY_MODEL_NAME' | 'GATEWAY_CHAT_FORMAT' | 'GATEWAY_TOKENIZER_DIR' | 'GATEWAY_MAX_CONTEXT_TOKENS'>): ModelRegistry {
+    const format = config.GATEWAY_CHAT_FORMAT === 'hf' ? loadChatFormat(config.GATEWAY_TOKENIZER_DIR ?? '') : tinyChatFormat();
+    return new ModelRegistry([{ name: config.GATEWAY_MODEL_NAME, format, maxContextTokens: config.GATEWAY_MAX_CONTEXT_TOKENS, created: Math.floor(Date.now() / 1000) }]);
+  }
+
+  get(name: string): ServedModel | undefined {
+    return this.models.get(name);
+  }
+
+  list(): ServedModel[] {
+    return [...this.models.values()];
+  }
+}

@@ -1,0 +1,10 @@
+/** Injection tokens of the gateway's own providers (stores and services are built in app.module from DATA_SOURCE and EVENT_BUS). */
+export const GATEWAY_CONFIG = Symbol('GATEWAY_CONFIG');
+export const MODEL_REGISTRY = Symbol('MODEL_REGISTRY');
+export const INFERENCE_CLIENT = Symbol('INFERENCE_CLIENT');
+export const GATEWAY_METRICS = Symbol('GATEWAY_METRICS');
+export const SESSION_STORE = Symbol('SESSION_STORE');
+export const SESSION_AUTH = Symbol('SESSION_AUTH');
+export const CALL_SERVICE = Symbol('CALL_SERVICE');
+export const IN_FLIGHT = Symbol('IN_FLIGHT');
+export const POLICY_VERSIONS = Symbol('POLICY_VERSIONS');
