@@ -254,7 +254,7 @@ void model_forward(Activations& a, float* logp, float* entropy) {
   Prof prof;
 
   a.arena = m.acquire(plan.kept_floats, false);  // every tensor is written before it is read
-  a.kept_bytes = a.arena->bytes();
+  a.kept_bytes = plan.kept_floats * sizeof(float);  // what the pack needs (a reused arena may be larger)
   a.forward_scratch_bytes = plan.fwd_scratch_floats * sizeof(float);
   a.backward_scratch_bytes = plan.bwd_scratch_floats * sizeof(float);
   Bump b{a.arena->data(), 0};

@@ -13,7 +13,7 @@
 // Every time is the minimum over a few repetitions after a warm-up (steady state; the least
 // disturbed estimate on a shared machine), and SGEMM GFLOP/s is the best run of each shape.
 // Prints a readable table, then ONE JSON object as the last line of stdout.
-import { buildPack, flatPack, mergeSampleValues, PackSample, Pack } from '@anvil/rl';
+import { flatPack, mergeSampleValues, packSamples, PackSample, Pack } from '@anvil/rl';
 import { Model, ModelConfigInput, analyzeTree, benchSgemm, engineInfo, setThreads, SgemmMode } from '@anvil/engine';
 
 const threads = Number(process.env.ANVIL_BENCH_THREADS ?? 2);
@@ -155,30 +155,53 @@ function starGroup(n: number, P: number, b: number, vocab: number, seed: number)
   });
 }
 
-// S = n (P + b) / (P + n b); every case is one optimizer step over ~8-13k flat tokens.
+// S = n (P + b) / (P + n b). Each case is one optimizer step over its batch; both sides are cut
+// into packs of at most PACK_TOKENS tokens (flat: whole sequences; merged: packSamples), and the
+// batches are sized so that the merged side still fills about 2k-tokens packs, as training would.
+const PACK_TOKENS = 8192;
 const SHARING_CASES: Array<{ S: number; groups: number; n: number; P: number; b: number }> = [
   { S: 1, groups: 1, n: 16, P: 0, b: 512 },
   { S: 2, groups: 2, n: 32, P: 64, b: 60 },
   { S: 4, groups: 2, n: 32, P: 96, b: 28 },
-  { S: 8, groups: 2, n: 32, P: 112, b: 12 },
-  { S: 16, groups: 2, n: 32, P: 120, b: 4 },
-  { S: 40, groups: 1, n: 64, P: 208, b: 2 },
+  { S: 8, groups: 4, n: 32, P: 112, b: 12 },
+  { S: 16, groups: 8, n: 32, P: 120, b: 4 },
+  { S: 40, groups: 2, n: 64, P: 208, b: 2 },
 ];
+
+/** Whole samples, in order, into flat packs of at most `max` tokens. */
+function flatPacks(samples: PackSample[], max: number): Pack[] {
+  const packs: Pack[] = [];
+  let cur: number[] = [], size = 0;
+  samples.forEach((s, i) => {
+    const len = s.promptIds.length + s.outputIds.length;
+    if (size + len > max && cur.length) {
+      packs.push(flatPack(samples, cur));
+      cur = [];
+      size = 0;
+    }
+    cur.push(i);
+    size += len;
+  });
+  if (cur.length) packs.push(flatPack(samples, cur));
+  return packs;
+}
 
 async function merging() {
   const cfg = CONFIGS[1];
   const m = Model.create(cfg.cfg, { seed: 2 });
   const rows = [];
-  const toStep = (pack: Pack, samples: PackSample[]) => {
-    const coef = mergeSampleValues(pack, pack.samples.map((i) => Float32Array.from(samples[i].outputIds, () => -1 / samples.length)));
-    return [{ tokens: pack.tokens, parents: pack.parents, coef }];
-  };
+  const toStep = (packs: Pack[], samples: PackSample[]) =>
+    packs.map((pack) => ({
+      tokens: pack.tokens,
+      parents: pack.parents,
+      coef: mergeSampleValues(pack, pack.samples.map((i) => Float32Array.from(samples[i].outputIds, () => -1 / samples.length))),
+    }));
   for (const c of SHARING_CASES) {
     const samples = starSamples(c.groups, c.n, c.P, c.b, m.config.vocabSize, 100 + c.S);
-    const merged = buildPack(samples);
-    const flat = flatPack(samples);
+    const merged = packSamples(samples, { maxTokens: PACK_TOKENS });
+    const flat = flatPacks(samples, PACK_TOKENS);
     const S = merged.totalTokens / merged.uniqueTokens;
-    const mp = toStep(merged, samples), fp = toStep(flat, samples);
+    const mp = toStep(merged.packs, samples), fp = toStep(flat, samples);
     // warm-up both (steady state: arenas of these sizes are cached, as in training), then
     // alternate flat and merged steps so that bursts of outside load hit both alike; keep minima
     await trainStep(m, mp);
@@ -200,6 +223,7 @@ async function merging() {
     }
     const row = {
       targetS: c.S, S, samples: samples.length, totalTokens: merged.totalTokens, uniqueTokens: merged.uniqueTokens, sharing: merged.sharing,
+      flatPacks: flat.length, mergedPacks: merged.packs.length,
       flatStepSeconds: f.seconds, mergedStepSeconds: tm, speedup: f.seconds / tm,
       flatFwdBwdSeconds: f.fwdBwdSeconds, mergedFwdBwdSeconds: fbm, fwdBwdSpeedup: f.fwdBwdSeconds / fbm,
       flatPeakBytes: f.peak, mergedPeakBytes: peakM,
@@ -224,10 +248,10 @@ async function main() {
   for (const r of tp)
     console.log(`${r.name} | ${(r.params / 1e6).toFixed(2)}M | ${(r.gemmParams / 1e6).toFixed(2)}M | ${r.tokensPerStep} | ${fmt(r.stepSeconds, 3)} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.modelGflops)} | ${fmt(r.sgemmGflops)} | ${fmt(r.ratio, 2)}`);
   console.log(`\nPrefix merging (${CONFIGS[1].name} config): the same samples flat vs merged into a trie`);
-  console.log('(step = zeroGrad + forward/backward + clip + AdamW over all samples; fwd+bwd excludes the optimizer, whose cost is the same for both)');
-  console.log('target S | S = total/unique | samples | total tok | unique tok | flat step s | merged step s | step speed-up | fwd+bwd speed-up | flat peak MiB | merged peak MiB');
+  console.log(`(step = zeroGrad + forward/backward of every pack (<= ${PACK_TOKENS} tokens each) + clip + AdamW; fwd+bwd excludes the optimizer, whose cost is the same for both; peak = activations + scratch of the largest pack)`);
+  console.log('target S | S = total/unique | samples | total tok | unique tok | packs flat/merged | flat step s | merged step s | step speed-up | fwd+bwd speed-up | flat peak MiB | merged peak MiB');
   for (const r of mg)
-    console.log(`${r.targetS} | ${fmt(r.S, 2)} | ${r.samples} | ${r.totalTokens} | ${r.uniqueTokens} | ${fmt(r.flatStepSeconds, 3)} | ${fmt(r.mergedStepSeconds, 3)} | ${fmt(r.speedup, 1)}x | ${fmt(r.fwdBwdSpeedup, 1)}x | ${mib(r.flatPeakBytes)} | ${mib(r.mergedPeakBytes)}`);
+    console.log(`${r.targetS} | ${fmt(r.S, 2)} | ${r.samples} | ${r.totalTokens} | ${r.uniqueTokens} | ${r.flatPacks}/${r.mergedPacks} | ${fmt(r.flatStepSeconds, 3)} | ${fmt(r.mergedStepSeconds, 3)} | ${fmt(r.speedup, 1)}x | ${fmt(r.fwdBwdSpeedup, 1)}x | ${mib(r.flatPeakBytes)} | ${mib(r.mergedPeakBytes)}`);
 
   const ratioTarget = tp.filter((r) => r.name !== 'tiny').every((r) => r.ratio >= 0.5);
   const speedupTarget = mg.every((r) => (r.targetS <= 16 ? r.speedup >= 0.8 * r.S : r.speedup >= 20));
