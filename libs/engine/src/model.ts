@@ -297,7 +297,7 @@ export class Model {
     const n = tokens.length;
     const logp = new Float32Array(n);
     const entropy = new Float32Array(n);
-    const mode = { auto: 0, keep: 1, recompute: 2 }[opts.logits ?? 'auto'];
+    const mode = ({ auto: 0, keep: 1, recompute: 2 } as const)[opts.logits ?? 'auto'];
     if (mode === undefined) throw new TypeError(`forward: logits must be 'auto', 'keep' or 'recompute'`);
     const h = await native.forward(tokens, parents, logp, entropy, opts.maxTokens ?? 0, opts.maxBytes ?? 0, mode);
     const hasLogp = new Uint8Array(n);

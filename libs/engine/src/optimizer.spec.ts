@@ -83,7 +83,7 @@ describe('gradient accumulation and clipping', () => {
     const model = Model.create({ ...cfg, vocabSize: 300 }, { seed: 6, initStd: 0.2 });
     const pack = { tokens: new Int32Array([1, 2, 3, 4, 5, 6]), parents: new Int32Array([-1, 0, 1, 1, 3, -1]) };
     const coef = new Float32Array([0, 0.5, -1, 2, 1, 0]), ent = new Float32Array([0, 0.1, 0, -0.3, 0.2, 0]);
-    const grads = [];
+    const grads: Float64Array[][] = [];
     for (const logits of ['keep', 'recompute'] as const) {
       await model.zeroGrad();
       const fw = await model.forward(pack, { logits });
