@@ -1,5 +1,5 @@
 import type { DataSource } from 'typeorm';
-import { GatewayCall, type JsonObject, type JsonValue } from '@anvil/persistence';
+import { GatewayCall } from '@anvil/persistence';
 import type { ChatMessage, ToolDefinition } from '@anvil/tokenizer';
 
 /** What the next call of a session needs from an answered one to extend it token-exactly. */
@@ -31,15 +31,14 @@ export class CaptureStore {
         parentCallId: s.parentCallId,
         turnIndex: s.turnIndex,
         replyFingerprint: s.replyFingerprint,
-        messages: s.messages as unknown as JsonValue[],
-        assistantMessage: s.assistantMessage as unknown as JsonObject,
+        messagesJson: JSON.stringify(s.messages),
+        assistantMessageJson: JSON.stringify(s.assistantMessage),
         toolsJson: s.tools ? JSON.stringify(s.tools) : null,
         templateExtraJson: JSON.stringify(s.templateExtra),
         promptIds: Int32Array.from(s.promptIds),
         outputIds: Int32Array.from(s.outputIds),
       }));
-    // Typed shallowly: TypeORM's deep partial type does not terminate on recursive JSON columns.
-    await this.ds.createQueryBuilder().insert().into(GatewayCall).values(rows as never).execute();
+    await this.ds.getRepository(GatewayCall).insert(rows);
   }
 
   /**
@@ -67,8 +66,8 @@ export class CaptureStore {
       parentCallId: r.parentCallId,
       turnIndex: r.turnIndex,
       replyFingerprint: r.replyFingerprint,
-      messages: r.messages as unknown as ChatMessage[],
-      assistantMessage: r.assistantMessage as unknown as ChatMessage,
+      messages: JSON.parse(r.messagesJson) as ChatMessage[],
+      assistantMessage: JSON.parse(r.assistantMessageJson) as ChatMessage,
       tools: r.toolsJson ? (JSON.parse(r.toolsJson) as ToolDefinition[]) : null,
       templateExtra: JSON.parse(r.templateExtraJson) as Record<string, unknown>,
       promptIds: Array.from(r.promptIds),

@@ -1,6 +1,6 @@
 import { Column, CreateDateColumn, Entity, Index, PrimaryColumn } from 'typeorm';
 import { tokenArrayTransformer } from '../codec/token-bytea';
-import { idColumn, timeColumn, type JsonObject, type JsonValue } from './columns';
+import { idColumn, timeColumn } from './columns';
 
 /**
  * The capture state of one answered call: what the next call of the session needs to extend it
@@ -31,13 +31,16 @@ export class GatewayCall {
   @Column({ name: 'reply_fingerprint', type: 'varchar', length: 64 })
   replyFingerprint!: string;
 
-  /** The canonical history the prompt renders (planContinuation's `messages`), not the agent's echo. */
-  @Column({ name: 'messages', type: 'jsonb' })
-  messages!: JsonValue[];
+  /**
+   * The canonical history the prompt renders (planContinuation's `messages`, not the agent's
+   * echo), as JSON text: jsonb cannot hold U+0000, which a model's reply may contain.
+   */
+  @Column({ name: 'messages_json', type: 'text' })
+  messagesJson!: string;
 
-  /** The reply as returned to the agent (reasoning included). */
-  @Column({ name: 'assistant_message', type: 'jsonb' })
-  assistantMessage!: JsonObject;
+  /** The reply as returned to the agent (reasoning included), as JSON text. */
+  @Column({ name: 'assistant_message_json', type: 'text' })
+  assistantMessageJson!: string;
 
   /**
    * The tools as JSON text, not jsonb: templates print them with `tojson` in their key order,
