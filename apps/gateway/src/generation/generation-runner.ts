@@ -9,7 +9,7 @@ export interface GenerationResult {
   logprobs: number[];
   versions: number[];
   finishReason: 'stop' | 'length' | 'abort';
-  /** Decoded reply text (special tokens skipped), ending before a stop string. */
+  /** Decoded reply text (stop token ids left out, other special tokens kept), ending before a stop string. */
   text: string;
   stoppedByString: boolean;
   promptTokens: number;
@@ -24,6 +24,10 @@ export interface GenerationResult {
  * precedes the stop string (when the string starts on a token boundary, which byte-level
  * vocabularies guarantee, the reply's text and ids then agree exactly, so the next turn extends
  * it token-exactly); the rest of the sampled ids are not part of the answered reply.
+ *
+ * The text keeps special tokens other than the stop ids (which can only end an output): dropping
+ * them, as vLLM does by default, would make the agent's echo of the reply differ from what the
+ * model sampled, and every later turn a branch instead of a token-exact extension.
  */
 export async function runGeneration(opts: {
   client: InferenceProxyClient;
@@ -33,7 +37,8 @@ export async function runGeneration(opts: {
   signal?: AbortSignal;
   onText?: (text: string) => void;
 }): Promise<GenerationResult> {
-  const decoder = new StreamDecoder(opts.tokenizer, { skipSpecialTokens: true });
+  const decoder = new StreamDecoder(opts.tokenizer, { skipSpecialTokens: false });
+  const hidden = new Set(opts.request.stopIds ?? []);
   const matcher = new StopStringMatcher(opts.stop);
   const ids: number[] = [];
   const logprobs: number[] = [];
@@ -57,7 +62,7 @@ export async function runGeneration(opts: {
       if (firstTokenAt === null && chunk.ids.length > 0) firstTokenAt = Date.now();
       for (let i = 0; i < chunk.ids.length; i++) {
         const before = decoder.text.length;
-        decoder.push(chunk.ids[i]);
+        if (!hidden.has(chunk.ids[i])) decoder.push(chunk.ids[i]);
         ids.push(chunk.ids[i]);
         logprobs.push(chunk.logprobs[i]);
         versions.push(chunk.versions[i]);
