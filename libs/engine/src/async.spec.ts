@@ -1,6 +1,6 @@
 // Heavy calls run off the event loop and return promises; handles are freed deterministically.
 import { describe, expect, it } from 'vitest';
-import { Model, setThreads, getThreads, engineInfo } from '@anvil/engine';
+import { Model, setThreads, getThreads, engineInfo } from './index';
 
 describe('async engine calls', () => {
   it('the event loop keeps turning while a large forward / backward / step runs', async () => {

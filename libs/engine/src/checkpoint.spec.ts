@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { Model, parseSafetensors, writeSafetensors } from '@anvil/engine';
+import { Model, parseSafetensors, writeSafetensors } from './index';
 import { rng } from './test-support';
 
 const dirs: string[] = [];

@@ -1,7 +1,7 @@
 // Analytic gradients vs finite differences for every parameter kind, on a tiny model with a
 // branching tree, a loss that uses both log-probs and entropies (L = sum a_i logp_i + e_i H_i).
 import { describe, expect, it } from 'vitest';
-import { Model, ModelConfigInput, TensorView } from '@anvil/engine';
+import { Model, ModelConfigInput, TensorView } from './index';
 import { randn, rng } from './test-support';
 
 // a tree with two roots and branching at several depths

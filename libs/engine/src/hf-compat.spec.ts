@@ -2,7 +2,7 @@
 // LlamaForCausalLM / Qwen2ForCausalLM, and log-probs equal to an independent reference forward
 // (plain TypeScript, Float64, naive causal attention over a flat sequence, HF rotate-half RoPE).
 import { describe, expect, it } from 'vitest';
-import { Model, ModelConfigInput } from '@anvil/engine';
+import { Model, ModelConfigInput } from './index';
 import { randInt, referenceForward, rng } from './test-support';
 
 function expectedLayout(c: {

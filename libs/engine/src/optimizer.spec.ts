@@ -1,6 +1,6 @@
 // AdamW against its closed form (Float64, in TypeScript), gradient clipping and accumulation.
 import { describe, expect, it } from 'vitest';
-import { Model } from '@anvil/engine';
+import { Model } from './index';
 import { randn, rng } from './test-support';
 
 const cfg = { vocabSize: 32, hiddenSize: 16, intermediateSize: 24, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, attentionBias: true };

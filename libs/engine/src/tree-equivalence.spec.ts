@@ -2,7 +2,7 @@
 // pack equal those of running each sample as its own sequence.
 import { describe, expect, it } from 'vitest';
 import { buildPack, flatPack, mergeSampleValues, unmergeNodeValues } from '@anvil/rl';
-import { Model, ModelConfigInput, analyzeTree } from '@anvil/engine';
+import { Model, ModelConfigInput, analyzeTree } from './index';
 import { randInt, randn, randomTreeSamples, rng } from './test-support';
 
 const CONFIGS: Array<[string, ModelConfigInput]> = [

@@ -1,6 +1,6 @@
 // Every invalid input is a JavaScript error with a specific message, and the process stays alive.
 import { describe, expect, it } from 'vitest';
-import { Model, analyzeTree, selectEngine, ConfigError, parseHfConfig } from '@anvil/engine';
+import { Model, analyzeTree, selectEngine, ConfigError, parseHfConfig } from './index';
 
 const model = Model.create({ vocabSize: 50, hiddenSize: 16, intermediateSize: 24, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1 }, { seed: 1 });
 const i32 = (a: number[]) => Int32Array.from(a);

@@ -60,7 +60,7 @@ export function packSamples(samples: readonly PackSample[], opts: PackingOptions
   for (const i of order) {
     const s = samples[i];
     const sameRoot = prev !== null && tokenAt(prev, 0) === tokenAt(s, 0);
-    const shared = cur && sameRoot ? lcp(prev!, s) : 0;
+    const shared = cur && prev !== null && sameRoot ? lcp(prev, s) : 0;
     const cost = sampleLength(s) - shared;
     if (!cur || !sameRoot) {
       cur = { members: [i], size: sampleLength(s) };

@@ -105,8 +105,8 @@ export function buildPack(samples: readonly PackSample[], indices?: readonly num
   const stack: Array<[TrieNode, number]> = [];
   const rootList = [...roots.values()];
   for (let r = rootList.length - 1; r >= 0; r--) stack.push([rootList[r], -1]);
-  while (stack.length) {
-    const [node, parent] = stack.pop()!;
+  for (let top = stack.pop(); top !== undefined; top = stack.pop()) {
+    const [node, parent] = top;
     node.index = order.length;
     order.push([node, parent]);
     const kids = [...node.children.values()];
