@@ -14,7 +14,8 @@
         "native/attention.cc",
         "native/swiglu.cc",
         "native/logprob.cc",
-        "native/adamw.cc"
+        "native/adamw.cc",
+        "native/generate.cc"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",

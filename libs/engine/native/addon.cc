@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "generate.h"
 #include "model.h"
 
 namespace anvil {
@@ -109,6 +110,7 @@ class HandleWrap : public Napi::ObjectWrap<HandleWrap> {
 
 struct AddonData {
   Napi::FunctionReference handle_ctor;
+  Napi::FunctionReference model_ctor;
 };
 
 // ---------- workers ----------
@@ -314,6 +316,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     model_ = std::make_shared<Model>(c);
   }
 
+  std::shared_ptr<Model> shared_model() const { return model_; }
+
  private:
   std::shared_ptr<Model> model_;
 
@@ -481,6 +485,124 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   }
 };
 
+// ---------- generation ----------
+
+class StepWorker : public PromiseWorker {
+ public:
+  StepWorker(Napi::Env env, std::shared_ptr<Generator> gen, std::vector<int64_t> ids)
+      : PromiseWorker(env), gen_(std::move(gen)), ids_(std::move(ids)) {}
+  void Execute() override {
+    std::lock_guard<std::mutex> glock(gen_->mu);
+    std::lock_guard<std::mutex> lock(gen_->model->mu);
+    gen_->step(ids_, out_);
+  }
+  Napi::Value Result(Napi::Env env) override {
+    const size_t B = out_.size();
+    auto tokens = Napi::Int32Array::New(env, B);
+    auto logprobs = Napi::Float32Array::New(env, B);
+    auto raw = Napi::Float32Array::New(env, B);
+    for (size_t b = 0; b < B; b++) {
+      tokens[b] = out_[b].token;
+      logprobs[b] = out_[b].logprob;
+      raw[b] = out_[b].raw_logprob;
+    }
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("tokens", tokens);
+    o.Set("logprobs", logprobs);
+    o.Set("rawLogprobs", raw);
+    return o;
+  }
+
+ private:
+  std::shared_ptr<Generator> gen_;
+  std::vector<int64_t> ids_;
+  std::vector<StepOutput> out_;
+};
+
+// new NativeGenerator(model: NativeModel, maxPositions: number, prefixCacheBytes: number)
+class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
+ public:
+  static Napi::Function Init(Napi::Env env) {
+    return DefineClass(env, "NativeGenerator",
+                       {InstanceMethod("add", &GeneratorWrap::Add), InstanceMethod("remove", &GeneratorWrap::Remove),
+                        InstanceMethod("step", &GeneratorWrap::Step),
+                        InstanceMethod("clearCache", &GeneratorWrap::ClearCache),
+                        InstanceMethod("stats", &GeneratorWrap::Stats)});
+  }
+  explicit GeneratorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<GeneratorWrap>(info) {
+    AddonData* data = info.Env().GetInstanceData<AddonData>();
+    if (!info[0].IsObject() || !info[0].As<Napi::Object>().InstanceOf(data->model_ctor.Value()))
+      throw Error("NativeGenerator(model, maxPositions, prefixCacheBytes): model must be a NativeModel");
+    std::shared_ptr<Model> m = ModelWrap::Unwrap(info[0].As<Napi::Object>())->shared_model();
+    if (!m) throw Error("NativeGenerator: the model is disposed");
+    if (!info[1].IsNumber() || !info[2].IsNumber()) throw Error("NativeGenerator: maxPositions and prefixCacheBytes must be numbers");
+    double maxpos = info[1].As<Napi::Number>().DoubleValue(), bytes = info[2].As<Napi::Number>().DoubleValue();
+    if (!(maxpos >= 2 && maxpos <= (1 << 24)) || maxpos != std::floor(maxpos))
+      throw Error("NativeGenerator: maxPositions must be an integer in [2, 2^24]");
+    if (!(bytes >= 0) || !std::isfinite(bytes)) throw Error("NativeGenerator: prefixCacheBytes must be a finite number >= 0");
+    gen_ = std::make_shared<Generator>(m, (int)maxpos, bytes);
+  }
+
+ private:
+  std::shared_ptr<Generator> gen_;
+
+  static int64_t get_id(const Napi::Value& v) {
+    if (!v.IsNumber()) throw Error("sequence id must be a number");
+    double d = v.As<Napi::Number>().DoubleValue();
+    if (d != std::floor(d) || !std::isfinite(d)) throw Error("sequence id must be an integer");
+    return (int64_t)d;
+  }
+
+  // add(id, prompt: Int32Array, temperature, topP, topK, seed): number of prompt tokens reused from the prefix cache
+  Napi::Value Add(const Napi::CallbackInfo& info) {
+    const int64_t id = get_id(info[0]);
+    auto prompt = get_typed<int32_t, napi_int32_array>(info[1], "prompt");
+    for (int i = 2; i < 6; i++)
+      if (!info[i].IsNumber()) throw Error("add(id, prompt, temperature, topP, topK, seed): sampling values must be numbers");
+    SamplingConfig s;
+    s.temperature = (float)info[2].As<Napi::Number>().DoubleValue();
+    s.top_p = (float)info[3].As<Napi::Number>().DoubleValue();
+    double k = info[4].As<Napi::Number>().DoubleValue(), seed = info[5].As<Napi::Number>().DoubleValue();
+    if (!(k >= 0) || k != std::floor(k) || k > 1e9) throw Error("top_k must be an integer >= 0");
+    if (!std::isfinite(seed)) throw Error("seed must be finite");
+    s.top_k = (int)k;
+    s.seed = (uint64_t)(int64_t)seed;
+    std::lock_guard<std::mutex> lock(gen_->mu);
+    return Napi::Number::New(info.Env(), gen_->add(id, prompt.Data(), (int)prompt.ElementLength(), s));
+  }
+  Napi::Value Remove(const Napi::CallbackInfo& info) {
+    const int64_t id = get_id(info[0]);
+    std::lock_guard<std::mutex> lock(gen_->mu);
+    gen_->remove(id, info[1].ToBoolean());
+    return info.Env().Undefined();
+  }
+  // step(ids: number[]): Promise<{tokens: Int32Array, logprobs: Float32Array, rawLogprobs: Float32Array}>
+  Napi::Value Step(const Napi::CallbackInfo& info) {
+    if (!info[0].IsArray()) throw Error("step(ids): ids must be an array");
+    Napi::Array a = info[0].As<Napi::Array>();
+    std::vector<int64_t> ids(a.Length());
+    for (uint32_t i = 0; i < a.Length(); i++) ids[i] = get_id(a.Get(i));
+    auto* w = new StepWorker(info.Env(), gen_, std::move(ids));
+    w->Queue();
+    return w->Promise();
+  }
+  Napi::Value ClearCache(const Napi::CallbackInfo& info) {
+    std::lock_guard<std::mutex> lock(gen_->mu);
+    gen_->clear_cache();
+    return info.Env().Undefined();
+  }
+  Napi::Value Stats(const Napi::CallbackInfo& info) {
+    std::lock_guard<std::mutex> lock(gen_->mu);
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("activeSequences", gen_->active());
+    o.Set("prefixCacheHitTokens", (double)gen_->hit_tokens);
+    o.Set("prefixCacheLookupTokens", (double)gen_->lookup_tokens);
+    o.Set("prefixCacheBytes", (double)gen_->cache_bytes);
+    o.Set("prefixCacheEntries", (double)gen_->cache_entries());
+    return o;
+  }
+};
+
 // ---------- free functions ----------
 
 Napi::Value SetThreads(const Napi::CallbackInfo& info) {
@@ -551,7 +673,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Napi::Function handle = HandleWrap::Init(env);
   data->handle_ctor = Napi::Persistent(handle);
   exports.Set("NativeHandle", handle);
-  exports.Set("NativeModel", ModelWrap::Init(env));
+  Napi::Function model = ModelWrap::Init(env);
+  data->model_ctor = Napi::Persistent(model);
+  exports.Set("NativeModel", model);
+  exports.Set("NativeGenerator", GeneratorWrap::Init(env));
   exports.Set("setThreads", Napi::Function::New(env, SetThreads));
   exports.Set("getThreads", Napi::Function::New(env, GetThreads));
   exports.Set("analyzeTree", Napi::Function::New(env, AnalyzeTree));

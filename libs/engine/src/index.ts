@@ -1,10 +1,11 @@
 // @anvil/engine: the native CPU training engine for Llama/Qwen2-family models (see README.md).
 export * from './config';
 export * from './model';
+export * from './generator';
 export * from './safetensors';
 export { loadEngine, selectEngine, engineInfo, setThreads, getThreads, findRepoRoot, EngineLoadError } from './loader';
 export type { Backend, EngineSelection } from './loader';
-export type { NativeAddon, NativeInfo, NativeTreeInfo, SgemmMode } from './native';
+export type { NativeAddon, NativeGeneratorStats, NativeInfo, NativeStepResult, NativeTreeInfo, SgemmMode } from './native';
 
 import { loadEngine } from './loader';
 import type { NativeTreeInfo, SgemmMode } from './native';

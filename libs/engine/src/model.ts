@@ -264,7 +264,8 @@ export class Model {
     );
   }
 
-  private nat(): NativeModel {
+  /** @internal The native model (the generator binds to it). */
+  nat(): NativeModel {
     if (!this.native) throw new Error('model is disposed');
     return this.native;
   }

@@ -91,6 +91,38 @@ export interface NativeModel {
   dispose(): void;
 }
 
+/** One batched generation step's results, one entry per sequence id passed to step(). */
+export interface NativeStepResult {
+  tokens: Int32Array;
+  /** Log-prob of each sampled token under the processed distribution it was drawn from (raw when greedy). */
+  logprobs: Float32Array;
+  /** Log-prob of each sampled token under the policy itself (softmax of the raw logits). */
+  rawLogprobs: Float32Array;
+}
+
+export interface NativeGeneratorStats {
+  activeSequences: number;
+  prefixCacheHitTokens: number;
+  prefixCacheLookupTokens: number;
+  prefixCacheBytes: number;
+  prefixCacheEntries: number;
+}
+
+/**
+ * KV-cached generation over one model (native/generate.cc). add/remove/clearCache must not be
+ * called while a step() is in flight (the TypeScript scheduler serialises them).
+ */
+export interface NativeGenerator {
+  /** Registers a sequence; resolves nothing, returns the prompt tokens reused from the prefix cache. */
+  add(id: number, prompt: Int32Array, temperature: number, topP: number, topK: number, seed: number): number;
+  /** Drops a sequence; keep = store its KV in the prefix cache. */
+  remove(id: number, keep: boolean): void;
+  /** Runs pending prompt tokens / the last sampled token of each sequence and samples one token each. */
+  step(ids: number[]): Promise<NativeStepResult>;
+  clearCache(): void;
+  stats(): NativeGeneratorStats;
+}
+
 export interface NativeTreeInfo {
   depth: Int32Array;
   pre: Int32Array;
@@ -113,6 +145,7 @@ export type SgemmMode = 'nt' | 'nn' | 'tn';
 export interface NativeAddon {
   NativeModel: new (config: NativeModelConfig) => NativeModel;
   NativeHandle: new () => NativeHandle;
+  NativeGenerator: new (model: NativeModel, maxPositions: number, prefixCacheBytes: number) => NativeGenerator;
   setThreads(n: number): void;
   getThreads(): number;
   analyzeTree(parents: Int32Array): NativeTreeInfo;

@@ -1,10 +1,16 @@
+import { BackendRequestError } from './backend';
 import type { BackendGenerateOptions, BackendGenerateRequest, BackendHealth, BackendResult, InferenceBackend, LoadWeightsRequest } from './backend';
 import type { EmbeddedGenerator } from './embedded-generator';
 
 /**
  * The native engine in this process as one replica. Tokens stream through onTokens one at a
  * time (the engine samples them one at a time); aborting stops at the next token boundary.
- * Weight loads read the checkpoint directory named by weights.published.
+ * Weight loads read the checkpoint directory named by weights.published (the engine clears its
+ * prefix cache). Log-probs are those of the engine's sampler: under the distribution each token
+ * was sampled from (after temperature / top-k / top-p; the policy's own with temperature 1 and no
+ * truncation, and with greedy decoding). A request the engine refuses (empty prompt, token
+ * outside the vocabulary, prompt beyond the model's positions) is a BackendRequestError (400):
+ * another replica would refuse it the same way.
  */
 export class EmbeddedBackend implements InferenceBackend {
   readonly kind = 'embedded' as const;
@@ -28,10 +34,13 @@ export class EmbeddedBackend implements InferenceBackend {
     this.controllers.add(controller);
     this.running++;
     try {
-      return await this.generator.generate(req.promptIds, req.sampling, {
+      const r = await this.generator.generate(req.promptIds, req.sampling, {
         signal: controller.signal,
         onToken: (id, logprob) => opts.onTokens?.({ ids: [id], logprobs: [logprob] }),
       });
+      return { outputIds: r.outputIds, logprobs: r.logprobs, finishReason: r.finishReason, cachedPromptTokens: r.cachedPromptTokens };
+    } catch (err) {
+      throw new BackendRequestError(this.id, 400, (err as Error).message);
     } finally {
       this.running--;
       this.controllers.delete(controller);
@@ -49,5 +58,10 @@ export class EmbeddedBackend implements InferenceBackend {
 
   async abortAll(): Promise<void> {
     for (const c of this.controllers) c.abort();
+  }
+
+  async close(): Promise<void> {
+    await this.abortAll();
+    await this.generator.close?.();
   }
 }

@@ -11,8 +11,11 @@ export interface EmbeddedGenerator {
    * Samples up to `sampling.maxTokens` tokens after `promptIds`, calling onToken for each as it
    * is sampled. `logprob` is the log-prob of the token under the distribution it was sampled
    * from: after temperature, top-k and top-p (the engine's sampler knows it exactly, so the
-   * embedded backend has no raw-vs-processed caveat). Aborting `signal` stops at the next
-   * token boundary and resolves with finishReason 'abort'.
+   * embedded backend has no raw-vs-processed caveat; with temperature 0 the engine reports the
+   * policy's own log-prob, and it also returns `rawLogprobs`, the policy's log-probs, which this
+   * interface does not need). Aborting `signal` stops at the next token boundary and resolves
+   * with finishReason 'abort'. Invalid prompts (empty, token outside the vocab, no position left)
+   * reject.
    */
   generate(
     promptIds: readonly number[],
@@ -22,6 +25,8 @@ export interface EmbeddedGenerator {
   /** Loads Hugging Face weights (config.json + safetensors) from a directory; later generations use them. */
   loadCheckpoint(dir: string): Promise<void>;
   stats(): EmbeddedGeneratorStats;
+  /** Aborts what runs and releases the engine's memory. */
+  close?(): Promise<void>;
 }
 
 export interface EmbeddedGeneration {
@@ -44,20 +49,24 @@ export class EngineGenerationUnavailableError extends Error {
 }
 
 /**
- * Wires the embedded backend to @anvil/engine. The engine's generation API is being built in
- * parallel, so this checks at runtime that the loaded engine exports a generator factory
- * (`createGenerator(checkpointDir, options)`) and fails clearly when it does not: there is
- * no fallback generation. Loaded lazily so the external backends never load the native addon.
+ * Wires the embedded backend to @anvil/engine's `createGenerator(source, options)`: a checkpoint
+ * directory (EMBEDDED_CHECKPOINT_DIR), or, when none is configured, the engine's built-in tiny
+ * random model seeded with `options.seed` (default 0): enough to boot, route and test the
+ * service without weights. Checks at runtime that the loaded engine exports the factory and
+ * fails clearly when it does not. Loaded lazily so the external backends never load the native
+ * addon.
  */
-export async function createEngineGenerator(checkpointDir: string | undefined, options: { maxBatch?: number } = {}): Promise<EmbeddedGenerator> {
+export async function createEngineGenerator(
+  checkpointDir: string | undefined,
+  options: { maxBatch?: number; seed?: number; prefixCacheBytes?: number } = {},
+): Promise<EmbeddedGenerator> {
   const engine = (await import('@anvil/engine')) as Record<string, unknown>;
   const factory = engine.createGenerator;
   if (typeof factory !== 'function') {
     throw new EngineGenerationUnavailableError(
       'engine generation not available in this build: @anvil/engine exports no createGenerator(); ' +
-        'use INFERENCE_BACKEND=vllm or sglang until the native generation API lands',
+        'use INFERENCE_BACKEND=vllm or sglang',
     );
   }
-  if (!checkpointDir) throw new Error('EMBEDDED_CHECKPOINT_DIR is required for INFERENCE_BACKEND=embedded');
-  return (await (factory as (dir: string, opts: unknown) => Promise<EmbeddedGenerator> | EmbeddedGenerator)(checkpointDir, options)) as EmbeddedGenerator;
+  return (await (factory as (dir: string | undefined, opts: unknown) => Promise<EmbeddedGenerator>)(checkpointDir || undefined, options));
 }

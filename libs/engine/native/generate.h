@@ -1,0 +1,80 @@
+// Generation: batched prefill/decode over per-sequence KV caches, sampling, and a prefix cache
+// of finished sequences' KV. One Generator per model; its calls are serialised by the caller
+// (the TypeScript scheduler runs one step at a time and admits/removes sequences between steps)
+// and, defensively, by Generator::mu.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "model.h"
+
+namespace anvil {
+
+struct SamplingConfig {
+  float temperature = 1.0f;  // 0 = greedy
+  float top_p = 1.0f;        // 1 = disabled
+  int top_k = 0;             // 0 = disabled
+  uint64_t seed = 0;
+};
+
+// KV of one sequence: per layer [T, KVH*D] for K (after RoPE) and V, T = cached positions.
+struct KvCache {
+  std::vector<std::vector<float>> k, v;  // [L][cap * KVH * D]
+  int len = 0;
+  void reserve(int L, int row, int cap);
+};
+
+struct Sequence {
+  std::vector<int32_t> tokens;  // every token of the sequence; tokens[0..kv.len) have KV
+  KvCache kv;
+  SamplingConfig sampling;
+  uint64_t rng[4];
+};
+
+struct StepOutput {
+  int32_t token;
+  float logprob;      // under the processed (sampled-from) distribution; raw logprob when greedy
+  float raw_logprob;  // under the policy itself (softmax of the raw logits)
+};
+
+class Generator {
+ public:
+  Generator(std::shared_ptr<Model> model, int max_positions, double cache_bytes);
+
+  // Validates the prompt, reuses the longest cached prefix; returns the number of reused tokens.
+  int add(int64_t id, const int32_t* prompt, int n, const SamplingConfig& s);
+  // Drops a sequence; with keep = true its KV goes into the prefix cache.
+  void remove(int64_t id, bool keep);
+  // Runs one batched step for the given sequences (prefill of pending tokens + sampling of one
+  // token each); the sampled token is appended to each sequence.
+  void step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out);
+  void clear_cache();
+
+  std::shared_ptr<Model> model;
+  const int max_positions;
+  const double cache_budget;
+  int64_t hit_tokens = 0, lookup_tokens = 0;
+  size_t cache_bytes = 0;
+  size_t cache_entries() const { return cache_.size(); }
+  int active() const { return (int)seqs_.size(); }
+  std::mutex mu;
+
+ private:
+  struct Entry {
+    std::vector<int32_t> tokens;  // tokens whose KV is stored
+    KvCache kv;
+    size_t bytes = 0;
+  };
+  std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
+  std::list<Entry> cache_;  // front = most recently used
+  std::vector<float> cos_t_, sin_t_;
+  int rope_len_ = 0;
+  void ensure_rope(int positions);
+};
+
+}  // namespace anvil
