@@ -231,13 +231,28 @@ export class Generator {
     if (this.running || this.paused) return;
     if (this.waiting.length === 0 && this.active.size === 0) return;
     this.running = true;
-    void this.loop().finally(() => {
-      this.running = false;
-      const idle = this.idle;
-      this.idle = null;
-      idle?.();
-      this.kick();
-    });
+    void this.loop()
+      .catch((e: unknown) => this.failAll(e))
+      .finally(() => {
+        this.running = false;
+        const idle = this.idle;
+        this.idle = null;
+        idle?.();
+        this.kick();
+      });
+  }
+
+  /** An unexpected scheduler failure rejects every request instead of leaving them pending. */
+  private failAll(e: unknown): void {
+    for (const seq of [...this.active.values(), ...this.waiting.splice(0)]) {
+      this.active.delete(seq.id);
+      try {
+        this.native.remove(seq.id, false);
+      } catch {
+        // already gone
+      }
+      seq.reject(e);
+    }
   }
 
   private finish(seq: Sequence, reason: GenerationFinishReason, keepKv: boolean): void {
