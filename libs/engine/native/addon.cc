@@ -591,14 +591,14 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
     gen_->clear_cache();
     return info.Env().Undefined();
   }
+  // lock-free (atomics): never waits for a step in flight
   Napi::Value Stats(const Napi::CallbackInfo& info) {
-    std::lock_guard<std::mutex> lock(gen_->mu);
     Napi::Object o = Napi::Object::New(info.Env());
-    o.Set("activeSequences", gen_->active());
-    o.Set("prefixCacheHitTokens", (double)gen_->hit_tokens);
-    o.Set("prefixCacheLookupTokens", (double)gen_->lookup_tokens);
-    o.Set("prefixCacheBytes", (double)gen_->cache_bytes);
-    o.Set("prefixCacheEntries", (double)gen_->cache_entries());
+    o.Set("activeSequences", gen_->active.load());
+    o.Set("prefixCacheHitTokens", (double)gen_->hit_tokens.load());
+    o.Set("prefixCacheLookupTokens", (double)gen_->lookup_tokens.load());
+    o.Set("prefixCacheBytes", (double)gen_->cache_bytes.load());
+    o.Set("prefixCacheEntries", (double)gen_->entries.load());
     return o;
   }
 };

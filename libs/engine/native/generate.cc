@@ -208,6 +208,7 @@ int Generator::add(int64_t id, const int32_t* prompt, int n, const SamplingConfi
     hit_tokens += best_len;
   }
   seqs_[id] = std::move(seq);
+  active = (int)seqs_.size();
   return best_len;
 }
 
@@ -216,6 +217,7 @@ void Generator::remove(int64_t id, bool keep) {
   if (it == seqs_.end()) return;
   std::unique_ptr<Sequence> seq = std::move(it->second);
   seqs_.erase(it);
+  active = (int)seqs_.size();
   if (!keep || seq->kv.len == 0 || cache_budget <= 0) return;
   const ModelConfig& cfg = model->cfg;
   const int row = cfg.kv_heads * cfg.head_dim, len = seq->kv.len;
@@ -232,6 +234,7 @@ void Generator::remove(int64_t id, bool keep) {
     if (common) {
       cache_bytes -= e->bytes;
       e = cache_.erase(e);
+      entries--;
     } else {
       ++e;
     }
@@ -248,15 +251,18 @@ void Generator::remove(int64_t id, bool keep) {
   entry.bytes = bytes;
   cache_bytes += bytes;
   cache_.push_front(std::move(entry));
+  entries++;
   while ((double)cache_bytes > cache_budget && !cache_.empty()) {
     cache_bytes -= cache_.back().bytes;
     cache_.pop_back();
+    entries--;
   }
 }
 
 void Generator::clear_cache() {
   cache_.clear();
   cache_bytes = 0;
+  entries = 0;
 }
 
 void Generator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out) {

@@ -4,6 +4,7 @@
 // and, defensively, by Generator::mu.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -58,10 +59,10 @@ class Generator {
   std::shared_ptr<Model> model;
   const int max_positions;
   const double cache_budget;
-  int64_t hit_tokens = 0, lookup_tokens = 0;
-  size_t cache_bytes = 0;
-  size_t cache_entries() const { return cache_.size(); }
-  int active() const { return (int)seqs_.size(); }
+  // Counters are atomics so that stats() never waits for a step in flight (it runs on the event loop).
+  std::atomic<int64_t> hit_tokens{0}, lookup_tokens{0};
+  std::atomic<size_t> cache_bytes{0};
+  std::atomic<int> entries{0}, active{0};
   std::mutex mu;
 
  private:

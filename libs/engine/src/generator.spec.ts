@@ -162,6 +162,13 @@ describe('generation', () => {
       },
     });
     const other = gen.generate(prompt(10), { maxTokens: 3, seed: 2 });
+    // stats() and clearPrefixCache() never wait on the event loop for the step in flight (the 600-token prefill)
+    await new Promise((r) => setTimeout(r, 20));
+    const t0 = performance.now();
+    const st = gen.stats();
+    expect(st.activeSequences + st.queuedSequences).toBe(2);
+    gen.clearPrefixCache();
+    expect(performance.now() - t0).toBeLessThan(15);
     const g = await p;
     spinning = false;
     expect(g.finishReason).toBe('abort');

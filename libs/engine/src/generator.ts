@@ -92,6 +92,8 @@ export class Generator {
   private paused: Promise<void> | null = null;
   private idle: (() => void) | null = null;
   private steps = 0;
+  private clearPending = false;
+  private stepping = false;
   private closed = false;
   private readonly maxBatch: number;
   private readonly cacheBytes: number;
@@ -165,9 +167,10 @@ export class Generator {
     return { ...this.native.stats(), activeSequences: this.active.size, queuedSequences: this.waiting.length, steps: this.steps };
   }
 
-  /** Drops every cached prefix (their KV belongs to the old weights after a reload). */
+  /** Drops every cached prefix (between steps: a step in flight is never waited for on the event loop). */
   clearPrefixCache(): void {
-    this.native.clearCache();
+    if (this.stepping) this.clearPending = true;
+    else this.native.clearCache();
   }
 
   /**
@@ -286,6 +289,7 @@ export class Generator {
       const batch = [...this.active.values()];
       let res;
       try {
+        this.stepping = true;
         res = await this.native.step(batch.map((s) => s.id));
       } catch (e) {
         for (const seq of batch) {
@@ -294,6 +298,12 @@ export class Generator {
           seq.reject(e);
         }
         continue;
+      } finally {
+        this.stepping = false;
+        if (this.clearPending) {
+          this.clearPending = false;
+          this.native.clearCache();
+        }
       }
       this.steps++;
       batch.forEach((seq, b) => {
