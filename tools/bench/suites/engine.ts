@@ -10,11 +10,14 @@
 // 2. Prefix merging: the same samples trained flat (each its own sequence) vs merged into a trie,
 //    at sharing ratios S = total / unique tokens of 1, 2, 4, 8, 16, 40: step-time speed-up and
 //    peak activation memory.
+// 3. Generation (createGenerator): decode tokens/s of the tiny and small configs at batch 1 and 8
+//    (prompt 128, 64 new tokens; decode = tokens after each sequence's first / time from the first
+//    token to the last) and time to first token of a 1024-token prompt, cold vs a prefix-cache hit.
 // Every time is the minimum over a few repetitions after a warm-up (steady state; the least
 // disturbed estimate on a shared machine), and SGEMM GFLOP/s is the best run of each shape.
 // Prints a readable table, then ONE JSON object as the last line of stdout.
 import { flatPack, mergeSampleValues, packSamples, PackSample, Pack } from '@anvil/rl';
-import { Model, ModelConfigInput, analyzeTree, benchSgemm, engineInfo, setThreads, SgemmMode } from '@anvil/engine';
+import { Model, ModelConfigInput, analyzeTree, benchSgemm, createGenerator, engineInfo, setThreads, SgemmMode } from '@anvil/engine';
 
 const threads = Number(process.env.ANVIL_BENCH_THREADS ?? 2);
 setThreads(threads);
@@ -237,12 +240,54 @@ async function merging() {
   return rows;
 }
 
+async function generation() {
+  const rows = [];
+  for (const c of CONFIGS.slice(0, 2)) {
+    const m = Model.create({ ...c.cfg, maxPositionEmbeddings: 4096 }, { seed: 1 });
+    const gen = await createGenerator(m);
+    const V = m.config.vocabSize;
+    const prompt = (n: number, k: number) => Array.from({ length: n }, (_, i) => (i * 31 + k * 17) % V);
+    await gen.generate(prompt(16, 99), { maxTokens: 4, seed: 1 }); // warm-up
+    const decode = async (B: number) => {
+      let first = 0;
+      let last = 0;
+      let count = 0;
+      const onToken = () => {
+        last = performance.now();
+        if (!first) first = last;
+        count++;
+      };
+      await Promise.all(Array.from({ length: B }, (_, k) => gen.generate(prompt(128, k), { maxTokens: 64, seed: k }, { onToken })));
+      return (count - B) / ((last - first) / 1000);
+    };
+    const ttft = async (ids: number[]) => {
+      const t0 = performance.now();
+      let t = 0;
+      const g = await gen.generate(ids, { maxTokens: 1, seed: 1 }, { onToken: () => (t = performance.now()) });
+      return { seconds: (t - t0) / 1000, cached: g.cachedPromptTokens };
+    };
+    const b1 = await decode(1);
+    const b8 = await decode(8);
+    const long = prompt(1024, 500);
+    gen.clearPrefixCache();
+    const cold = await ttft(long);
+    const warm = await ttft([...long, 1, 2, 3]); // the next turn of a session: its prefix is cached
+    const row = { name: c.name, params: m.numParams, decodeTokPerSecB1: b1, decodeTokPerSecB8: b8, ttftColdSeconds: cold.seconds, ttftPrefixHitSeconds: warm.seconds, prefixHitTokens: warm.cached };
+    rows.push(row);
+    console.error(`[bench] generation ${c.name}: decode ${fmt(b1, 0)} tok/s (B=1), ${fmt(b8, 0)} tok/s (B=8); TTFT 1024-token prompt ${fmt(cold.seconds, 3)} s cold, ${fmt(warm.seconds, 3)} s with ${warm.cached} cached`);
+    await gen.close();
+    m.dispose();
+  }
+  return rows;
+}
+
 async function main() {
   const t0 = performance.now();
   const info = engineInfo();
   console.log(`Anvil engine benchmark - backend ${info.backend} (${info.reason}); ${info.info.blas}; ${threads} threads; ${info.info.simd}`);
   const tp = await throughput();
   const mg = await merging();
+  const gn = await generation();
 
   console.log('\nTrain step (forward + backward + clip + AdamW), chains of 512 tokens');
   console.log('model FLOPs = 6 * P_gemm * tokens + 12 * layers * heads * head_dim * sum(depth + 1)');
@@ -254,6 +299,11 @@ async function main() {
   console.log('target S | S = total/unique | samples | total tok | unique tok | packs flat/merged | flat step s | merged step s | step speed-up | fwd+bwd speed-up | flat peak MiB | merged peak MiB');
   for (const r of mg)
     console.log(`${r.targetS} | ${fmt(r.S, 2)} | ${r.samples} | ${r.totalTokens} | ${r.uniqueTokens} | ${r.flatPacks}/${r.mergedPacks} | ${fmt(r.flatStepSeconds, 3)} | ${fmt(r.mergedStepSeconds, 3)} | ${fmt(r.speedup, 1)}x | ${fmt(r.fwdBwdSpeedup, 1)}x | ${mib(r.flatPeakBytes)} | ${mib(r.mergedPeakBytes)}`);
+
+  console.log('\nGeneration (KV cache, continuous batching): prompt 128, 64 new tokens; TTFT of a 1024-token prompt cold vs prefix-cache hit');
+  console.log('config | params | decode tok/s B=1 | decode tok/s B=8 | TTFT cold s | TTFT prefix hit s | hit tokens');
+  for (const r of gn)
+    console.log(`${r.name} | ${(r.params / 1e6).toFixed(2)}M | ${fmt(r.decodeTokPerSecB1, 0)} | ${fmt(r.decodeTokPerSecB8, 0)} | ${fmt(r.ttftColdSeconds, 3)} | ${fmt(r.ttftPrefixHitSeconds, 3)} | ${r.prefixHitTokens}`);
 
   const ratioTarget = tp.filter((r) => r.name !== 'tiny').every((r) => r.ratio >= 0.5);
   const speedupTarget = mg.every((r) => (r.targetS <= 16 ? r.speedup >= 0.8 * r.S : r.speedup >= 20));
@@ -271,6 +321,7 @@ async function main() {
       flopsFormula: '6*P_gemm*tokens + 12*layers*heads*head_dim*sum(depth+1)',
       throughput: tp,
       merging: mg,
+      generation: gn,
       targets: { ratio: ratioTarget, speedup: speedupTarget, fwdBwdSpeedup: fwdBwdSpeedupTarget, memory: memoryTarget },
       seconds,
     }),
