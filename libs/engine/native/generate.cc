@@ -15,6 +15,7 @@
 // and prefills only the rest.
 #include "generate.h"
 
+#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -126,6 +127,14 @@ StepOutput sample_token(const float* l, int V, const SamplingConfig& s, uint64_t
   o.raw_logprob = l[tok] - lse;
   o.logprob = (float)((l[tok] - mx) * invT - std::log(S2));
   return o;
+}
+
+// out[N,O] (+)= inp[N,I] @ w[O,I]^T; a single row (decode at batch 1) is a GEMV.
+void linear(float* out, const float* inp, const float* w, int N, int I, int O, bool accumulate) {
+  if (N == 1)
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, O, I, 1.0f, w, I, inp, 1, accumulate ? 1.0f : 0.0f, out, 1);
+  else
+    matmul_forward(out, inp, w, N, I, O, accumulate);
 }
 
 }  // namespace
@@ -306,7 +315,7 @@ void Generator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>& o
     const LayerPtrs& w = P.layers[l];
     rmsnorm_forward(ln.data(), rstd.data(), x.data(), w.ln1, N, C, cfg.eps);
     if (w.bqkv) bias_fill(qkv.data(), w.bqkv, N, QKV);
-    matmul_forward(qkv.data(), ln.data(), w.wqkv, N, C, QKV, w.bqkv != nullptr);
+    linear(qkv.data(), ln.data(), w.wqkv, N, C, QKV, w.bqkv != nullptr);
     rope_forward(qkv.data(), row_pos.data(), cos_t_.data(), sin_t_.data(), N, H, KVH, D);
     for (int r = 0; r < N; r++) {
       KvCache& kv = seqs[row_seq[r]]->kv;
@@ -338,18 +347,18 @@ void Generator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>& o
         for (int t = 0; t < T; t++) axpy(o, sc[t] * inv, Vv + (size_t)t * KVD, D);
       }
     }
-    matmul_forward(x.data(), att.data(), w.wo, N, H * D, C, true);  // x = x + att @ Wo^T
+    linear(x.data(), att.data(), w.wo, N, H * D, C, true);  // x = x + att @ Wo^T
     rmsnorm_forward(ln.data(), rstd.data(), x.data(), w.ln2, N, C, cfg.eps);
-    matmul_forward(gu.data(), ln.data(), w.wgu, N, C, 2 * F, false);
+    linear(gu.data(), ln.data(), w.wgu, N, C, 2 * F, false);
     swiglu_forward(h.data(), gu.data(), N, F);
-    matmul_forward(x.data(), h.data(), w.wdown, N, F, C, true);  // x = x + h @ Wdown^T
+    linear(x.data(), h.data(), w.wdown, N, F, C, true);  // x = x + h @ Wdown^T
   }
   for (int r = 0; r < N; r++) seqs[row_seq[r]]->kv.len = std::max(seqs[row_seq[r]]->kv.len, row_pos[r] + 1);
   // LM head for the last row of each sequence
   std::vector<float> last((size_t)B * C), lnl((size_t)B * C), rs(B), logits((size_t)B * V);
   for (int b = 0; b < B; b++) std::memcpy(last.data() + (size_t)b * C, x.data() + (size_t)last_row[b] * C, sizeof(float) * C);
   rmsnorm_forward(lnl.data(), rs.data(), last.data(), P.normf, B, C, cfg.eps);
-  matmul_forward(logits.data(), lnl.data(), P.lm, B, C, V, false);
+  linear(logits.data(), lnl.data(), P.lm, B, C, V, false);
 #pragma omp parallel num_threads(nthreads())
   {
     std::vector<float> e;
