@@ -3,6 +3,7 @@
 // weight loads.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { pathToFileURL } from 'node:url';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { InferenceProxyConfig } from '../config';
@@ -62,7 +63,7 @@ describe('EmbeddedBackend over @anvil/engine', async () => {
       await other.save(dir);
       const greedy = { requestId: 'f', promptIds: [5, 6, 7], sampling: sampling({ temperature: 0, maxTokens: 8 }) };
       const before = await backend.generate(greedy);
-      await backend.loadWeights({ version: 1, checkpointUri: dir });
+      await backend.loadWeights({ version: 1, checkpointUri: pathToFileURL(dir).href });
       const after = await backend.generate(greedy);
       expect(after.cachedPromptTokens).toBe(0); // the prefix cache was cleared
       const ref = new EmbeddedBackend(await createEngineGenerator(dir));

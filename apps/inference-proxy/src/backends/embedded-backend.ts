@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { BackendRequestError } from './backend';
 import type { BackendGenerateOptions, BackendGenerateRequest, BackendHealth, BackendResult, InferenceBackend, LoadWeightsRequest } from './backend';
 import type { EmbeddedGenerator } from './embedded-generator';
@@ -52,8 +53,10 @@ export class EmbeddedBackend implements InferenceBackend {
     return { ok: true, detail: JSON.stringify(this.generator.stats()) };
   }
 
+  /** checkpointUri: a directory path, or a file:// URL of one. */
   loadWeights(req: LoadWeightsRequest): Promise<void> {
-    return this.generator.loadCheckpoint(req.checkpointUri);
+    const dir = req.checkpointUri.startsWith('file://') ? fileURLToPath(req.checkpointUri) : req.checkpointUri;
+    return this.generator.loadCheckpoint(dir);
   }
 
   async abortAll(): Promise<void> {
