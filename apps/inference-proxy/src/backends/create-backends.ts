@@ -14,7 +14,10 @@ export async function createBackends(config: InferenceProxyConfig): Promise<Infe
     case 'sglang':
       return replicaUrls(config).map((url) => new SglangBackend({ url, loadTimeoutMs: config.WEIGHT_LOAD_TIMEOUT_MS }));
     case 'embedded': {
-      return [new EmbeddedBackend(await createEngineGenerator(config.EMBEDDED_CHECKPOINT_DIR))];
+      // Without EMBEDDED_CHECKPOINT_DIR the engine serves its built-in tiny random model (seed 0):
+      // enough to boot and test the service; the replica id says so in logs and /replicas.
+      const dir = config.EMBEDDED_CHECKPOINT_DIR || undefined;
+      return [new EmbeddedBackend(await createEngineGenerator(dir, { seed: 0 }), dir ? 'embedded' : 'embedded-tiny-random-seed0')];
     }
   }
 }

@@ -79,6 +79,7 @@ describe('EmbeddedBackend over @anvil/engine', async () => {
   it('createBackends builds the embedded replica without a checkpoint dir (built-in tiny model)', async () => {
     const [b] = await createBackends({ INFERENCE_BACKEND: 'embedded' } as InferenceProxyConfig);
     expect(b.kind).toBe('embedded');
+    expect(b.id).toBe('embedded-tiny-random-seed0');
     expect((await b.generate({ requestId: 'g', promptIds: [1], sampling: sampling({ maxTokens: 2 }) })).outputIds).toHaveLength(2);
     await b.close?.();
   });
