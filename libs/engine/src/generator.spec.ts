@@ -42,6 +42,26 @@ describe('generation', () => {
     }
   });
 
+  it('with temperature and top-k: rawLogprobs are the policy, logprobs the processed distribution', async () => {
+    const gen = new Generator(model, { prefixCacheBytes: 0 });
+    const p = prompt(6, 2);
+    const T = 0.7;
+    const K = 10;
+    const g = await gen.generate(p, { maxTokens: 6, temperature: T, topK: K, seed: 4 });
+    const seq = [...p, ...g.outputIds];
+    for (let i = 0; i < g.outputIds.length; i++) {
+      const logp = await nextTokenLogp(model, seq.slice(0, p.length + i));
+      const tok = g.outputIds[i];
+      expect(Math.abs(g.rawLogprobs[i] - logp[tok])).toBeLessThan(1e-4);
+      // processed: softmax(logp / T) renormalised over the K most likely ids
+      const top = [...logp.keys()].sort((a, b) => logp[b] - logp[a]).slice(0, K);
+      const mx = logp[top[0]] / T;
+      const lse = mx + Math.log(top.reduce((acc, k) => acc + Math.exp(logp[k] / T - mx), 0));
+      expect(Math.abs(g.logprobs[i] - (logp[tok] / T - lse))).toBeLessThan(1e-4);
+    }
+    await gen.close();
+  });
+
   it('batched decode of several sequences equals decoding each alone', async () => {
     const gen = new Generator(model, { prefixCacheBytes: 0 });
     const reqs = [0, 1, 2, 3].map((k) => ({ p: prompt(3 + 4 * k, k), s: { maxTokens: 6 + 3 * k, temperature: 0.9, topK: k ? 20 : 0, seed: 100 + k } }));
