@@ -6,6 +6,7 @@ import { createDataSource, EventStore, LlmCall, MIGRATIONS, runMigrations } from
 import { llmCall, newRolloutIds, redeliver } from '../../libs/persistence/src/testing/events';
 import { describeMigrationBehaviour } from '../../libs/persistence/src/testing/migration-behaviour.suite';
 import { describeStoreBehaviour } from '../../libs/persistence/src/testing/store-behaviour.suite';
+import { describeBatchBehaviour } from '../../libs/persistence/src/testing/batch-behaviour.suite';
 
 // Real server: `node tools/infra/postgres.mjs start` prints DATABASE_URL (the test runner does it).
 const serverUrl = process.env.DATABASE_URL;
@@ -73,3 +74,4 @@ describe('PostgreSQL specifics', () => {
     }
   });
 });
+describeBatchBehaviour('PostgreSQL', () => ds);

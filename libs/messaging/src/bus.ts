@@ -113,7 +113,21 @@ export interface DeliveryOptions {
 
 export interface SubscribeOptions extends DeliveryOptions {
   handler: EventHandler;
+  /**
+   * Optional fast path for throughput-bound consumers (e.g. the Data Pool writing one database
+   * transaction per batch instead of per event). The Kafka bus hands it runs of consecutive,
+   * decodable messages of one partition (at most `maxBatchSize`); offsets are committed only
+   * after it resolves. If it throws, the same messages go through `handler` one by one with
+   * the usual attempts, retry topic and dead-letter topic, so `handler` stays the source of
+   * truth and both must be idempotent by event id. Poison messages never reach it. Buses may
+   * ignore it (the in-process bus does) and call `handler` per message.
+   */
+  batchHandler?: EventBatchHandler;
+  /** Largest run handed to `batchHandler`. Default 256. */
+  maxBatchSize?: number;
 }
+
+export type EventBatchHandler = (items: ReadonlyArray<{ event: AnyEventEnvelope; meta: MessageMeta }>) => Promise<void>;
 
 export interface RawSubscribeOptions extends DeliveryOptions {
   handler: RawHandler;

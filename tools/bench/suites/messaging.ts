@@ -18,6 +18,8 @@ process.env.ANVIL_INFRA_QUIET ??= '1';
 
 type Call = EventEnvelope<'llm_call.recorded'>;
 const MB = 1024 * 1024;
+// Partitions of the bench topics, all consumed in parallel by the one Data Pool member.
+const PARTITIONS = Number(process.env.BENCH_PARTITIONS ?? 3);
 
 /** Token payload of a call: prompt ids + output ids, logprobs and versions (4 bytes each). */
 const tokenBytes = (e: Call) => e.payload.promptIds.byteLength + e.payload.outputIds.byteLength * 3;
@@ -50,18 +52,29 @@ async function runPhase(bus: MessageBus, ingestion: DataPoolIngestion, group: st
   let persisted = 0;
   let resolveDone!: () => void;
   const done = new Promise<void>((r) => (resolveDone = r));
+  const persistedNow = (events: readonly { id: string }[]) => {
+    const now = performance.now();
+    for (const e of events) {
+      const t0 = publishedAt.get(e.id);
+      if (t0 === undefined) continue;
+      publishedAt.delete(e.id);
+      latencies.push(now - t0);
+      if (++persisted === calls.length) resolveDone();
+    }
+  };
   const sub = await bus.subscribe({
     group,
     topics: [TOPICS.llmCalls],
-    concurrency: 3,
+    concurrency: PARTITIONS,
     fromBeginning: true,
     handler: async (event) => {
       await ingestion.ingest(event);
-      const t0 = publishedAt.get(event.id);
-      if (t0 !== undefined) {
-        latencies.push(performance.now() - t0);
-        if (++persisted === calls.length) resolveDone();
-      }
+      persistedNow([event]);
+    },
+    // The Data Pool's own batch path (one transaction per fetched run), as the middleware runs it.
+    batchHandler: async (items) => {
+      await ingestion.ingestBatch(items.map((i) => i.event));
+      persistedNow(items.map((i) => i.event));
     },
   });
   const started = performance.now();
@@ -113,8 +126,8 @@ async function brokerCeiling(recordSize: number, records: number): Promise<numbe
 async function main() {
   const { startStack, stopStack } = await import('../../infra/lib.mjs');
   const stack = await startStack({ fresh: true });
-  const ds = createDataSource({ url: stack.url, poolSize: 8 });
-  const bus = createBus({ kind: 'kafka', brokers: [stack.brokers], clientId: 'bench-messaging', topicPrefix: `bench${Date.now()}.` });
+  const ds = createDataSource({ url: stack.url, poolSize: 16 });
+  const bus = createBus({ kind: 'kafka', brokers: [stack.brokers], clientId: 'bench-messaging', topicPrefix: `bench${Date.now()}.`, partitions: PARTITIONS });
   try {
     await ds.initialize();
     await runMigrations(ds);

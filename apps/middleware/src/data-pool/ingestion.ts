@@ -19,6 +19,23 @@ export class DataPoolIngestion {
     this.processed = new ProcessedEventStore(dataSource);
   }
 
+  /**
+   * The batch path: one transaction marks and applies every event of the batch that this
+   * consumer had not processed yet. Returns the ids that were new.
+   */
+  ingestBatch(events: readonly AnyEventEnvelope[]): Promise<ReadonlySet<string>> {
+    return this.processed.withEventsOnce(
+      this.consumer,
+      events.map((e) => e.id),
+      async (manager, freshIds) => {
+        await this.events.applyEvents(
+          events.filter((e) => freshIds.has(e.id)),
+          manager,
+        );
+      },
+    );
+  }
+
   /** Returns false when this consumer had already processed the event. */
   ingest(event: AnyEventEnvelope): Promise<boolean> {
     return this.processed.withEventOnce(this.consumer, event.id, async (manager) => {

@@ -36,6 +36,9 @@ export interface Processor<T> {
   /** Throws (a ContractError, normally) when the message is poison. */
   decode(record: InboundRecord): T;
   handle(decoded: T, meta: MessageMeta): Promise<void>;
+  /** Optional batch fast path (see SubscribeOptions.batchHandler). */
+  handleBatch?(items: ReadonlyArray<{ event: T; meta: MessageMeta }>): Promise<void>;
+  maxBatchSize?: number;
 }
 
 export interface DeliveryEnv {
@@ -60,6 +63,80 @@ export type DeliveryOutcome = 'handled' | 'retrying' | 'dead-lettered' | 'interr
 /** Epoch ms before which the record must not be attempted (retry-topic copies); 0 when due. */
 export function dueAt(record: InboundRecord, route: TopicRoute): number {
   return route.kind === 'retry' ? stateOf(record, route).notBefore : 0;
+}
+
+function metaOf(record: InboundRecord, route: TopicRoute, env: DeliveryEnv, state: DeliveryState, attempt: number): MessageMeta {
+  return {
+    topic: route.logical,
+    partition: state.origin.partition,
+    offset: state.origin.offset,
+    group: env.group,
+    attempt,
+    deliveredFrom: { topic: env.ns.logical(record.topic), partition: record.partition, offset: record.offset },
+    headers: record.headers,
+  };
+}
+
+/**
+ * The batch fast path: runs of consecutive decodable records go to `processor.handleBatch` in
+ * one call; a poison record ends a run and is dead-lettered through `deliver`; a failed batch
+ * falls back to `deliver` record by record (attempts, retry topic, DLQ as usual). Resolves with
+ * how many leading records are done (their offsets may be committed); fewer than all means
+ * the delivery was interrupted by a stop.
+ */
+export async function deliverBatch<T>(records: readonly InboundRecord[], route: TopicRoute, processor: Processor<T>, env: DeliveryEnv): Promise<number> {
+  const handleBatch = processor.handleBatch;
+  if (!handleBatch || route.kind === 'retry') return deliverEach(records, 0, route, processor, env);
+  let done = 0;
+  while (done < records.length) {
+    const run: { event: T; meta: MessageMeta }[] = [];
+    // A run shares one trace: it is handled inside the context its messages carry, so a
+    // trajectory's trace continues into the consumer's work as on the per-message path.
+    const trace = traceIdOf(records[done]);
+    for (let i = done; i < records.length && run.length < (processor.maxBatchSize ?? 256); i++) {
+      if (traceIdOf(records[i]) !== trace) break;
+      let event: T;
+      try {
+        event = processor.decode(records[i]);
+      } catch {
+        break; // poison: deliver() below dead-letters it with its reason
+      }
+      run.push({ event, meta: metaOf(records[i], route, env, stateOf(records[i], route), 1) });
+    }
+    if (run.length === 0) {
+      const next = await deliverEach(records.slice(done, done + 1), 0, route, processor, env);
+      if (next === 0) return done;
+      done += 1;
+      continue;
+    }
+    const stopKeepAlive = startKeepAlive(env.keepAlive);
+    const first = run[0].meta;
+    const span: ConsumeSpanInfo = { system: env.system, topic: route.logical, group: env.group, partition: first.partition, offset: first.offset, attempt: 1 };
+    const result = await settleUnlessAbandoned(() => withConsumerSpan(records[done].headers, span, () => handleBatch(run)), env.signals.abandon).finally(stopKeepAlive);
+    if (result.status === 'abandoned') return done;
+    if (result.status === 'ok') {
+      done += run.length;
+      continue;
+    }
+    env.logger.debug('batch handler failed; delivering its messages one by one', { group: env.group, topic: route.logical, size: run.length, error: errorMessage(result.error) });
+    const handled = await deliverEach(records.slice(done, done + run.length), 0, route, processor, env);
+    done += handled;
+    if (handled < run.length) return done;
+  }
+  return done;
+}
+
+/** The W3C trace id a record carries ('' when none). */
+function traceIdOf(record: InboundRecord): string {
+  return record.headers.traceparent?.split('-')[1] ?? '';
+}
+
+async function deliverEach<T>(records: readonly InboundRecord[], from: number, route: TopicRoute, processor: Processor<T>, env: DeliveryEnv): Promise<number> {
+  let done = from;
+  for (; done < records.length; done++) {
+    if ((await deliver(records[done], route, processor, env)) === 'interrupted') break;
+  }
+  return done;
 }
 
 function stateOf(record: InboundRecord, route: TopicRoute): DeliveryState {
@@ -99,15 +176,7 @@ async function deliverInner<T>(record: InboundRecord, route: TopicRoute, process
   for (let i = 1; i <= policy.maxAttempts; i++) {
     if (i > 1 && !(await sleep(backoffMs(policy, i - 1), signals.stop))) return 'interrupted';
     const attempt = state.attemptsSoFar + i;
-    const meta: MessageMeta = {
-      topic: route.logical,
-      partition: state.origin.partition,
-      offset: state.origin.offset,
-      group,
-      attempt,
-      deliveredFrom: { topic: env.ns.logical(record.topic), partition: record.partition, offset: record.offset },
-      headers: record.headers,
-    };
+    const meta = metaOf(record, route, env, state, attempt);
     const span: ConsumeSpanInfo = { system: env.system, topic: route.logical, group, partition: meta.partition, offset: meta.offset, attempt };
     const result = await settleUnlessAbandoned(() => withConsumerSpan(record.headers, span, () => processor.handle(decoded, meta)), signals.abandon);
     if (result.status === 'ok') return 'handled';

@@ -1,6 +1,6 @@
 import type { Admin, Consumer, EachBatchPayload, Kafka, KafkaMessage } from 'kafkajs';
 import type { PartitionLag, StopOptions, Subscription } from '../bus';
-import { deliver, dueAt, type DeliveryEnv, type InboundRecord, type OutboundRecord, type Processor } from '../delivery/deliver';
+import { deliver, deliverBatch, dueAt, type DeliveryEnv, type InboundRecord, type OutboundRecord, type Processor } from '../delivery/deliver';
 import { waitUntilIdle } from '../delivery/idle';
 import type { DeliveryPolicy } from '../delivery/policy';
 import { normalizeHeaders } from '../headers';
@@ -212,6 +212,23 @@ export class KafkaSubscription<T> implements Subscription {
       this.lastCommit = Date.now();
     };
     try {
+      if (processor.handleBatch && route.kind !== 'retry') {
+        // Batch fast path (SubscribeOptions.batchHandler): runs of the fetched messages go to
+        // the batch handler; offsets advance only over the prefix that is done.
+        const size = processor.maxBatchSize ?? 256;
+        const records = batch.messages.map((m) => toInbound(batch.topic, batch.partition, m));
+        for (let i = 0; i < records.length; ) {
+          if (!isRunning() || isStale() || this.stopping.signal.aborted) return;
+          const chunk = records.slice(i, i + size);
+          const done = await deliverBatch(chunk, route, processor, env);
+          if (done > 0) resolveOffset(chunk[done - 1].offset);
+          if (done < chunk.length) return;
+          i += done;
+          if (Date.now() - this.lastCommit >= tuning.commitIntervalMs) await commit();
+          await heartbeat();
+        }
+        return;
+      }
       for (const message of batch.messages) {
         // Unresolved messages are fetched again by whoever owns the partition next.
         if (!isRunning() || isStale() || this.stopping.signal.aborted) return;

@@ -16,6 +16,39 @@ import { inTransaction, insertIgnoringDuplicates } from './transaction';
 
 const at = (ms: number) => new Date(ms);
 
+type LlmCallEnvelope = EventEnvelope<'llm_call.recorded'>;
+
+/** Token bytes per multi-row llm-call insert: large enough to amortise, small enough for one statement. */
+const MAX_INSERT_BYTES = 8 * 1024 * 1024;
+
+function llmCallRow(event: LlmCallEnvelope): Partial<LlmCall> {
+  const p = event.payload;
+  return {
+    id: p.callId,
+    eventId: event.id,
+    sessionId: p.sessionId,
+    rolloutId: p.rolloutId,
+    groupId: p.groupId,
+    taskId: p.taskId,
+    branchId: p.branchId,
+    parentCallId: p.parentCallId,
+    turnIndex: p.turnIndex,
+    model: p.model,
+    promptIds: p.promptIds,
+    reusedPromptTokens: p.reusedPromptTokens,
+    outputIds: p.outputIds,
+    outputLogprobs: p.outputLogprobs,
+    outputVersions: p.outputVersions,
+    promptTokens: p.promptIds.length,
+    outputTokens: p.outputIds.length,
+    finishReason: p.finishReason,
+    sampling: p.sampling,
+    receivedAt: at(p.timings.receivedAt),
+    firstTokenAt: p.timings.firstTokenAt === null ? null : at(p.timings.firstTokenAt),
+    finishedAt: at(p.timings.finishedAt),
+  };
+}
+
 /**
  * Writes events into the Data Pool tables, idempotently by event id: every method returns
  * true when the event changed the database and false for a redelivery (or a duplicate of
@@ -51,32 +84,37 @@ export class EventStore {
   }
 
   async recordLlmCall(event: EventEnvelope<'llm_call.recorded'>, manager?: EntityManager): Promise<boolean> {
-    const p = event.payload;
-    const inserted = await insertIgnoringDuplicates(manager ?? this.ds.manager, LlmCall, {
-      id: p.callId,
-      eventId: event.id,
-      sessionId: p.sessionId,
-      rolloutId: p.rolloutId,
-      groupId: p.groupId,
-      taskId: p.taskId,
-      branchId: p.branchId,
-      parentCallId: p.parentCallId,
-      turnIndex: p.turnIndex,
-      model: p.model,
-      promptIds: p.promptIds,
-      reusedPromptTokens: p.reusedPromptTokens,
-      outputIds: p.outputIds,
-      outputLogprobs: p.outputLogprobs,
-      outputVersions: p.outputVersions,
-      promptTokens: p.promptIds.length,
-      outputTokens: p.outputIds.length,
-      finishReason: p.finishReason,
-      sampling: p.sampling,
-      receivedAt: at(p.timings.receivedAt),
-      firstTokenAt: p.timings.firstTokenAt === null ? null : at(p.timings.firstTokenAt),
-      finishedAt: at(p.timings.finishedAt),
-    });
-    return inserted > 0;
+    return (await insertIgnoringDuplicates(manager ?? this.ds.manager, LlmCall, llmCallRow(event))) > 0;
+  }
+
+  /**
+   * Applies events in order inside the caller's transaction, writing runs of llm calls as
+   * multi-row inserts (a few MiB a statement): the Data Pool's batch path, where one
+   * round trip per call would cost more than the rows themselves. Returns how many changed
+   * the database.
+   */
+  async applyEvents(events: readonly AnyEventEnvelope[], manager: EntityManager): Promise<number> {
+    let changed = 0;
+    let run: LlmCallEnvelope[] = [];
+    let runBytes = 0;
+    const flush = async () => {
+      if (run.length) changed += await insertIgnoringDuplicates(manager, LlmCall, run.map(llmCallRow));
+      run = [];
+      runBytes = 0;
+    };
+    for (const event of events) {
+      if (event.type === 'llm_call.recorded') {
+        const bytes = event.payload.promptIds.byteLength + event.payload.outputIds.byteLength * 3;
+        if (runBytes + bytes > MAX_INSERT_BYTES) await flush();
+        run.push(event);
+        runBytes += bytes;
+        continue;
+      }
+      await flush();
+      if (await this.applyEvent(event, manager)) changed++;
+    }
+    await flush();
+    return changed;
   }
 
   /**

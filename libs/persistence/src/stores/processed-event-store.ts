@@ -25,6 +25,33 @@ export class ProcessedEventStore {
     });
   }
 
+  /**
+   * The batch form of withEventOnce: one transaction marks every event of the batch and runs
+   * `work` with the ids that were not processed before (a redelivered or duplicate id is left
+   * out). All or nothing: if `work` throws, no mark stays behind. Returns the fresh ids.
+   */
+  withEventsOnce(consumer: string, eventIds: readonly string[], work: (manager: EntityManager, fresh: ReadonlySet<string>) => Promise<void>): Promise<ReadonlySet<string>> {
+    const unique = [...new Set(eventIds)];
+    return this.ds.transaction(async (manager) => {
+      const rows = unique.length
+        ? ((
+            await manager
+              .createQueryBuilder()
+              .insert()
+              .into(ProcessedEvent)
+              .values(unique.map((eventId) => ({ consumer, eventId })))
+              .orIgnore()
+              .updateEntity(false)
+              .returning('event_id AS "eventId"')
+              .execute()
+          ).raw as { eventId: string }[])
+        : [];
+      const fresh = new Set(rows.map((r) => r.eventId));
+      if (fresh.size > 0) await work(manager, fresh);
+      return fresh;
+    });
+  }
+
   isProcessed(consumer: string, eventId: string, manager?: EntityManager): Promise<boolean> {
     return (manager ?? this.ds.manager).existsBy(ProcessedEvent, { consumer, eventId });
   }

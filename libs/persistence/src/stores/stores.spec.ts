@@ -3,6 +3,7 @@ import type { DataSource } from 'typeorm';
 import { createDataSource } from '../data-source';
 import { runMigrations } from '../migrate';
 import { describeStoreBehaviour } from '../testing/store-behaviour.suite';
+import { describeBatchBehaviour } from '../testing/batch-behaviour.suite';
 
 let ds: DataSource;
 
@@ -17,3 +18,4 @@ afterAll(async () => {
 });
 
 describeStoreBehaviour('PGlite', () => ds);
+describeBatchBehaviour('PGlite', () => ds);
