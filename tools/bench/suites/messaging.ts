@@ -138,7 +138,10 @@ async function main() {
     const phases: Phase[] = [];
     phases.push(await runPhase(bus, ingestion, 'bench.data-pool', 'throughput 2k-token calls', makeCalls(6000, 2048, 256, 2), { batch: 50 }));
     phases.push(await runPhase(bus, ingestion, 'bench.data-pool', 'throughput 32k-token calls', makeCalls(1200, 32768, 1024, 3), { batch: 8 }));
-    phases.push(await runPhase(bus, ingestion, 'bench.data-pool', 'latency @1k ev/s, 2k-token', makeCalls(10_000, 2048, 256, 4), { perSecond: 1000, batch: 1 }));
+    // The idempotent producer keeps one request in flight (~1 ms round trip here), so 1k
+    // single-event sends a second would saturate it; events go out as 5-event publishes every
+    // 5 ms, i.e. still 1k events/s, each timed from its own publish call.
+    phases.push(await runPhase(bus, ingestion, 'bench.data-pool', 'latency @1k ev/s, 2k-token', makeCalls(10_000, 2048, 256, 4), { perSecond: 1000, batch: 5 }));
 
     const big = phases[1];
     const ceilingMBps = await brokerCeiling(big.encodedBytesPerEvent, 1500);
