@@ -40,6 +40,12 @@ export const gatewayEnv = z
     DB_MIGRATE_ON_START: flag('true'),
     /** One generation may take at most this long at the inference-proxy. */
     GATEWAY_GENERATION_TIMEOUT_MS: positiveInt(600_000),
+    /**
+     * on: every answered call is recorded durably (llm_call.recorded) and its capture state saved
+     * before the answer. off: neither (no records, no token-exact extension: every call starts a
+     * branch); for serving without training and for measuring the bare hop (npm run bench -- gateway).
+     */
+    GATEWAY_CAPTURE: z.enum(['on', 'off']).default('on'),
   })
   .superRefine((env, ctx) => {
     if (env.GATEWAY_CHAT_FORMAT === 'hf' && !env.GATEWAY_TOKENIZER_DIR) {

@@ -401,3 +401,30 @@ describe('staleness back-pressure (MAX_STALENESS = 1)', () => {
     expect(await (await h.admin(`/admin/v1/sessions/${late.sessionId}`)).json()).toMatchObject({ policyVersionAtStart: 2 });
   });
 });
+
+describe('capture off (GATEWAY_CAPTURE=off)', () => {
+  let h: GatewayHarness;
+  beforeAll(async () => {
+    h = await startGatewayHarness({ script, env: { GATEWAY_CAPTURE: 'off' } });
+  });
+  afterAll(async () => {
+    await h?.close();
+  });
+
+  it('answers without publishing llm_call.recorded or saving capture state (the next turn starts a branch)', async () => {
+    const s = await h.createSession({ rolloutId: 'r-capture-off' });
+    const client = sdk(h, s.apiKey);
+    const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [{ role: 'user', content: 'hello' }];
+    const a = await client.chat.completions.create({ model: 'anvil-tiny', messages, max_tokens: 16 }).withResponse();
+    expect(a.data.choices[0].message.content).toBe('reply 1: ok');
+    messages.push(a.data.choices[0].message, { role: 'user', content: 'next' });
+    const b = await client.chat.completions.create({ model: 'anvil-tiny', messages, max_tokens: 16 }).withResponse();
+    expect(b.data.choices[0].message.content).toBe('reply 2: ok');
+    expect(b.response.headers.get('x-anvil-capture')).toMatch(/^branch:/);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(h.records).toHaveLength(0);
+    const rows: { n: number }[] = await h.ds.query(`SELECT count(*)::int AS n FROM gateway_calls`);
+    expect(Number(rows[0].n)).toBe(0);
+    expect(await (await h.admin(`/admin/v1/sessions/${s.sessionId}`)).json()).toMatchObject({ callCount: 2 });
+  });
+});

@@ -33,7 +33,7 @@ export interface ChoiceResult {
 }
 
 export interface CallServiceDeps {
-  config: Pick<GatewayConfig, 'GATEWAY_DEFAULT_MAX_TOKENS' | 'GATEWAY_MAX_N' | 'MAX_STALENESS' | 'GATEWAY_RETRY_AFTER_S'>;
+  config: Pick<GatewayConfig, 'GATEWAY_DEFAULT_MAX_TOKENS' | 'GATEWAY_MAX_N' | 'MAX_STALENESS' | 'GATEWAY_RETRY_AFTER_S'> & Partial<Pick<GatewayConfig, 'GATEWAY_CAPTURE'>>;
   registry: ModelRegistry;
   client: InferenceProxyClient;
   sessions: SessionStore;
@@ -245,6 +245,11 @@ export class CallService {
           : null,
       };
     });
+    if (this.d.config.GATEWAY_CAPTURE === 'off') {
+      // Capture off: nothing is published and no capture state is written (see config.ts).
+      this.d.metrics.records.inc({ outcome: 'skipped' }, answered.length);
+      return results;
+    }
     try {
       const saved = await this.d.recorder.record(session, call.model.name, answered);
       this.d.metrics.records.inc({ outcome: 'durable' }, answered.length);
