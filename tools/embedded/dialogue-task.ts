@@ -22,13 +22,3 @@ export function makeTrajectory(rand: () => number, turns: number): PackSample[] 
   }
   return samples;
 }
-
-export function seededRandom(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    return (s >>> 0) / 0x1_0000_0000;
-  };
-}

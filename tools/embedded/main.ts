@@ -10,8 +10,8 @@
  */
 import { join } from 'node:path';
 import { engineInfo, getThreads, Model } from '@anvil/engine';
-import { packSamples, type PackSample } from '@anvil/rl';
-import { makeTrajectory, seededRandom } from './dialogue-task';
+import { packSamples, seededRandom, type PackSample } from '@anvil/rl';
+import { makeTrajectory } from './dialogue-task';
 import { writeReport, type StepRecord } from './report';
 
 const steps = Number(process.env.ANVIL_MAIN_STEPS ?? 80);

@@ -1,1 +1,2 @@
 export * from './packing';
+export * from './random';

@@ -26,17 +26,8 @@ export function loadGolden(): Golden {
   return JSON.parse(readFileSync(join(__dirname, '..', '__fixtures__', 'qwen3-golden.json'), 'utf8')) as Golden;
 }
 
-/** Deterministic PRNG (mulberry32) for generated test data. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Deterministic PRNG for generated test data. */
+export { seededRandom as rng } from '@anvil/rl';
 
 /** A random string over code points of every plane (no lone surrogates), with whitespace runs and the given literals mixed in. */
 export function randomText(r: () => number, maxLen: number, literals: readonly string[] = []): string {
