@@ -1,20 +1,14 @@
-import {
-  apiErrorBodySchema,
-  generateResponseSchema,
-  generateStreamLineSchema,
-  type ApiErrorBody,
-  type GenerateRequestInput,
-  type GenerateResponse,
-  type GenerateStreamLine,
-  type GenerateTokenChunk,
-} from '@anvil/contracts';
+import { Agent, request, type Dispatcher } from 'undici';
+import { apiErrorBodySchema, type ApiErrorBody, type GenerateRequestInput, type GenerateResponse, type GenerateTokenChunk } from '@anvil/contracts';
+import { parseGenerateResponse, parseStreamLine } from './wire';
 
 export interface InferenceProxyClientOptions {
   /** e.g. http://inference-proxy:8081 */
   baseUrl: string;
   /** Per-call deadline for the whole generation (default: none besides the caller's signal). */
   timeoutMs?: number;
-  fetch?: typeof fetch;
+  /** The connection pool (default: a keep-alive undici Agent of this client's own). */
+  dispatcher?: Dispatcher;
 }
 
 /** A non-2xx answer (or an error line in a stream), with the OpenAI-style body. */
@@ -46,49 +40,66 @@ export interface ReplicasReport {
   [k: string]: unknown;
 }
 
+type ResponseBody = Dispatcher.ResponseData['body'];
+
 /**
  * What the gateway uses to call the inference-proxy: ids in, ids + logprobs + per-token policy
- * versions out. Aborting the signal closes the connection, which aborts the generation (and the
+ * versions out. Calls go over pooled keep-alive connections (undici), and answers are checked
+ * by hand-written shape checks (wire.ts) rather than schema parsing: this is the per-call hot
+ * path. Aborting the signal closes the connection, which aborts the generation (and the
  * engine's) on the proxy.
  */
 export class InferenceProxyClient {
   private readonly baseUrl: string;
-  private readonly fetchImpl: typeof fetch;
+  private readonly dispatcher: Dispatcher;
+  private readonly ownsDispatcher: boolean;
 
   constructor(private readonly options: InferenceProxyClientOptions) {
     this.baseUrl = options.baseUrl.replace(/\/+$/, '');
-    this.fetchImpl = options.fetch ?? fetch;
+    this.ownsDispatcher = !options.dispatcher;
+    // No undici timeouts of its own: a non-streamed generation sends its headers only when it
+    // is done, so the deadline is timeoutMs (or the caller's signal), not headersTimeout.
+    this.dispatcher = options.dispatcher ?? new Agent({ keepAliveTimeout: 30_000, headersTimeout: 0, bodyTimeout: 0 });
   }
 
-  /** One generation, answered when it finishes. */
+  /** One generation, answered when it finishes (one JSON body: the cheapest way when nothing needs the tokens early). */
   async generate(req: GenerateRequestInput, opts: { signal?: AbortSignal } = {}): Promise<GenerateResponse> {
-    const res = await this.post('/internal/v1/generate', { ...req, stream: false }, opts.signal);
-    return generateResponseSchema.parse(await res.json());
+    const body = await this.post('/internal/v1/generate', { ...req, stream: false }, opts.signal);
+    const text = await body.text();
+    return parseGenerateResponse(JSON.parse(text));
   }
 
   /**
    * Streams the generation: token chunks as they are sampled, then the final response. The
    * iterator's `return` value is the response; `collect` below is the usual way to get both.
+   * Leaving the loop early (return or throw) closes the connection, which aborts the generation.
    */
   async *generateStream(req: GenerateRequestInput, opts: { signal?: AbortSignal } = {}): AsyncGenerator<GenerateTokenChunk, GenerateResponse> {
-    const res = await this.post('/internal/v1/generate', { ...req, stream: true }, opts.signal);
-    if (!res.body) throw new Error('inference-proxy answered without a body');
-    const decoder = new TextDecoder();
-    let buffer = '';
-    for await (const bytes of res.body as unknown as AsyncIterable<Uint8Array>) {
-      buffer += decoder.decode(bytes, { stream: true });
-      let nl: number;
-      while ((nl = buffer.indexOf('\n')) >= 0) {
-        const text = buffer.slice(0, nl).trim();
-        buffer = buffer.slice(nl + 1);
-        if (!text) continue;
-        const line: GenerateStreamLine = generateStreamLineSchema.parse(JSON.parse(text));
-        if (line.type === 'tokens') yield line;
-        else if (line.type === 'done') return line.response;
-        else throw new InferenceProxyError(502, { error: line.error });
+    const body = await this.post('/internal/v1/generate', { ...req, stream: true }, opts.signal);
+    let finished = false;
+    try {
+      body.setEncoding('utf8');
+      let buffer = '';
+      for await (const piece of body as AsyncIterable<string>) {
+        buffer += piece;
+        let nl: number;
+        while ((nl = buffer.indexOf('\n')) >= 0) {
+          const text = buffer.slice(0, nl);
+          buffer = buffer.slice(nl + 1);
+          if (!text.trim()) continue;
+          const line = parseStreamLine(JSON.parse(text));
+          if (line.type === 'tokens') yield line;
+          else if (line.type === 'done') {
+            finished = true;
+            return line.response;
+          } else throw new InferenceProxyError(502, { error: line.error });
+        }
       }
+      throw new Error('inference-proxy stream ended without a final line');
+    } finally {
+      if (!finished) body.destroy();
+      else body.resume();
     }
-    throw new Error('inference-proxy stream ended without a final line');
   }
 
   /** Streams, calling onChunk per chunk, and resolves with the final response. */
@@ -102,35 +113,42 @@ export class InferenceProxyClient {
   }
 
   async replicas(opts: { signal?: AbortSignal } = {}): Promise<ReplicasReport> {
-    const res = await this.fetchImpl(`${this.baseUrl}/internal/v1/replicas`, { signal: this.signal(opts.signal) });
-    if (!res.ok) throw await this.error(res);
-    return (await res.json()) as ReplicasReport;
+    const res = await request(`${this.baseUrl}/internal/v1/replicas`, { dispatcher: this.dispatcher, signal: this.signal(opts.signal) });
+    if (res.statusCode < 200 || res.statusCode >= 300) throw await this.error(res.statusCode, res.body);
+    return (await res.body.json()) as ReplicasReport;
   }
 
-  private async post(path: string, body: unknown, signal?: AbortSignal): Promise<Response> {
-    const res = await this.fetchImpl(`${this.baseUrl}${path}`, {
+  /** Closes the pooled connections (only those of a dispatcher this client made). */
+  async close(): Promise<void> {
+    if (this.ownsDispatcher) await this.dispatcher.close();
+  }
+
+  private async post(path: string, body: unknown, signal?: AbortSignal): Promise<ResponseBody> {
+    const res = await request(`${this.baseUrl}${path}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(body),
       signal: this.signal(signal),
+      dispatcher: this.dispatcher,
     });
-    if (!res.ok) throw await this.error(res);
-    return res;
+    if (res.statusCode < 200 || res.statusCode >= 300) throw await this.error(res.statusCode, res.body);
+    return res.body;
   }
 
   private signal(signal?: AbortSignal): AbortSignal | undefined {
-    const parts = [signal, this.options.timeoutMs ? AbortSignal.timeout(this.options.timeoutMs) : undefined].filter((s): s is AbortSignal => !!s);
-    return parts.length ? AbortSignal.any(parts) : undefined;
+    if (!this.options.timeoutMs) return signal;
+    const timeout = AbortSignal.timeout(this.options.timeoutMs);
+    return signal ? AbortSignal.any([signal, timeout]) : timeout;
   }
 
-  private async error(res: Response): Promise<InferenceProxyError> {
+  private async error(status: number, res: ResponseBody): Promise<InferenceProxyError> {
     const text = await res.text().catch(() => '');
     let body: ApiErrorBody;
     try {
       body = apiErrorBodySchema.parse(JSON.parse(text));
     } catch {
-      body = { error: { message: text.slice(0, 500) || res.statusText, type: 'server_error', param: null, code: null } };
+      body = { error: { message: text.slice(0, 500) || `HTTP ${status}`, type: 'server_error', param: null, code: null } };
     }
-    return new InferenceProxyError(res.status, body);
+    return new InferenceProxyError(status, body);
   }
 }

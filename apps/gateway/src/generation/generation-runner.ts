@@ -39,6 +39,16 @@ export async function runGeneration(opts: {
 }): Promise<GenerationResult> {
   const decoder = new StreamDecoder(opts.tokenizer, { skipSpecialTokens: false });
   const hidden = new Set(opts.request.stopIds ?? []);
+  if (!opts.onText && opts.stop.length === 0) {
+    // Nobody needs the tokens early and nothing may cut the generation short: one JSON answer
+    // instead of a token stream (a fraction of the socket writes and reads on both sides).
+    const sentAt = Date.now();
+    const r = await opts.client.generate(opts.request, { signal: opts.signal });
+    const firstTokenAt = r.outputIds.length === 0 ? null : typeof r.firstTokenMs === 'number' ? sentAt + Math.round(r.firstTokenMs) : Date.now();
+    decoder.push(r.outputIds.filter((id) => !hidden.has(id)));
+    decoder.flush();
+    return { outputIds: r.outputIds, logprobs: r.logprobs, versions: r.versions, finishReason: r.finishReason, text: decoder.text, stoppedByString: false, promptTokens: r.promptTokens, cachedPromptTokens: r.cachedPromptTokens, firstTokenAt };
+  }
   const matcher = new StopStringMatcher(opts.stop);
   const ids: number[] = [];
   const logprobs: number[] = [];

@@ -1,3 +1,5 @@
+import type { Readable } from 'node:stream';
+import { Agent, request, type Dispatcher } from 'undici';
 import { BackendRequestError, BackendUnavailableError } from './backend';
 
 /**
@@ -23,21 +25,21 @@ export async function postJson(backendId: string, url: string, body: unknown, op
 }
 
 /** Yields each `data:` payload of an SSE stream (multi-line data joined with \n). */
-export async function* sseData(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+export async function* sseData(body: AsyncIterable<Uint8Array | string>): AsyncGenerator<string> {
   const decoder = new TextDecoder();
   let buffer = '';
   let data: string[] = [];
-  for await (const bytes of body as unknown as AsyncIterable<Uint8Array>) {
-    buffer += decoder.decode(bytes, { stream: true });
+  for await (const bytes of body) {
+    buffer += typeof bytes === 'string' ? bytes : decoder.decode(bytes, { stream: true });
     let nl: number;
     while ((nl = buffer.indexOf('\n')) >= 0) {
-      const line = buffer.slice(0, nl).replace(/\r$/, '');
+      const line = buffer.charCodeAt(nl - 1) === 13 ? buffer.slice(0, nl - 1) : buffer.slice(0, nl);
       buffer = buffer.slice(nl + 1);
       if (line === '') {
-        if (data.length) yield data.join('\n');
+        if (data.length) yield data.length === 1 ? data[0] : data.join('\n');
         data = [];
       } else if (line.startsWith('data:')) {
-        data.push(line.slice(5).replace(/^ /, ''));
+        data.push(line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5));
       }
       // Comments (":") and other fields (event, id, retry) carry nothing we use.
     }
@@ -45,20 +47,28 @@ export async function* sseData(body: ReadableStream<Uint8Array>): AsyncGenerator
   if (data.length) yield data.join('\n');
 }
 
+/**
+ * Keep-alive connections to the engines, shared by every stream: undici's own pool (cheaper per
+ * request than fetch's WHATWG streams). No undici deadlines: a generation lasts as long as it
+ * lasts; callers bound it with their abort signal.
+ */
+const engineConnections = new Agent({ keepAliveTimeout: 30_000, headersTimeout: 0, bodyTimeout: 0 });
+
 /** Opens a streaming POST; maps connection failures and HTTP errors onto the backend errors. */
-export async function openStream(backendId: string, url: string, body: unknown, signal: AbortSignal): Promise<ReadableStream<Uint8Array>> {
-  let res: Response;
+export async function openStream(backendId: string, url: string, body: unknown, signal: AbortSignal): Promise<Readable> {
+  let res: Dispatcher.ResponseData;
   try {
-    res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify(body), signal });
+    res = await request(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify(body), signal, dispatcher: engineConnections });
   } catch (err) {
     if (signal.aborted) throw err;
     throw new BackendUnavailableError(backendId, `POST ${new URL(url).pathname} failed: ${(err as Error).message}`, { cause: err });
   }
-  if (!res.ok || !res.body) {
-    const text = await res.text().catch(() => '');
-    const message = `POST ${new URL(url).pathname} answered ${res.status}: ${text.slice(0, 500)}`;
-    throw res.status >= 500 || res.status === 0 ? new BackendUnavailableError(backendId, message) : new BackendRequestError(backendId, res.status, message);
+  if (res.statusCode < 200 || res.statusCode >= 300) {
+    const text = await res.body.text().catch(() => '');
+    const message = `POST ${new URL(url).pathname} answered ${res.statusCode}: ${text.slice(0, 500)}`;
+    throw res.statusCode >= 500 ? new BackendUnavailableError(backendId, message) : new BackendRequestError(backendId, res.statusCode, message);
   }
+  res.body.setEncoding('utf8');
   return res.body;
 }
 

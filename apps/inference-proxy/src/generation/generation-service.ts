@@ -63,9 +63,11 @@ export class GenerationService {
     let failures = 0;
     let attemptNo = 0;
 
+    const startedAt = performance.now();
+    let firstTokenMs: number | null = null;
     const finish = (finishReason: FinishReason): GenerateResponse => {
       this.metrics.requests.inc({ outcome: finishReason });
-      return { requestId: req.requestId, outputIds: ids, logprobs, versions, finishReason, promptTokens: req.promptIds.length, cachedPromptTokens: cachedPromptTokens ?? 0, replica: lastReplica };
+      return { requestId: req.requestId, outputIds: ids, logprobs, versions, finishReason, promptTokens: req.promptIds.length, cachedPromptTokens: cachedPromptTokens ?? 0, replica: lastReplica, firstTokenMs };
     };
 
     try {
@@ -119,6 +121,7 @@ export class GenerationService {
             {
               signal: AbortSignal.any([stop, interrupt.signal]),
               onTokens: (chunk) => {
+                if (firstTokenMs === null && chunk.ids.length > 0) firstTokenMs = Math.round((performance.now() - startedAt) * 1000) / 1000;
                 const stamped = chunk.ids.map(() => version);
                 ids.push(...chunk.ids);
                 logprobs.push(...chunk.logprobs);

@@ -36,6 +36,8 @@ export const generateResponseSchema = z.object({
   promptTokens: z.number().int().nonnegative(),
   cachedPromptTokens: z.number().int().nonnegative(),
   replica: z.string(),
+  /** Milliseconds from the proxy taking the request to its first token (null: no token); lets a non-streaming caller still report time to first token. */
+  firstTokenMs: z.number().nonnegative().nullable().optional(),
 });
 export type GenerateResponse = z.infer<typeof generateResponseSchema>;
 

@@ -1,0 +1,83 @@
+import type { ApiErrorBody, GenerateResponse, GenerateStreamLine, GenerateTokenChunk } from '@anvil/contracts';
+
+/**
+ * Shape checks of the inference-proxy's answers (the contracts' generateResponseSchema and
+ * generateStreamLineSchema), written out by hand: they run once per token chunk of every call,
+ * where a schema library's per-element work showed up in profiles. They accept exactly what
+ * the schemas accept, plus: the per-token arrays of one answer must have equal lengths.
+ */
+export class ProxyWireError extends Error {
+  override readonly name = 'ProxyWireError';
+}
+
+const fail = (what: string): never => {
+  throw new ProxyWireError(`inference-proxy answer malformed: ${what}`);
+};
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function ids(v: unknown, what: string): number[] {
+  if (!Array.isArray(v)) return fail(`${what} is not an array`);
+  for (const x of v) if (typeof x !== 'number' || !Number.isInteger(x) || x < 0) fail(`${what} holds ${JSON.stringify(x)}`);
+  return v as number[];
+}
+
+function numbers(v: unknown, what: string): number[] {
+  if (!Array.isArray(v)) return fail(`${what} is not an array`);
+  // JSON has no -Infinity: a token of probability 0 under a processed distribution comes as null.
+  for (let i = 0; i < v.length; i++) {
+    const x: unknown = v[i];
+    if (x === null) v[i] = Number.NEGATIVE_INFINITY;
+    else if (typeof x !== 'number') fail(`${what} holds ${JSON.stringify(x)}`);
+  }
+  return v as number[];
+}
+
+function count(v: unknown, what: string): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) return fail(`${what} is ${JSON.stringify(v)}`);
+  return v;
+}
+
+function tokens(o: Record<string, unknown>, idsKey: string): { ids: number[]; logprobs: number[]; versions: number[] } {
+  const out = { ids: ids(o[idsKey], idsKey), logprobs: numbers(o.logprobs, 'logprobs'), versions: ids(o.versions, 'versions') };
+  if (out.logprobs.length !== out.ids.length || out.versions.length !== out.ids.length) fail(`${idsKey}, logprobs and versions differ in length`);
+  return out;
+}
+
+export function parseGenerateResponse(v: unknown): GenerateResponse {
+  if (!isObject(v)) return fail('response is not an object');
+  if (typeof v.requestId !== 'string') fail('requestId');
+  if (typeof v.replica !== 'string') fail('replica');
+  if (v.finishReason !== 'stop' && v.finishReason !== 'length' && v.finishReason !== 'abort') fail(`finishReason ${JSON.stringify(v.finishReason)}`);
+  const t = tokens(v, 'outputIds');
+  return {
+    requestId: v.requestId as string,
+    outputIds: t.ids,
+    logprobs: t.logprobs,
+    versions: t.versions,
+    finishReason: v.finishReason as GenerateResponse['finishReason'],
+    promptTokens: count(v.promptTokens, 'promptTokens'),
+    cachedPromptTokens: count(v.cachedPromptTokens, 'cachedPromptTokens'),
+    replica: v.replica as string,
+    ...(typeof v.firstTokenMs === 'number' && v.firstTokenMs >= 0 ? { firstTokenMs: v.firstTokenMs } : {}),
+  };
+}
+
+function parseError(v: unknown): ApiErrorBody['error'] {
+  if (!isObject(v) || typeof v.message !== 'string' || typeof v.type !== 'string') return fail('error line');
+  const nullableString = (x: unknown) => (x === null || x === undefined ? null : typeof x === 'string' ? x : fail('error line'));
+  return { message: v.message, type: v.type, param: nullableString(v.param), code: nullableString(v.code) };
+}
+
+export function parseStreamLine(v: unknown): GenerateStreamLine {
+  if (!isObject(v)) return fail('stream line is not an object');
+  if (v.type === 'tokens') {
+    const chunk: GenerateTokenChunk = { type: 'tokens', ...tokens(v, 'ids') };
+    return chunk;
+  }
+  if (v.type === 'done') return { type: 'done', response: parseGenerateResponse(v.response) };
+  if (v.type === 'error') return { type: 'error', error: parseError(v.error) };
+  return fail(`stream line type ${JSON.stringify(v.type)}`);
+}
