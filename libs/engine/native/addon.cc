@@ -11,6 +11,10 @@
 
 #include "generate.h"
 #include "model.h"
+#ifdef ANVIL_WITH_CUDA
+#include "cuda/addon_exports.h"
+#include "cuda/device_model.h"
+#endif
 
 namespace anvil {
 
@@ -45,11 +49,15 @@ Napi::TypedArrayOf<T> get_typed(const Napi::Value& v, const char* what) {
   return v.As<Napi::TypedArrayOf<T>>();
 }
 
-// An ArrayBuffer over an arena without copying; the buffer co-owns the arena, so a view stays
-// valid even after the model is disposed.
-Napi::ArrayBuffer arena_buffer(Napi::Env env, const std::shared_ptr<FloatArena>& arena) {
+// An ArrayBuffer over one tensor of an arena without copying; the buffer co-owns the arena, so a
+// view stays valid even after the model is disposed. One buffer per tensor rather than one per
+// arena: a whole arena of a >1B-parameter model is over the 4 GiB that Node 20 handles in one
+// external ArrayBuffer (it crashed with a double free), while single tensors stay well under it.
+Napi::ArrayBuffer tensor_buffer(Napi::Env env, const std::shared_ptr<FloatArena>& arena, const ParamTensor& t) {
+  if (t.numel * sizeof(float) >= (size_t(1) << 32))
+    throw Error("tensor " + t.name + " is over 4 GiB, more than one JavaScript ArrayBuffer can view here");
   auto* hold = new std::shared_ptr<FloatArena>(arena);
-  return Napi::ArrayBuffer::New(env, arena->data(), arena->bytes(),
+  return Napi::ArrayBuffer::New(env, arena->data() + t.offset, t.numel * sizeof(float),
                                 [](Napi::Env, void*, std::shared_ptr<FloatArena>* h) { delete h; }, hold);
 }
 
@@ -145,6 +153,18 @@ class ForwardWorker : public PromiseWorker {
         throw Error("token out of range: tokens[" + std::to_string(i) + "] = " + std::to_string(tokens_[i]) +
                     " (vocab size " + std::to_string(V) + ")");
     acts->tokens.assign(tokens_, tokens_ + n_);
+#ifdef ANVIL_WITH_CUDA
+    if (model_->device) {
+      cuda::ForwardBytes fb;
+      std::lock_guard<std::mutex> lock(model_->mu);
+      acts->dev = model_->device->forward(acts->tree, tokens_, logp_, entropy_, (LogitsMode)logits_mode_, max_bytes_, &fb);
+      acts->kept_bytes = fb.kept;
+      acts->forward_scratch_bytes = fb.forward_scratch;
+      acts->backward_scratch_bytes = fb.backward_scratch;
+      acts_ = acts;
+      return;
+    }
+#endif
     acts->plan = plan_memory(model_->cfg, acts->tree, (LogitsMode)logits_mode_, max_bytes_);
     if (max_bytes_ > 0) {
       const double need = (double)acts->plan.peak_bytes();
@@ -202,6 +222,12 @@ class BackwardWorker : public PromiseWorker {
                     " is a root: it has no prediction (no log-prob, no entropy), so its coefficient must be 0");
     }
     std::lock_guard<std::mutex> lock(acts_->model->mu);
+#ifdef ANVIL_WITH_CUDA
+    if (acts_->dev) {
+      acts_->model->device->backward(*acts_->dev, dlogp_, dent_);
+      return;
+    }
+#endif
     model_backward(*acts_, dlogp_, dent_);
   }
 
@@ -281,8 +307,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   static Napi::Function Init(Napi::Env env) {
     return DefineClass(env, "NativeModel",
                        {InstanceMethod("layout", &ModelWrap::Layout),
-                        InstanceMethod("paramsBuffer", &ModelWrap::ParamsBuffer),
-                        InstanceMethod("gradsBuffer", &ModelWrap::GradsBuffer),
+                        InstanceMethod("tensorBuffers", &ModelWrap::TensorBuffers),
                         InstanceMethod("initRandom", &ModelWrap::InitRandom),
                         InstanceMethod("forward", &ModelWrap::Forward),
                         InstanceMethod("backward", &ModelWrap::Backward),
@@ -293,6 +318,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("memory", &ModelWrap::Memory),
                         InstanceMethod("stepCount", &ModelWrap::StepCount),
                         InstanceMethod("trimCache", &ModelWrap::TrimCache),
+                        InstanceMethod("pushParams", &ModelWrap::PushParams),
+                        InstanceMethod("pullParams", &ModelWrap::PullParams),
+                        InstanceMethod("pullGrads", &ModelWrap::PullGrads),
                         InstanceMethod("dispose", &ModelWrap::Dispose)});
   }
 
@@ -314,6 +342,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     auto inv = get_typed<float, napi_float32_array>(o.Get("invFreq"), "config.invFreq");
     c.inv_freq.assign(inv.Data(), inv.Data() + inv.ElementLength());
     model_ = std::make_shared<Model>(c);
+#ifdef ANVIL_WITH_CUDA
+    model_->device = std::make_shared<cuda::DeviceModel>(*model_);
+#endif
   }
 
   std::shared_ptr<Model> shared_model() const { return model_; }
@@ -343,8 +374,20 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     }
     return arr;
   }
-  Napi::Value ParamsBuffer(const Napi::CallbackInfo& info) { return arena_buffer(info.Env(), model().params); }
-  Napi::Value GradsBuffer(const Napi::CallbackInfo& info) { return arena_buffer(info.Env(), model().grads); }
+  // tensorBuffers(): {params: ArrayBuffer[], grads: ArrayBuffer[]}, one per tensor in layout order
+  Napi::Value TensorBuffers(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Model& m = model();
+    Napi::Array params = Napi::Array::New(env, m.tensors.size()), grads = Napi::Array::New(env, m.tensors.size());
+    for (size_t i = 0; i < m.tensors.size(); i++) {
+      params.Set((uint32_t)i, tensor_buffer(env, m.params, m.tensors[i]));
+      grads.Set((uint32_t)i, tensor_buffer(env, m.grads, m.tensors[i]));
+    }
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("params", params);
+    o.Set("grads", grads);
+    return o;
+  }
 
   Napi::Value InitRandom(const Napi::CallbackInfo& info) {
     Model& m = model();
@@ -353,7 +396,46 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     if (!std::isfinite(seed) || !std::isfinite(sd) || sd < 0) throw Error("initRandom: seed must be finite and std >= 0");
     std::lock_guard<std::mutex> lock(m.mu);
     m.init_random((uint64_t)(int64_t)seed, (float)sd);
+    if (m.device) push_device(m);
     return info.Env().Undefined();
+  }
+
+  // The CUDA build keeps the weights on the device; the arenas behind tensorBuffers()
+  // are then a host mirror. pushParams() uploads what JavaScript wrote there (after a load),
+  // pullParams()/pullGrads() refresh the mirror (before a save). No-ops in the CPU build.
+  static void push_device(Model& m) {
+#ifdef ANVIL_WITH_CUDA
+    m.device->push_params();
+#else
+    (void)m;
+#endif
+  }
+  Napi::Value PushParams(const Napi::CallbackInfo& info) {
+    model();
+    return Queue(info.Env(), [](Model& m) {
+      if (m.device) push_device(m);
+      return 0.0;
+    });
+  }
+  Napi::Value PullParams(const Napi::CallbackInfo& info) {
+    model();
+    return Queue(info.Env(), [](Model& m) {
+#ifdef ANVIL_WITH_CUDA
+      if (m.device) m.device->pull_params();
+#endif
+      (void)m;
+      return 0.0;
+    });
+  }
+  Napi::Value PullGrads(const Napi::CallbackInfo& info) {
+    model();
+    return Queue(info.Env(), [](Model& m) {
+#ifdef ANVIL_WITH_CUDA
+      if (m.device) m.device->pull_grads();
+#endif
+      (void)m;
+      return 0.0;
+    });
   }
 
   // forward(tokens: Int32Array, parents: Int32Array, logp: Float32Array, entropy: Float32Array,
@@ -408,12 +490,23 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value ZeroGrad(const Napi::CallbackInfo& info) {
     model();
     return Queue(info.Env(), [](Model& m) {
+#ifdef ANVIL_WITH_CUDA
+      if (m.device) {
+        m.device->zero_grad();
+        return 0.0;
+      }
+#endif
       std::memset(m.grads->data(), 0, m.grads->bytes());  // (not x * 0: that keeps NaN)
       return 0.0;
     });
   }
 
-  static double grad_norm(Model& m) { return std::sqrt(sum_squares(m.grads->data(), m.num_params)); }
+  static double grad_norm(Model& m) {
+#ifdef ANVIL_WITH_CUDA
+    if (m.device) return m.device->grad_norm();
+#endif
+    return std::sqrt(sum_squares(m.grads->data(), m.num_params));
+  }
 
   Napi::Value GradNorm(const Napi::CallbackInfo& info) {
     model();
@@ -428,6 +521,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     double max_norm = info[0].As<Napi::Number>().DoubleValue();
     if (!(max_norm > 0) || !std::isfinite(max_norm)) throw Error("clipGradNorm: maxNorm must be a positive finite number");
     return Queue(info.Env(), [max_norm](Model& m) {
+#ifdef ANVIL_WITH_CUDA
+      if (m.device) return m.device->clip_grad_norm(max_norm);
+#endif
       double norm = grad_norm(m);
       if (!std::isfinite(norm)) throw Error("gradient norm is not finite (NaN or Inf in the gradients)");
       if (norm > max_norm) scale_inplace(m.grads->data(), m.num_params, (float)(max_norm / (norm + 1e-6)));
@@ -449,6 +545,13 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     if (mask.ElementLength() != m.tensors.size()) throw Error("adamwStep: decayMask needs one entry per tensor");
     std::vector<uint8_t> decay(mask.Data(), mask.Data() + mask.ElementLength());
     return Queue(info.Env(), [=](Model& m) {
+#ifdef ANVIL_WITH_CUDA
+      if (m.device) {
+        m.step += 1;
+        m.device->adamw(decay, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, m.step);
+        return (double)m.step;
+      }
+#endif
       if (!m.adam_m) {
         m.adam_m = std::make_shared<FloatArena>(m.num_params);
         m.adam_v = std::make_shared<FloatArena>(m.num_params);
@@ -468,6 +571,15 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     Model& m = model();
     Napi::Object o = Napi::Object::New(info.Env());
     o.Set("numParams", (double)m.num_params);
+#ifdef ANVIL_WITH_CUDA
+    if (m.device) {  // device bytes (the host mirror is not counted)
+      o.Set("paramBytes", (double)m.device->param_bytes());
+      o.Set("gradBytes", (double)m.device->grad_bytes());
+      o.Set("optimizerBytes", (double)m.device->optimizer_bytes());
+      o.Set("cachedBytes", (double)m.device->cached_bytes());
+      return o;
+    }
+#endif
     o.Set("paramBytes", (double)m.params->bytes());
     o.Set("gradBytes", (double)m.grads->bytes());
     o.Set("optimizerBytes", m.adam_m ? (double)(m.adam_m->bytes() + m.adam_v->bytes()) : 0.0);
@@ -475,6 +587,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return o;
   }
   Napi::Value TrimCache(const Napi::CallbackInfo& info) {
+#ifdef ANVIL_WITH_CUDA
+    if (model().device) model().device->trim_cache();
+#endif
     model().trim_cache();
     return info.Env().Undefined();
   }
@@ -540,6 +655,14 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
     if (!(maxpos >= 2 && maxpos <= (1 << 24)) || maxpos != std::floor(maxpos))
       throw Error("NativeGenerator: maxPositions must be an integer in [2, 2^24]");
     if (!(bytes >= 0) || !std::isfinite(bytes)) throw Error("NativeGenerator: prefixCacheBytes must be a finite number >= 0");
+#ifdef ANVIL_WITH_CUDA
+    // Generation is not on the GPU yet: it runs the CPU generator over a host copy of the weights
+    // as they are when the generator is created (info().generation says so).
+    if (m->device) {
+      std::lock_guard<std::mutex> lock(m->mu);
+      m->device->pull_params();
+    }
+#endif
     gen_ = std::make_shared<Generator>(m, (int)maxpos, bytes);
   }
 
@@ -654,7 +777,13 @@ Napi::Value BenchSgemm(const Napi::CallbackInfo& info) {
 Napi::Value Info(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
+#ifdef ANVIL_WITH_CUDA
+  o.Set("backend", "cuda");
+  cuda::add_info(env, o);
+#else
   o.Set("backend", "cpu");
+  o.Set("generation", "cpu");
+#endif
   o.Set("blas", std::string(openblas_get_config()));
   o.Set("threads", nthreads());
 #if defined(__AVX512F__)
@@ -682,6 +811,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("analyzeTree", Napi::Function::New(env, AnalyzeTree));
   exports.Set("benchSgemm", Napi::Function::New(env, BenchSgemm));
   exports.Set("info", Napi::Function::New(env, Info));
+#ifdef ANVIL_WITH_CUDA
+  cuda::add_exports(env, exports);
+#endif
   // Default thread count: ANVIL_ENGINE_THREADS, else 2 (the loader may override via setThreads).
   int n = 2;
   if (const char* s = std::getenv("ANVIL_ENGINE_THREADS")) {

@@ -14,6 +14,12 @@
 
 namespace anvil {
 
+// The CUDA build's device side (cuda/device_model.h); null members in the CPU build.
+namespace cuda {
+class DeviceModel;
+struct DeviceActs;
+}  // namespace cuda
+
 struct ModelConfig {
   int vocab = 0;       // V
   int hidden = 0;      // C
@@ -65,6 +71,9 @@ class Model {
   std::shared_ptr<FloatArena> params, grads;
   std::shared_ptr<FloatArena> adam_m, adam_v;  // allocated at the first optimizer step
   int step = 0;
+  // CUDA build: the device copy that forward/backward/step run on (the arenas above are then the
+  // host mirror that load/save use). Null in the CPU build.
+  std::shared_ptr<cuda::DeviceModel> device;
   // Native calls on one model run one at a time (each already uses every thread); workers take
   // this lock inside Execute so the event loop never blocks on it.
   std::mutex mu;
@@ -130,6 +139,7 @@ struct Activations {
   std::shared_ptr<Model> model;
   TreeInfo tree;
   std::vector<int32_t> tokens;
+  std::shared_ptr<cuda::DeviceActs> dev;  // CUDA build: the device activations instead of `arena`
   std::unique_ptr<FloatArena> arena;
   std::vector<float*> res;  // L+1 residual streams [N, C]; res[0] = embeddings
   std::vector<LayerActs> layers;

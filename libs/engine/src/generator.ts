@@ -3,7 +3,7 @@
 // prefills the pending prompt tokens of newly admitted sequences and decodes one token for every
 // active sequence, as one batch. New requests are admitted and finished/aborted ones removed
 // between steps, so the event loop keeps turning and concurrent requests share GEMMs.
-import { loadEngine } from './loader';
+import { loadBackend } from './loader';
 import { Model } from './model';
 import type { NativeGenerator } from './native';
 
@@ -119,7 +119,7 @@ export class Generator {
   }
 
   private makeNative(): NativeGenerator {
-    const { addon } = loadEngine();
+    const { addon } = loadBackend(this.model.backend); // the addon that owns the model
     return new addon.NativeGenerator(this.model.nat(), this.maxPositions, this.cacheBytes);
   }
 

@@ -3,9 +3,10 @@ export * from './config';
 export * from './model';
 export * from './generator';
 export * from './safetensors';
-export { loadEngine, selectEngine, engineInfo, setThreads, getThreads, findRepoRoot, EngineLoadError } from './loader';
+export { cudaAvailability, kernelChecks, modelChecks, type CudaCheck } from './cuda-checks';
+export { loadEngine, loadBackend, selectEngine, engineInfo, setThreads, getThreads, findRepoRoot, EngineLoadError } from './loader';
 export type { Backend, EngineSelection } from './loader';
-export type { NativeAddon, NativeGeneratorStats, NativeInfo, NativeStepResult, NativeTreeInfo, SgemmMode } from './native';
+export type { NativeAddon, NativeDeviceInfo, NativeGeneratorStats, NativeInfo, NativeKernelCheck, NativeStepResult, NativeTreeInfo, SgemmMode } from './native';
 
 import { loadEngine } from './loader';
 import type { NativeTreeInfo, SgemmMode } from './native';

@@ -1,9 +1,11 @@
 // Finds, selects and loads the native engine binary.
 //
-// Backends: 'cpu' is always built (the reference); 'cuda' is a seam for a later build
-// (anvil_engine_cuda.node), taken when it loads and reports a device. ANVIL_ENGINE_BACKEND=cpu|cuda
-// forces one; ANVIL_ENGINE_BINARY=/path/to/x.node overrides the file. The selection, and why it
-// was made, is reported by engineInfo().
+// Backends: 'cpu' is always built (the reference); 'cuda' (build-cuda/anvil_engine_cuda.node, built
+// when nvcc is present) is taken when its binary loads and reports a usable device, else the CPU
+// build with the reason. ANVIL_ENGINE_BACKEND=cpu|cuda forces one (forcing cuda without a device
+// is an error); ANVIL_ENGINE_BINARY=/path/to/x.node overrides the file. The selection, and why it
+// was made, is reported by engineInfo(); loadBackend() gives either one explicitly (the CUDA
+// checks run both in one process).
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
@@ -26,7 +28,7 @@ export class EngineLoadError extends Error {
 
 const BINARIES: Record<Backend, string> = {
   cpu: 'libs/engine/build/Release/anvil_engine.node',
-  cuda: 'libs/engine/build/Release/anvil_engine_cuda.node',
+  cuda: 'libs/engine/build-cuda/anvil_engine_cuda.node',
 };
 
 /** The repository root: the nearest directory upwards whose package.json is named "anvil". */
@@ -105,6 +107,8 @@ export function selectEngine(env: Record<string, string | undefined>): EngineSel
     const info = addon.info();
     if (info.backend !== backend)
       throw new EngineLoadError(fixes(binaryPath, `expected a ${backend} build but the binary is a ${info.backend} build`));
+    if (backend === 'cuda' && !info.device?.ok)
+      throw new EngineLoadError(`the CUDA build loads but has no usable device: ${info.device?.why ?? 'unknown reason'}`);
     return { backend, reason, binaryPath, info, addon };
   };
 
@@ -112,18 +116,35 @@ export function selectEngine(env: Record<string, string | undefined>): EngineSel
   if (forced === 'cuda') {
     if (!override && !existsSync(pathOf('cuda')))
       throw new EngineLoadError(
-        fixes(pathOf('cuda'), 'ANVIL_ENGINE_BACKEND=cuda but no CUDA build exists (this version builds the CPU backend only)'),
+        fixes(pathOf('cuda'), 'ANVIL_ENGINE_BACKEND=cuda but no CUDA build exists (`npm run build:cuda` builds it where nvcc is installed)'),
       );
     return take('cuda', 'ANVIL_ENGINE_BACKEND=cuda');
   }
   if (!override && existsSync(pathOf('cuda'))) {
     try {
-      return take('cuda', 'CUDA build present and loads');
+      return take('cuda', 'CUDA build present, loads and has a device');
     } catch (e) {
       return take('cpu', `CUDA build present but unusable (${(e as Error).message.split('\n')[0]}); using CPU`);
     }
   }
   return take('cpu', override ? `ANVIL_ENGINE_BINARY=${override}` : 'no CUDA build found; CPU is the reference backend');
+}
+
+const byBackend = new Map<Backend, EngineSelection>();
+
+/**
+ * One backend explicitly, whatever the default selection is (cached). Used to run the CPU
+ * reference next to the CUDA engine in one process, e.g. `Model.create(cfg, { backend: 'cpu' })`.
+ */
+export function loadBackend(backend: Backend): EngineSelection {
+  const def = loadEngine();
+  if (def.backend === backend) return def;
+  let sel = byBackend.get(backend);
+  if (!sel) {
+    sel = selectEngine({ ...process.env, ANVIL_ENGINE_BACKEND: backend, ANVIL_ENGINE_BINARY: undefined });
+    byBackend.set(backend, sel);
+  }
+  return sel;
 }
 
 /** Which backend was taken and why (loads the engine if needed). */

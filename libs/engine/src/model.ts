@@ -3,7 +3,7 @@
 import { existsSync, promises as fsp } from 'node:fs';
 import { basename, join } from 'node:path';
 import { ModelConfig, ModelConfigInput, normalizeConfig, parseHfConfig, ropeInvFreq, tinyConfig, toHfConfig } from './config';
-import { loadEngine } from './loader';
+import { loadBackend, loadEngine, type Backend } from './loader';
 import type { NativeHandle, NativeModel } from './native';
 import { parseSafetensors, SafetensorsError, toFloat32, writeSafetensors } from './safetensors';
 
@@ -102,6 +102,8 @@ export interface MemoryReport {
 }
 
 export interface CreateOptions {
+  /** Engine backend for this model; default: the selected one (engineInfo()). */
+  backend?: Backend;
   seed?: number;
   /** std of the normal init of linear and embedding weights (transformers' initializer_range). */
   initStd?: number;
@@ -125,9 +127,13 @@ export class Model {
   private optimizer: OptimizerConfig = { ...DEFAULT_OPTIMIZER };
   private hfExtra: Record<string, unknown> = {};
 
-  private constructor(config: ModelConfig) {
+  /** The backend this model runs on. */
+  readonly backend: Backend;
+
+  private constructor(config: ModelConfig, backend?: Backend) {
     this.config = config;
-    const { addon } = loadEngine();
+    const { addon, backend: taken } = backend ? loadBackend(backend) : loadEngine();
+    this.backend = taken;
     this.native = new addon.NativeModel({
       vocabSize: config.vocabSize,
       hiddenSize: config.hiddenSize,
@@ -142,15 +148,14 @@ export class Model {
       invFreq: ropeInvFreq(config),
       ropeAttentionScaling: 1,
     });
-    const params = this.native.paramsBuffer();
-    const grads = this.native.gradsBuffer();
-    this.tensors = this.native.layout().map((t) => {
+    const buffers = this.native.tensorBuffers();
+    this.tensors = this.native.layout().map((t, i) => {
       const view: TensorView = {
         name: t.name,
         shape: Object.freeze([...t.shape]),
         numel: t.numel,
-        data: new Float32Array(params, t.offset * 4, t.numel),
-        grad: new Float32Array(grads, t.offset * 4, t.numel),
+        data: new Float32Array(buffers.params[i]),
+        grad: new Float32Array(buffers.grads[i]),
         decay: this.optimizer.decay(t),
       };
       this.byName.set(t.name, view);
@@ -160,7 +165,7 @@ export class Model {
 
   /** A randomly initialised model of any config (seeded: same seed, same weights). */
   static create(config: ModelConfigInput | ModelConfig, opts: CreateOptions = {}): Model {
-    const m = new Model(normalizeConfig(config));
+    const m = new Model(normalizeConfig(config), opts.backend);
     m.nat().initRandom(opts.seed ?? 0, opts.initStd ?? 0.02);
     return m;
   }
@@ -171,14 +176,15 @@ export class Model {
   }
 
   /** Loads a Hugging Face checkpoint directory: config.json + model.safetensors or a sharded index. */
-  static async load(dir: string): Promise<Model> {
+  static async load(dir: string, opts: { backend?: Backend } = {}): Promise<Model> {
     const cfgPath = join(dir, 'config.json');
     if (!existsSync(cfgPath)) throw new Error(`${dir}: no config.json`);
     const rawCfg = JSON.parse(await fsp.readFile(cfgPath, 'utf8')) as Record<string, unknown>;
-    const m = new Model(parseHfConfig(rawCfg));
+    const m = new Model(parseHfConfig(rawCfg), opts.backend);
     m.hfExtra = rawCfg;
     try {
       await m.loadWeights(dir);
+      await m.nat().pushParams(); // CUDA: the host arena was written; upload it
     } catch (e) {
       m.dispose();
       throw e;
@@ -231,7 +237,7 @@ export class Model {
 
   /** Writes config.json + model.safetensors (f32), or shards + index when maxShardBytes is given. */
   async save(dir: string, opts: { maxShardBytes?: number } = {}): Promise<void> {
-    this.nat();
+    await this.nat().pullParams(); // CUDA: bring the trained weights into the host arena
     await fsp.mkdir(dir, { recursive: true });
     await fsp.writeFile(join(dir, 'config.json'), JSON.stringify(toHfConfig(this.config, this.hfExtra), null, 2) + '\n');
     const all = this.tensors.map((t) => ({ name: t.name, shape: t.shape, dtype: 'F32' as const, data: t.data }));
@@ -262,6 +268,21 @@ export class Model {
       join(dir, 'model.safetensors.index.json'),
       JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2) + '\n',
     );
+  }
+
+  /**
+   * On the CUDA backend the tensor views (`t.data`, `t.grad`) are a host mirror of device memory:
+   * syncToHost() refreshes them (weights, and gradients when asked); syncToDevice() uploads what
+   * was written into `t.data`. Both are no-ops on the CPU backend, where the views are the weights.
+   * load() and save() call them themselves.
+   */
+  async syncToHost(opts: { grads?: boolean } = {}): Promise<void> {
+    await this.nat().pullParams();
+    if (opts.grads) await this.nat().pullGrads();
+  }
+
+  async syncToDevice(): Promise<void> {
+    await this.nat().pushParams();
   }
 
   /** @internal The native model (the generator binds to it). */

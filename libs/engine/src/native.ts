@@ -62,9 +62,12 @@ export interface NativeAdamwOptions {
 
 export interface NativeModel {
   layout(): NativeTensorLayout[];
-  /** The parameter arena, shared without copy (an external ArrayBuffer that co-owns it). */
-  paramsBuffer(): ArrayBuffer;
-  gradsBuffer(): ArrayBuffer;
+  /**
+   * One ArrayBuffer per tensor (layout order) over the parameter and gradient arenas, shared
+   * without copy (each co-owns its arena). Per tensor because Node 20 cannot view a whole arena of
+   * a >1B-parameter model (over 4 GiB) as one external ArrayBuffer.
+   */
+  tensorBuffers(): { params: ArrayBuffer[]; grads: ArrayBuffer[] };
   initRandom(seed: number, std: number): void;
   /**
    * Writes logp/entropy in place and resolves with the handle. maxTokens/maxBytes: 0 = no limit.
@@ -88,6 +91,12 @@ export interface NativeModel {
   memory(): NativeMemory;
   stepCount(): number;
   trimCache(): void;
+  /** CUDA build: uploads the host arena (what JavaScript wrote) to the device. CPU build: no-op. */
+  pushParams(): Promise<number>;
+  /** CUDA build: copies the device weights into the host arena. CPU build: no-op. */
+  pullParams(): Promise<number>;
+  /** CUDA build: copies the device gradients into the host grads arena. CPU build: no-op. */
+  pullGrads(): Promise<number>;
   dispose(): void;
 }
 
@@ -133,11 +142,41 @@ export interface NativeTreeInfo {
   sumPathLength: number;
 }
 
+export interface NativeDeviceInfo {
+  ok: boolean;
+  /** Why the device cannot be used (when !ok). */
+  why: string;
+  name: string;
+  computeCapability: string;
+  multiprocessors: number;
+  totalBytes: number;
+  driverVersion: number;
+  runtimeVersion: number;
+}
+
 export interface NativeInfo {
   backend: 'cpu' | 'cuda';
   blas: string;
   threads: number;
   simd: string;
+  /** Where generation runs ("cpu", or the CUDA build's note). */
+  generation: string;
+  /** CUDA build only. */
+  device?: NativeDeviceInfo;
+  /** CUDA build only: the cuBLASLt library opened (or why not). */
+  gemm?: string;
+}
+
+/** One GPU kernel compared with its CPU reference (CUDA build, checkKernels()). */
+export interface NativeKernelCheck {
+  name: string;
+  maxAbsErr: number;
+  maxRef: number;
+  atol: number;
+  rtol: number;
+  failures: number;
+  passed: boolean;
+  detail: string;
 }
 
 export type SgemmMode = 'nt' | 'nn' | 'tn';
@@ -155,4 +194,8 @@ export interface NativeAddon {
    */
   benchSgemm(M: number, N: number, K: number, mode: SgemmMode, minSeconds?: number): Promise<{ seconds: number; gflops: number }>;
   info(): NativeInfo;
+  /** CUDA build only: every GPU kernel against the CPU reference on random inputs. */
+  checkKernels?(seed?: number): Promise<NativeKernelCheck[]>;
+  /** CUDA build only: times a cuBLASLt bf16 GEMM C[M,N] = A[M,K] B[N,K]^T. */
+  benchGemmBf16?(M: number, N: number, K: number, minSeconds?: number): Promise<{ seconds: number; tflops: number }>;
 }

@@ -1,6 +1,8 @@
 // Every invalid input is a JavaScript error with a specific message, and the process stays alive.
 import { describe, expect, it } from 'vitest';
-import { Model, analyzeTree, selectEngine, ConfigError, parseHfConfig } from './index';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { Model, analyzeTree, selectEngine, ConfigError, parseHfConfig, findRepoRoot } from './index';
 
 const model = Model.create({ vocabSize: 50, hiddenSize: 16, intermediateSize: 24, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1 }, { seed: 1 });
 const i32 = (a: number[]) => Int32Array.from(a);
@@ -93,11 +95,22 @@ describe('loader', () => {
     expect(msg).toMatch(/libopenblas-dev/);
   });
 
-  it('backend selection: cpu by default, forced cpu, cuda not built, bad value', () => {
-    expect(selectEngine({}).backend).toBe('cpu');
-    expect(selectEngine({}).reason).toMatch(/no CUDA build/);
+  it('backend selection: cpu by default, forced cpu, cuda unusable or not built, bad value', () => {
+    const cudaBuilt = existsSync(join(findRepoRoot(), 'libs/engine/build-cuda/anvil_engine_cuda.node'));
+    const def = selectEngine({});
     expect(selectEngine({ ANVIL_ENGINE_BACKEND: 'cpu' }).reason).toBe('ANVIL_ENGINE_BACKEND=cpu');
-    expect(() => selectEngine({ ANVIL_ENGINE_BACKEND: 'cuda' })).toThrow(/no CUDA build exists/);
     expect(() => selectEngine({ ANVIL_ENGINE_BACKEND: 'tpu' })).toThrow(/must be "cpu" or "cuda"/);
+    if (!cudaBuilt) {
+      expect(def.backend).toBe('cpu');
+      expect(def.reason).toMatch(/no CUDA build/);
+      expect(() => selectEngine({ ANVIL_ENGINE_BACKEND: 'cuda' })).toThrow(/no CUDA build exists/);
+    } else if (def.backend === 'cpu') {
+      // built where nvcc exists but no usable GPU here: the CPU is taken and the reason says why
+      expect(def.reason).toMatch(/CUDA build present but unusable .*no usable device/);
+      expect(() => selectEngine({ ANVIL_ENGINE_BACKEND: 'cuda' })).toThrow(/no usable device/);
+    } else {
+      expect(def.reason).toMatch(/has a device/);
+      expect(def.info.device?.ok).toBe(true);
+    }
   });
 });

@@ -1,0 +1,28 @@
+// Error handling shared by the CUDA sources: every CUDA failure becomes an anvil::Error (which the
+// addon turns into a JavaScript Error), never an abort.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "../common.h"
+
+namespace anvil {
+namespace cuda {
+
+inline void throw_cuda(cudaError_t e, const char* what, const char* file, int line) {
+  throw Error(std::string("CUDA error in ") + what + " (" + file + ":" + std::to_string(line) +
+              "): " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+#define ANVIL_CUDA(call)                                                   \
+  do {                                                                     \
+    cudaError_t anvil_e_ = (call);                                         \
+    if (anvil_e_ != cudaSuccess) ::anvil::cuda::throw_cuda(anvil_e_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+inline unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+}  // namespace cuda
+}  // namespace anvil

@@ -1,0 +1,237 @@
+// CUDA engine benchmark: `npm run bench -- engine-cuda` on a machine with an NVIDIA GPU (the
+// device script tools/device/cuda-check.mjs runs a bundled copy of this file there).
+//
+// 1. Train-step MFU (forward + backward + grad-norm clip + AdamW) of random-init Qwen2-shaped
+//    ~0.5B and ~1.5B models at 8192 tokens per step (two 4096-token sequences). Model FLOPs per
+//    step = 6 * P_gemm * T + 12 * L * H * D * sum_nodes(depth + 1) (the engine bench's formula:
+//    P_gemm = every parameter used in a per-token GEMM, the LM head included when tied; attention
+//    counts only the keys a node sees). MFU = model FLOP/s / 790 TFLOP/s (H200 dense bf16 as
+//    measured on random data); the cuBLASLt bf16 GEMM rate of this run is printed next to it.
+// 2. Prefix merging on the 0.5B shape: the same samples as flat packs vs merged into tries, at
+//    S = total / unique tokens of 2, 4, 8, 16, 40 (groups of n samples with a shared prompt P and
+//    own suffixes b, about 8k unique tokens per merged step); step-time speed-up (target >= 0.8 S).
+// 3. Decode tokens/s: generation is not on the GPU yet (the CUDA build generates on the CPU), so
+//    this row reports "not built" rather than a CPU figure.
+// Prints a readable table, then ONE JSON object as the last line of stdout. Where there is no
+// CUDA build or device, it says so and the JSON has ran: false.
+import { flatPack, mergeSampleValues, packSamples, type Pack, type PackSample } from '@anvil/rl';
+import { Model, analyzeTree, loadBackend, setThreads, type ModelConfigInput } from '@anvil/engine';
+import { cpus } from 'node:os';
+
+const H200_BF16_TFLOPS = 790;
+const TOKENS_PER_STEP = 8192;
+
+const QWEN2_05B: ModelConfigInput = {
+  modelType: 'qwen2', vocabSize: 151936, hiddenSize: 896, intermediateSize: 4864, numHiddenLayers: 24, numAttentionHeads: 14,
+  numKeyValueHeads: 2, attentionBias: true, tieWordEmbeddings: true, maxPositionEmbeddings: 32768, ropeTheta: 1e6, rmsNormEps: 1e-6,
+};
+const QWEN2_15B: ModelConfigInput = {
+  modelType: 'qwen2', vocabSize: 151936, hiddenSize: 1536, intermediateSize: 8960, numHiddenLayers: 28, numAttentionHeads: 12,
+  numKeyValueHeads: 2, attentionBias: true, tieWordEmbeddings: true, maxPositionEmbeddings: 32768, ropeTheta: 1e6, rmsNormEps: 1e-6,
+};
+
+const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
+
+function gemmFlopParams(m: Model): number {
+  const c = m.config;
+  return m.numNonEmbeddingParams + (c.tieWordEmbeddings ? c.vocabSize * c.hiddenSize : 0);
+}
+
+function modelFlops(m: Model, packs: Array<{ parents: Int32Array }>): number {
+  const c = m.config;
+  let f = 0;
+  for (const p of packs) {
+    const sumLen = analyzeTree(p.parents).sumPathLength;
+    f += 6 * gemmFlopParams(m) * p.parents.length + 12 * c.numHiddenLayers * c.numAttentionHeads * c.headDim * sumLen;
+  }
+  return f;
+}
+
+interface StepPack {
+  tokens: Int32Array;
+  parents: Int32Array;
+  coef: Float32Array;
+}
+
+/** One optimizer step over several packs; returns seconds of each phase. */
+async function trainStep(m: Model, packs: StepPack[]) {
+  const t0 = performance.now();
+  await m.zeroGrad();
+  let fwd = 0, bwd = 0;
+  for (const p of packs) {
+    const a = performance.now();
+    const f = await m.forward(p);
+    const b = performance.now();
+    await m.backward(f, p.coef);
+    f.handle.dispose();
+    fwd += b - a;
+    bwd += performance.now() - b;
+  }
+  const c = performance.now();
+  await m.clipGradNorm(1.0);
+  await m.step({ lr: 1e-5 });
+  const end = performance.now();
+  return { seconds: (end - t0) / 1e3, forward: fwd / 1e3, backward: bwd / 1e3, optimizer: (end - c) / 1e3 };
+}
+
+function randomSequences(n: number, len: number, vocab: number, seed: number): PackSample[] {
+  let s = seed >>> 0;
+  const tok = () => ((s = (s * 1664525 + 1013904223) >>> 0), s % vocab);
+  return Array.from({ length: n }, () => {
+    const seq = Array.from({ length: len }, tok);
+    return { promptIds: seq.slice(0, len / 2), outputIds: seq.slice(len / 2) };
+  });
+}
+
+function stepPacks(packs: Pack[], samples: PackSample[]): StepPack[] {
+  return packs.map((pack) => ({
+    tokens: pack.tokens,
+    parents: pack.parents,
+    coef: mergeSampleValues(pack, pack.samples.map((i) => Float32Array.from(samples[i].outputIds, () => -1 / samples.length))),
+  }));
+}
+
+async function mfu(name: string, cfg: ModelConfigInput, steps: number) {
+  const t0 = performance.now();
+  const m = Model.create(cfg, { backend: 'cuda', seed: 1, initStd: 0.02 });
+  const createSeconds = (performance.now() - t0) / 1e3;
+  const samples = randomSequences(2, TOKENS_PER_STEP / 2, m.config.vocabSize, 7);
+  const packs = stepPacks([flatPack(samples)], samples);
+  await trainStep(m, packs); // warm-up: cuBLASLt plans, pool allocations
+  let best = { seconds: Infinity, forward: 0, backward: 0, optimizer: 0 };
+  for (let i = 0; i < steps; i++) {
+    const r = await trainStep(m, packs);
+    if (r.seconds < best.seconds) best = r;
+  }
+  // one more step with the per-stage CUDA-event profile printed to stderr (not timed)
+  process.env.ANVIL_CUDA_PROFILE = '1';
+  await trainStep(m, packs);
+  delete process.env.ANVIL_CUDA_PROFILE;
+  const flops = modelFlops(m, packs);
+  const mem = m.memory();
+  const row = {
+    name, params: m.numParams, tokens: TOKENS_PER_STEP, createSeconds,
+    stepSeconds: best.seconds, forwardSeconds: best.forward, backwardSeconds: best.backward, optimizerSeconds: best.optimizer,
+    tokensPerSecond: TOKENS_PER_STEP / best.seconds, modelTflops: flops / best.seconds / 1e12,
+    mfu: flops / best.seconds / 1e12 / H200_BF16_TFLOPS,
+    deviceBytes: mem.paramBytes + mem.gradBytes + mem.optimizerBytes,
+  };
+  console.error(`[bench] ${name}: step ${fmt(best.seconds, 3)} s (fwd ${fmt(best.forward, 3)}, bwd ${fmt(best.backward, 3)}, optim ${fmt(best.optimizer, 3)}), ${fmt(row.modelTflops)} TFLOP/s, MFU ${fmt(100 * row.mfu)}%`);
+  m.dispose();
+  return row;
+}
+
+// S = n (P + b) / (P + n b) with P + n b = U unique tokens per group: P = (S-1) U / (n-1).
+function sharingCase(S: number, U: number) {
+  const n = S >= 40 ? 64 : 2 * S;
+  const P = Math.round(((S - 1) * U) / (n - 1));
+  const b = Math.max(1, Math.round((U - P) / n));
+  return { S, n, P, b };
+}
+
+function starSamples(groups: number, n: number, P: number, b: number, vocab: number, seed: number): PackSample[] {
+  let s = seed >>> 0;
+  const tok = () => ((s = (s * 1664525 + 1013904223) >>> 0), s % vocab);
+  const out: PackSample[] = [];
+  for (let g = 0; g < groups; g++) {
+    const prefix = Array.from({ length: P }, tok);
+    for (let k = 0; k < n; k++) {
+      const seq = [...prefix, ...Array.from({ length: b }, tok)];
+      const o = Math.max(1, Math.floor(seq.length / 4));
+      out.push({ promptIds: seq.slice(0, seq.length - o), outputIds: seq.slice(seq.length - o) });
+    }
+  }
+  return out;
+}
+
+function flatPacks(samples: PackSample[], max: number): Pack[] {
+  const packs: Pack[] = [];
+  let cur: number[] = [], size = 0;
+  samples.forEach((s, i) => {
+    const len = s.promptIds.length + s.outputIds.length;
+    if (size + len > max && cur.length) {
+      packs.push(flatPack(samples, cur));
+      cur = [];
+      size = 0;
+    }
+    cur.push(i);
+    size += len;
+  });
+  if (cur.length) packs.push(flatPack(samples, cur));
+  return packs;
+}
+
+async function merging() {
+  const m = Model.create(QWEN2_05B, { backend: 'cuda', seed: 2, initStd: 0.02 });
+  const rows = [];
+  for (const S of [2, 4, 8, 16, 40]) {
+    const c = sharingCase(S, TOKENS_PER_STEP / 2);
+    const samples = starSamples(2, c.n, c.P, c.b, m.config.vocabSize, 100 + S);
+    const merged = packSamples(samples, { maxTokens: TOKENS_PER_STEP });
+    const flat = flatPacks(samples, TOKENS_PER_STEP);
+    const mp = stepPacks(merged.packs, samples), fp = stepPacks(flat, samples);
+    await trainStep(m, mp);
+    await trainStep(m, fp.slice(0, 1));
+    let tm = Infinity, tf = Infinity;
+    for (let r = 0; r < 2; r++) {
+      tf = Math.min(tf, (await trainStep(m, fp)).seconds);
+      tm = Math.min(tm, (await trainStep(m, mp)).seconds);
+    }
+    const realS = merged.totalTokens / merged.uniqueTokens;
+    const row = {
+      targetS: S, S: realS, samples: samples.length, prompt: c.P, suffix: c.b, totalTokens: merged.totalTokens, uniqueTokens: merged.uniqueTokens,
+      flatPacks: flat.length, mergedPacks: merged.packs.length, flatStepSeconds: tf, mergedStepSeconds: tm, speedup: tf / tm,
+      target: 0.8 * realS,
+    };
+    console.error(`[bench] S=${fmt(realS)}: flat ${fmt(tf, 3)} s, merged ${fmt(tm, 3)} s, speed-up ${fmt(row.speedup)}x`);
+    rows.push(row);
+  }
+  m.dispose();
+  return rows;
+}
+
+async function main() {
+  let sel;
+  try {
+    sel = loadBackend('cuda');
+  } catch (e) {
+    const reason = (e as Error).message.split('\n')[0];
+    console.log(`engine-cuda: not run: ${reason}`);
+    console.log(JSON.stringify({ suite: 'engine-cuda', ran: false, reason }));
+    return;
+  }
+  setThreads(Math.min(16, cpus().length)); // host-side random init of the big models
+  const info = sel.info;
+  const gemm = await sel.addon.benchGemmBf16!(8192, 8192, 8192, 1.0);
+  console.error(`[bench] ${info.device?.name}: cuBLASLt bf16 8192^3 ${fmt(gemm.tflops)} TFLOP/s`);
+  const quick = process.env.ANVIL_BENCH_QUICK === '1';
+  const models = [await mfu('qwen2-0.5B shape', QWEN2_05B, quick ? 2 : 4), await mfu('qwen2-1.5B shape', QWEN2_15B, quick ? 2 : 4)];
+  const merge = process.env.ANVIL_BENCH_SKIP_MERGE === '1' ? [] : await merging();
+
+  console.log(`\nGPU: ${info.device?.name}, cc ${info.device?.computeCapability}, driver ${info.device?.driverVersion}, runtime ${info.device?.runtimeVersion}; ${info.gemm}`);
+  console.log(`cuBLASLt bf16 GEMM 8192^3: ${fmt(gemm.tflops)} TFLOP/s (MFU below is against ${H200_BF16_TFLOPS})`);
+  console.log('\nTrain step (fwd + bwd + clip + AdamW), 8192 tokens, random-init Qwen2 shapes');
+  console.log('model | params | step s | fwd s | bwd s | optim s | tokens/s | model TFLOP/s | MFU');
+  for (const r of models)
+    console.log(`${r.name} | ${(r.params / 1e9).toFixed(2)}B | ${fmt(r.stepSeconds, 3)} | ${fmt(r.forwardSeconds, 3)} | ${fmt(r.backwardSeconds, 3)} | ${fmt(r.optimizerSeconds, 3)} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.modelTflops)} | ${fmt(100 * r.mfu)}%`);
+  if (merge.length) {
+    console.log('\nPrefix merging (0.5B shape): the same samples flat vs merged into tries');
+    console.log('target S | S | samples | prompt | suffix | total tok | unique tok | packs flat/merged | flat s | merged s | speed-up | target');
+    for (const r of merge)
+      console.log(`${r.targetS} | ${fmt(r.S, 2)} | ${r.samples} | ${r.prompt} | ${r.suffix} | ${r.totalTokens} | ${r.uniqueTokens} | ${r.flatPacks}/${r.mergedPacks} | ${fmt(r.flatStepSeconds, 3)} | ${fmt(r.mergedStepSeconds, 3)} | ${fmt(r.speedup, 1)}x | ${fmt(r.target, 1)}x`);
+  }
+  console.log('\nDecode tokens/s on the GPU: not built (the CUDA build generates on the CPU over a host copy of the weights)');
+  const mfuTarget = models[1].mfu >= 0.4;
+  const mergeTarget = merge.length > 0 && merge.every((r) => r.speedup >= 0.8 * r.S);
+  console.log(`\ntargets: MFU >= 40% on the 1.5B shape: ${mfuTarget ? 'met' : 'NOT met'}; merge speed-up >= 0.8 S: ${merge.length ? (mergeTarget ? 'met' : 'NOT met') : 'not run'}`);
+  console.log(JSON.stringify({
+    suite: 'engine-cuda', ran: true, device: info.device, gemmLibrary: info.gemm, cublasBf16Tflops: gemm.tflops, peakTflopsAssumed: H200_BF16_TFLOPS,
+    models, merging: merge, decode: { built: false, reason: 'generation runs on the CPU in the CUDA build' },
+    targets: { mfu15b: mfuTarget, mergeSpeedup: merge.length ? mergeTarget : null },
+  }));
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
