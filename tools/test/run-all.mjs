@@ -3,7 +3,9 @@
 // Kafka broker and PostgreSQL cluster on ports of its own, type-checks, lints (including
 // the Nx module boundaries), builds dist/ for the end-to-end tests, runs the unit,
 // integration and e2e projects, stops the infrastructure, and ends with one summary line
-// "N passed, N failed, N skipped".
+// "N passed, N failed, N skipped". The CUDA engine sources are compiled too (nvcc from the
+// machine, or CUDA 13.0 fetched from PyPI into .cache/cuda-toolkit): without a GPU its tests
+// are skipped with the reason, but a CUDA source that no longer compiles fails the run.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -34,6 +36,7 @@ try {
   console.log('=== infrastructure: fresh Kafka broker and PostgreSQL cluster');
   stack = await startStack({ fresh: true });
   const env = { ...stack.env, CI: process.env.CI ?? '' };
+  step('cuda compile', 'node', ['tools/build/native-cuda.mjs', '--fetch-toolkit']);
   step('typecheck', 'npx', ['tsc', '-p', 'tsconfig.json', '--noEmit']);
   step('lint', 'node', ['tools/build/lint.mjs']);
   step('build', 'node', ['tools/build/build.mjs']);

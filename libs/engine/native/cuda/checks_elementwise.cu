@@ -537,7 +537,7 @@ void check_adamw(Rng& rng, Out& out) {
     float* m_d = a.upload(m);
     float* v_d = a.upload(v);
     bf16* p16_d = cs.p16 ? reinterpret_cast<bf16*>(a.alloc<uint16_t>(n)) : nullptr;
-    adamw_update(p_d, p16_d, a.upload(g), m_d, v_d, n, lr, b1, b2, eps, wd, cs.t, 0);
+    adamw_update(p_d, p16_d, a.upload(g), m_d, v_d, n, lr, b1, b2, eps, wd, cs.t, nullptr, 0);
     finish("adamw_update");
     anvil::adamw_update(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, cs.t);
     const std::string sh = shape("n=%zu t=%d p16=%s", n, cs.t, cs.p16 ? "on" : "off");

@@ -149,6 +149,15 @@ struct DeviceModel::Impl {
   float* v32 = nullptr;
   double* acc = nullptr;  // one double for reductions
   float* scalar = nullptr;
+  // clipGradNorm's scale, not yet applied: the next optimizer step folds it into its gradient
+  // read (saving a full read+write pass over the gradients); anything else that reads or adds to
+  // the gradients first applies it (apply_pending_clip).
+  bool clip_pending = false;
+  void apply_pending_clip() {
+    if (!clip_pending) return;
+    scale_inplace(g32, P, scalar, stream);
+    clip_pending = false;
+  }
 
   explicit Impl(Model& m) : host(m) {}
   ~Impl() {
@@ -276,6 +285,7 @@ void DeviceModel::pull_params() {
 void DeviceModel::pull_grads() {
   Impl& m = *impl_;
   m.use();
+  m.apply_pending_clip();
   ANVIL_CUDA(cudaMemcpyAsync(m.host.grads->data(), m.g32, m.P * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
   m.sync("pull_grads");
 }
@@ -509,6 +519,7 @@ void DeviceModel::backward(DeviceActs& a, const float* dlogp_host, const float* 
   ANVIL_CUDA(cudaMemcpyAsync(dlogp, host.data(), sizeof(float) * N, cudaMemcpyHostToDevice, s));
   if (dent_host) ANVIL_CUDA(cudaMemcpyAsync(dent, host.data() + N, sizeof(float) * N, cudaMemcpyHostToDevice, s));
 
+  m.apply_pending_clip();  // gradients accumulate onto the clipped ones
   const ParamPtrs W = m.host.ptrs(m.host.params->data());
   const float* lm = m.f32(W.lm);
   float* dlm = m.grad(W.lm);
@@ -583,12 +594,14 @@ void DeviceModel::zero_grad() {
   Impl& m = *impl_;
   m.use();
   ANVIL_CUDA(cudaMemsetAsync(m.g32, 0, m.P * sizeof(float), m.stream));
+  m.clip_pending = false;
   m.sync("zero_grad");
 }
 
 double DeviceModel::grad_norm() {
   Impl& m = *impl_;
   m.use();
+  m.apply_pending_clip();
   ANVIL_CUDA(cudaMemsetAsync(m.acc, 0, sizeof(double), m.stream));
   sum_squares(m.acc, m.g32, m.P, m.stream);
   double ss = 0;
@@ -604,8 +617,8 @@ double DeviceModel::clip_grad_norm(double max_norm) {
   if (norm > max_norm) {
     const float scale = (float)(max_norm / (norm + 1e-6));
     ANVIL_CUDA(cudaMemcpyAsync(m.scalar, &scale, sizeof(float), cudaMemcpyHostToDevice, m.stream));
-    scale_inplace(m.g32, m.P, m.scalar, m.stream);
-    m.sync("clip_grad_norm");
+    m.sync("clip_grad_norm");  // the host float must not go out of scope before the copy ran
+    m.clip_pending = true;
   }
   return norm;
 }
@@ -623,8 +636,10 @@ void DeviceModel::adamw(const std::vector<uint8_t>& decay, float lr, float beta1
   for (size_t i = 0; i < m.host.tensors.size(); i++) {
     const ParamTensor& t = m.host.tensors[i];
     adamw_update(m.p32 + t.offset, m.p16 + t.offset, m.g32 + t.offset, m.m32 + t.offset, m.v32 + t.offset, t.numel,
-                 lr, beta1, beta2, eps, decay[i] ? weight_decay : 0.0f, step, m.stream);
+                 lr, beta1, beta2, eps, decay[i] ? weight_decay : 0.0f, step, m.clip_pending ? m.scalar : nullptr,
+                 m.stream);
   }
+  m.clip_pending = false;
   m.sync("adamw");
 }
 

@@ -459,9 +459,11 @@ __global__ void __launch_bounds__(kLogprobBlock) logprob_backward_kernel(
 // AdamW and gradient utilities
 
 __global__ void adamw_kernel(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-                             float beta2, float eps, float decay, float inv_bc1, float inv_bc2) {
+                             float beta2, float eps, float decay, float inv_bc1, float inv_bc2,
+                             const float* grad_scale) {
+  const float gs = grad_scale ? *grad_scale : 1.0f;
   for (size_t i = global_tid(); i < n; i += global_stride()) {
-    const float gi = g[i];
+    const float gi = grad_scale ? g[i] * gs : g[i];
     const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
@@ -629,7 +631,7 @@ void logprob_backward(float* dlogits, const float* logits, const float* lse, con
 }
 
 void adamw_update(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, int t, cudaStream_t s) {
+                  float eps, float weight_decay, int t, const float* grad_scale, cudaStream_t s) {
   if (n == 0) return;
   // bias corrections in double on the host, exactly as ../adamw.cc
   const float inv_bc1 = (float)(1.0 / (1.0 - std::pow((double)beta1, t)));
@@ -637,7 +639,7 @@ void adamw_update(float* p, bf16* p16, const float* g, float* m, float* v, size_
   const float decay = 1.0f - lr * weight_decay;
   const int block = 256;
   adamw_kernel<<<grid_stride_blocks(n, block), block, 0, s>>>(p, p16, g, m, v, n, lr, beta1, beta2, eps, decay,
-                                                              inv_bc1, inv_bc2);
+                                                              inv_bc1, inv_bc2, grad_scale);
   launched("adamw_update");
 }
 

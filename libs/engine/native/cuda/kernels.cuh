@@ -93,9 +93,10 @@ void tree_attention_backward(float* dqkv, const bf16* dout, const bf16* out, con
 
 // ---- AdamW (PyTorch semantics, decoupled decay), fp32 master + optional bf16 copy ----
 // p = p * (1 - lr * wd) - lr * mhat / (sqrt(vhat) + eps), exactly as ../adamw.cc; t is the 1-based
-// step; p16 (may be null) = bf16(p) afterwards.
+// step; p16 (may be null) = bf16(p) afterwards. grad_scale (a device float, may be null) multiplies
+// every g first: a gradient-norm clip folded into the step instead of a separate pass.
 void adamw_update(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, int t, cudaStream_t s);
+                  float eps, float weight_decay, int t, const float* grad_scale, cudaStream_t s);
 
 // ---- gradient utilities ----
 // *acc += sum x[i]^2 (acc is one device double; the caller zeroes it)
