@@ -43,7 +43,8 @@ export const gatewayEnv = z
     /**
      * on: every answered call is recorded durably (llm_call.recorded) and its capture state saved
      * before the answer. off: neither (no records, no token-exact extension: every call starts a
-     * branch); for serving without training and for measuring the bare hop (npm run bench -- gateway).
+     * branch, no turn is reserved so callCount does not move); for serving without training and
+     * for measuring the bare hop (npm run bench -- gateway).
      */
     GATEWAY_CAPTURE: z.enum(['on', 'off']).default('on'),
   })

@@ -8,6 +8,7 @@ import { DATA_SOURCE, EVENT_BUS, LOGGER, METRICS } from '@anvil/service-kit';
 import { SessionAuthenticator } from './auth/session-auth';
 import { CallRecorder } from './capture/call-recorder';
 import { CaptureStore } from './capture/capture-store';
+import { RecordCommitter } from './capture/record-committer';
 import { CallService } from './chat/call-service';
 import type { GatewayConfig } from './config';
 import { AdminController } from './http/admin.controller';
@@ -18,12 +19,13 @@ import { GatewayLifecycle } from './lifecycle/gateway-lifecycle';
 import { InFlightCalls } from './lifecycle/in-flight';
 import { GatewayMetrics } from './metrics';
 import { ModelRegistry } from './models/model-registry';
+import { SqlClient } from './db/sql-client';
 import { PolicyVersionConsumer } from './sessions/policy-version.consumer';
 import { PolicyVersionStore } from './sessions/policy-version-store';
 import { SCHEMA_GATE, SchemaGate } from './sessions/schema-gate';
 import { SessionStore } from './sessions/session-store';
 import { StalenessGate } from './sessions/staleness-gate';
-import { CALL_SERVICE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT, INFERENCE_CLIENT, MODEL_REGISTRY, POLICY_VERSIONS, SESSION_AUTH, SESSION_STORE } from './tokens';
+import { CALL_SERVICE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT, INFERENCE_CLIENT, MODEL_REGISTRY, POLICY_VERSIONS, SESSION_AUTH, SESSION_STORE, SQL_CLIENT } from './tokens';
 
 /**
  * The gateway's own providers and controllers, on top of whatever supplies EVENT_BUS,
@@ -43,14 +45,16 @@ export class GatewayApiModule {
         { provide: GATEWAY_METRICS, inject: [METRICS], useFactory: (m: ServiceMetrics) => new GatewayMetrics(m) },
         { provide: IN_FLIGHT, useFactory: () => new InFlightCalls() },
         { provide: SCHEMA_GATE, inject: [DATA_SOURCE, LOGGER], useFactory: (ds: DataSource, logger: Logger) => new SchemaGate(ds, config.DB_MIGRATE_ON_START, logger) },
-        { provide: SESSION_STORE, inject: [DATA_SOURCE], useFactory: (ds: DataSource) => new SessionStore(ds) },
+        { provide: SQL_CLIENT, inject: [DATA_SOURCE], useFactory: (ds: DataSource) => new SqlClient(ds) },
+        { provide: SESSION_STORE, inject: [DATA_SOURCE, SQL_CLIENT], useFactory: (ds: DataSource, sql: SqlClient) => new SessionStore(ds, sql) },
         { provide: SESSION_AUTH, inject: [SESSION_STORE], useFactory: (s: SessionStore) => new SessionAuthenticator(s) },
         { provide: POLICY_VERSIONS, inject: [DATA_SOURCE], useFactory: (ds: DataSource) => new PolicyVersionStore(ds, config.INITIAL_POLICY_VERSION) },
         {
           provide: CALL_SERVICE,
-          inject: [DATA_SOURCE, EVENT_BUS, SESSION_STORE, POLICY_VERSIONS, INFERENCE_CLIENT, MODEL_REGISTRY, GATEWAY_METRICS, LOGGER],
-          useFactory: (ds: DataSource, bus: MessageBus, sessions: SessionStore, versions: PolicyVersionStore, client: InferenceProxyClient, registry: ModelRegistry, metrics: GatewayMetrics, logger: Logger) => {
-            const captures = new CaptureStore(ds);
+          inject: [DATA_SOURCE, SQL_CLIENT, EVENT_BUS, SESSION_STORE, POLICY_VERSIONS, INFERENCE_CLIENT, MODEL_REGISTRY, GATEWAY_METRICS, LOGGER],
+          useFactory: (ds: DataSource, sql: SqlClient, bus: MessageBus, sessions: SessionStore, versions: PolicyVersionStore, client: InferenceProxyClient, registry: ModelRegistry, metrics: GatewayMetrics, logger: Logger) => {
+            const captures = new CaptureStore(sql);
+            const committer = new RecordCommitter(sql, bus, { onForgetFailed: (err) => logger.warn('could not remove the capture rows of unrecorded calls', { err }) });
             return new CallService({
               config,
               registry,
@@ -58,7 +62,7 @@ export class GatewayApiModule {
               sessions,
               gate: new StalenessGate(ds, versions, config.MAX_STALENESS),
               captures,
-              recorder: new CallRecorder(bus, captures, 'gateway'),
+              recorder: new CallRecorder(committer, captures, 'gateway'),
               metrics,
               logger: logger.child({ component: 'calls' }),
             });

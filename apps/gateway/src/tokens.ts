@@ -8,3 +8,4 @@ export const SESSION_AUTH = Symbol('SESSION_AUTH');
 export const CALL_SERVICE = Symbol('CALL_SERVICE');
 export const IN_FLIGHT = Symbol('IN_FLIGHT');
 export const POLICY_VERSIONS = Symbol('POLICY_VERSIONS');
+export const SQL_CLIENT = Symbol('SQL_CLIENT');

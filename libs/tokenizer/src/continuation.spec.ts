@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { chatFormatFromFiles, tinyChatFormat, type ChatFormat } from './chat-format';
-import { canonicalJson, fingerprintMessages, planContinuation, type ContinuationPlan } from './continuation';
+import { appendFingerprint, canonicalJson, fingerprintMessages, planContinuation, type ContinuationPlan } from './continuation';
 import { readHfTokenizerFiles } from './hf-tokenizer';
 import { loadGolden, QWEN3_DIR, randomText, rng } from './testing/qwen3';
 import { parseAssistantOutput } from './tool-calls';
@@ -386,6 +386,12 @@ describe('fingerprintMessages', () => {
     expect(fp).toHaveLength(5);
     expect(new Set(fp).size).toBe(5);
     expect(fingerprintMessages(msgs.slice(0, 2), tools)).toEqual(fp.slice(0, 3));
+  });
+
+  it('appendFingerprint extends the last prefix hash by one message', () => {
+    const fp = fingerprintMessages(msgs, tools);
+    expect(appendFingerprint(fp[3], msgs[3])).toBe(fp[4]);
+    expect(appendFingerprint(fingerprintMessages([], tools)[0], msgs[0])).toBe(fp[1]);
   });
 
   it('is stable across key order, argument spacing, content shape and reasoning', () => {

@@ -63,6 +63,14 @@ export function fingerprintMessages(messages: readonly ChatMessage[], tools?: re
   return out;
 }
 
+/**
+ * fingerprintMessages(messages + [message]).at(-1) from fingerprintMessages(messages).at(-1):
+ * the prefix hashes are chained, so appending a reply costs one hash, not one per message.
+ */
+export function appendFingerprint(prefix: string, message: ChatMessage): string {
+  return sha256(`${prefix}\u0000${canonicalMessage(message)}`);
+}
+
 export type BranchReason =
   /** The new messages do not start with the previous messages. */
   | 'not-an-extension'

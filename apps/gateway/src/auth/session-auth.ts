@@ -1,4 +1,5 @@
 import type { GatewaySession } from '@anvil/persistence';
+import type { CaptureRow } from '../capture/capture-store';
 import { ApiError } from '../http/api-error';
 import type { SessionStore } from '../sessions/session-store';
 import { keyMatches, sessionIdOfKey } from './api-key';
@@ -18,20 +19,30 @@ export class SessionAuthenticator {
   constructor(private readonly sessions: SessionStore) {}
 
   async authenticate(authorization: string | undefined, pathKey: string | undefined): Promise<GatewaySession> {
+    return (await this.authenticateCall(authorization, pathKey, [])).session;
+  }
+
+  /**
+   * authenticate(), also fetching (in the same database round trip) the capture row the call
+   * would extend: the deepest answered call of the session whose reply fingerprint is among
+   * `fingerprints`. The match is only returned once the key is proven to own the session.
+   */
+  async authenticateCall(authorization: string | undefined, pathKey: string | undefined, fingerprints: readonly string[]): Promise<{ session: GatewaySession; match: CaptureRow | null }> {
     const viaUrl = pathKey !== undefined;
     const key = viaUrl ? pathKey : bearer(authorization);
     if (!key) throw ApiError.unauthorized('missing API key: send `Authorization: Bearer <session key>` or use the session base URL');
     const sessionId = sessionIdOfKey(key);
     if (!sessionId) throw viaUrl ? notFound() : ApiError.unauthorized('invalid API key');
-    const session = await this.sessions.find(sessionId);
-    if (!session) throw viaUrl ? notFound() : ApiError.unauthorized('invalid API key');
+    const found = await this.sessions.findWithMatch(sessionId, fingerprints);
+    if (!found) throw viaUrl ? notFound() : ApiError.unauthorized('invalid API key');
+    const { session } = found;
     if (!keyMatches(key, session.keyHash)) throw ApiError.unauthorized('invalid API key');
     if (session.status === 'closed') throw gone(session.closeReason === 'expired' ? 'session_expired' : 'session_closed');
     if (session.expiresAt && session.expiresAt.getTime() <= Date.now()) {
       await this.sessions.close(session.id, 'expired');
       throw gone('session_expired');
     }
-    return session;
+    return found;
   }
 }
 

@@ -1,14 +1,15 @@
 import { createEvent, type EventEnvelope, type LlmCallRecordedV1 } from '@anvil/contracts';
-import type { MessageBus } from '@anvil/messaging';
 import type { GatewaySession } from '@anvil/persistence';
-import type { CaptureState, CaptureStore } from './capture-store';
+import { storedCapture, type CaptureState, type CaptureStore } from './capture-store';
+import type { RecordCommitter } from './record-committer';
 
-/** One answered choice, ready to be recorded. */
+export { RecordNotDurableError } from './record-committer';
+
+/** One answered choice, ready to be recorded (its turn index is assigned when it is). */
 export interface AnsweredCall {
   callId: string;
   branchId: string;
   parentCallId: string | null;
-  turnIndex: number;
   promptIds: readonly number[];
   reusedPromptTokens: number;
   outputIds: readonly number[];
@@ -18,30 +19,26 @@ export interface AnsweredCall {
   sampling: LlmCallRecordedV1['sampling'];
   timings: LlmCallRecordedV1['timings'];
   /** Capture state for the next call (null for calls nothing can extend, e.g. /v1/completions). */
-  capture: CaptureState | null;
-}
-
-export class RecordNotDurableError extends Error {
-  override readonly name = 'RecordNotDurableError';
+  capture: Omit<CaptureState, 'turnIndex'> | null;
 }
 
 /**
  * Makes answered calls durable BEFORE they are answered: one llm_call.recorded per choice,
- * published with acks=all (the bus resolves once the broker has it), keyed by rollout id so a
- * rollout's calls stay ordered. Then the capture state is written for the next call to extend.
- * A crash after the answer therefore loses no record; a crash before it loses only an
- * unanswered call (the agent sees an error and retries). The event id is the call id, so a
- * redelivered record is deduplicated by every consumer.
+ * published with acks=all, keyed by rollout id so a rollout's calls stay ordered, and the
+ * capture state the next call extends (see RecordCommitter: both are group-committed with
+ * other calls finishing at the same time). A crash after the answer therefore loses no record;
+ * a crash before it loses only an unanswered call (the agent sees an error and retries). The
+ * event id is the call id, so a redelivered record is deduplicated by every consumer.
  */
 export class CallRecorder {
   constructor(
-    private readonly bus: MessageBus,
+    private readonly committer: RecordCommitter,
     private readonly captures: CaptureStore,
     private readonly producer: string,
   ) {}
 
-  events(session: GatewaySession, model: string, calls: readonly AnsweredCall[]): EventEnvelope<'llm_call.recorded'>[] {
-    return calls.map((c) =>
+  events(session: GatewaySession, model: string, calls: readonly AnsweredCall[], firstTurn: number): EventEnvelope<'llm_call.recorded'>[] {
+    return calls.map((c, i) =>
       createEvent(
         'llm_call.recorded',
         {
@@ -52,7 +49,7 @@ export class CallRecorder {
           taskId: session.taskId,
           branchId: c.branchId,
           parentCallId: c.parentCallId,
-          turnIndex: c.turnIndex,
+          turnIndex: firstTurn + i,
           model,
           promptIds: Int32Array.from(c.promptIds),
           reusedPromptTokens: c.reusedPromptTokens,
@@ -68,20 +65,20 @@ export class CallRecorder {
     );
   }
 
-  /** Publishes the records (throws RecordNotDurableError when the broker does not take them). */
-  async record(session: GatewaySession, model: string, calls: readonly AnsweredCall[]): Promise<{ captureSaved: boolean; error?: unknown }> {
-    try {
-      await this.bus.publish(this.events(session, model, calls));
-    } catch (err) {
-      throw new RecordNotDurableError(`the call could not be recorded durably: ${(err as Error).message}`, { cause: err });
-    }
-    // The records are durable: from here on the answer goes out. Failing to save the capture
-    // state costs only token-exact extension (the next turn starts a branch), not data.
-    try {
-      await this.captures.save(calls.flatMap((c) => (c.capture ? [c.capture] : [])));
-      return { captureSaved: true };
-    } catch (error) {
-      return { captureSaved: false, error };
-    }
+  /**
+   * Records the calls (throws RecordNotDurableError when the database or the broker does not
+   * take them); null when the session was closed meanwhile (nothing recorded). `parent` is the
+   * state the calls extend (their capture rows are stored relative to it).
+   */
+  async record(session: GatewaySession, model: string, calls: readonly AnsweredCall[], opts: { newBranches: number; parent: CaptureState | null }): Promise<{ firstTurn: number } | null> {
+    const result = await this.committer.commit({
+      sessionId: session.id,
+      calls: calls.length,
+      newBranches: opts.newBranches,
+      captures: calls.flatMap((c, turn) => (c.capture ? [{ turn, row: storedCapture({ ...c.capture, turnIndex: 0 }, opts.parent) }] : [])),
+      events: (firstTurn) => this.events(session, model, calls, firstTurn),
+    });
+    if (result) calls.forEach((c, i) => c.capture && this.captures.remember({ ...c.capture, turnIndex: result.firstTurn + i }));
+    return result;
   }
 }

@@ -1,5 +1,5 @@
 import { fingerprintMessages, planContinuation, type BranchReason, type ChatFormat, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
-import type { CaptureState, CaptureStore } from './capture-store';
+import type { CaptureRow, CaptureState, CaptureStore } from './capture-store';
 
 export type BranchCause = BranchReason | 'first-call' | 'no-matching-call';
 
@@ -32,10 +32,14 @@ export async function planPrompt(input: {
   messages: ChatMessage[];
   tools: ToolDefinition[] | null;
   extra: Record<string, unknown>;
+  /** fingerprintMessages(messages, tools, extra), when the caller has them. */
+  fingerprints?: readonly string[];
+  /** The matching capture row when the caller already looked it up (null: none), else the store is asked. */
+  match?: CaptureRow | null;
 }): Promise<PlannedPrompt> {
   const { format, messages, tools, extra } = input;
-  const fps = fingerprintMessages(messages, tools, extra);
-  const prev = input.isFirstCall ? null : await input.store.findLongestPrefix(input.sessionId, fps);
+  const fps = input.fingerprints ?? fingerprintMessages(messages, tools, extra);
+  const prev = input.isFirstCall ? null : input.match !== undefined ? input.match && (await input.store.resolve(input.match)) : await input.store.findLongestPrefix(input.sessionId, fps);
   let branchCause: BranchCause = input.isFirstCall ? 'first-call' : 'no-matching-call';
   if (prev) {
     const plan = planContinuation({

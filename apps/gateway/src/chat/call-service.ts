@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import type { GenerateRequestInput } from '@anvil/contracts';
 import { InferenceProxyClient, InferenceProxyError } from '@anvil/inference-client';
 import type { GatewaySession } from '@anvil/persistence';
-import { fingerprintMessages } from '@anvil/tokenizer';
+import { appendFingerprint, fingerprintMessages, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
 import type { Logger } from '@anvil/observability';
 import type { AnsweredCall, CallRecorder } from '../capture/call-recorder';
 import { RecordNotDurableError } from '../capture/call-recorder';
-import type { CaptureStore } from '../capture/capture-store';
+import type { CaptureRow, CaptureStore } from '../capture/capture-store';
 import { planPrompt, type PlannedPrompt } from '../capture/prompt-planner';
 import type { GatewayConfig } from '../config';
 import { runGeneration, type GenerationResult } from '../generation/generation-runner';
@@ -19,6 +19,15 @@ import { toChatMessages, toToolDefinitions } from '../openai/messages';
 import type { SessionStore } from '../sessions/session-store';
 import { StalenessGate } from '../sessions/staleness-gate';
 import type { PreparedCall } from './prepared-call';
+
+/** A chat request's messages, tools and template variables as rendered, with their prefix fingerprints. */
+export interface ChatInput {
+  messages: ChatMessage[];
+  tools: ToolDefinition[] | null;
+  toolChoice: ChatRequest['tool_choice'];
+  extra: Record<string, unknown>;
+  fingerprints: string[];
+}
 
 /** One generated choice, with the reply it became (chat) and what was recorded. */
 export interface ChoiceResult {
@@ -79,8 +88,11 @@ export class CallService {
     return Math.min(requested ?? this.d.config.GATEWAY_DEFAULT_MAX_TOKENS, contextLimit - promptTokens);
   }
 
-  async prepareChat(session: GatewaySession, req: ChatRequest, receivedAt: number): Promise<PreparedCall> {
-    const { model, n, stop, sampling, contextLimit } = this.common(session, req);
+  /**
+   * What a chat request renders and is fingerprinted as (validated; throws ApiError): computed
+   * before the session lookup, which fetches the capture row it extends in the same round trip.
+   */
+  chatInput(req: ChatRequest): ChatInput {
     const tools = toToolDefinitions(req.tools);
     const toolChoice = req.tool_choice ?? undefined;
     if (toolChoice && typeof toolChoice === 'object' && !tools?.some((t) => t.function.name === toolChoice.function.name)) {
@@ -89,9 +101,15 @@ export class CallService {
     if (toolChoice === 'required' && !tools) throw ApiError.invalid('tool_choice "required" needs tools', 'tool_choice');
     const messages = toChatMessages(req.messages);
     const extra = req.chat_template_kwargs ?? {};
+    return { messages, tools, toolChoice, extra, fingerprints: fingerprintMessages(messages, tools, extra) };
+  }
+
+  async prepareChat(session: GatewaySession, req: ChatRequest, receivedAt: number, input: ChatInput = this.chatInput(req), match?: CaptureRow | null): Promise<PreparedCall> {
+    const { model, n, stop, sampling, contextLimit } = this.common(session, req);
+    const { messages, tools, toolChoice, extra, fingerprints } = input;
     let plan: PlannedPrompt;
     try {
-      plan = await planPrompt({ format: model.format, store: this.d.captures, sessionId: session.id, isFirstCall: session.callCount === 0, messages, tools, extra });
+      plan = await planPrompt({ format: model.format, store: this.d.captures, sessionId: session.id, isFirstCall: session.callCount === 0, messages, tools, extra, fingerprints, match });
     } catch (err) {
       if (err instanceof ApiError) throw err;
       if (err instanceof TypeError || /template|jinja|raise_exception|Conversation|role/i.test((err as Error).message ?? '')) {
@@ -117,6 +135,7 @@ export class CallService {
       toolChoice,
       extra,
       messages,
+      fingerprint: fingerprints[fingerprints.length - 1],
     };
   }
 
@@ -204,27 +223,29 @@ export class CallService {
     const replies = generations.map((g, i) =>
       call.kind === 'chat' ? buildAssistantReply(g.text, { format: fmt, tools: call.tools, toolChoice: call.toolChoice, promptOpensThink: plan.promptOpensThink, idSeed: call.callIds[i] }) : null,
     );
-    const reserved = await this.d.sessions.reserveTurns(session.id, call.callIds.length, plan.parent ? 0 : 1);
-    if (!reserved) throw new ApiError(410, 'invalid_request_error', 'this session was closed while the call ran; it was not recorded', 'session_closed');
     const branchId = call.branchId;
     const finishedAt = Date.now();
-    const results: ChoiceResult[] = [];
+    const finishReasons = generations.map((g, i) => (g.finishReason === 'stop' && replies[i]?.hasToolCalls ? 'tool_calls' : g.finishReason === 'stop' ? 'stop' : 'length'));
+    const results = (firstTurn: number): ChoiceResult[] =>
+      generations.map((g, i) => ({ index: i, callId: call.callIds[i], generation: g, reply: replies[i], finishReason: finishReasons[i], turnIndex: firstTurn + i, branchId }));
+    if (this.d.config.GATEWAY_CAPTURE === 'off') {
+      // Capture off: nothing is recorded, so no turn is reserved and no capture state written
+      // (see config.ts); turn indexes are then only what the session had counted before.
+      this.d.metrics.records.inc({ outcome: 'skipped' }, generations.length);
+      return results(session.callCount);
+    }
     const answered: AnsweredCall[] = generations.map((g, i) => {
       const reply = replies[i];
-      const finishReason = g.finishReason === 'stop' && reply?.hasToolCalls ? 'tool_calls' : g.finishReason === 'stop' ? 'stop' : 'length';
-      const turnIndex = reserved.firstTurn + i;
-      results.push({ index: i, callId: call.callIds[i], generation: g, reply, finishReason, turnIndex, branchId });
       return {
         callId: call.callIds[i],
         branchId,
         parentCallId: plan.parent?.callId ?? null,
-        turnIndex,
         promptIds: plan.promptIds,
         reusedPromptTokens: plan.reusedTokens,
         outputIds: g.outputIds,
         logprobs: g.logprobs,
         versions: g.versions,
-        finishReason: g.finishReason === 'abort' ? 'abort' : finishReason,
+        finishReason: g.finishReason === 'abort' ? 'abort' : finishReasons[i],
         sampling: { ...call.sampling, seed: call.sampling.seed === null ? null : call.sampling.seed + i },
         timings: { receivedAt: call.receivedAt, firstTokenAt: g.firstTokenAt, finishedAt },
         capture: reply
@@ -233,8 +254,9 @@ export class CallService {
               sessionId: session.id,
               branchId,
               parentCallId: plan.parent?.callId ?? null,
-              turnIndex,
-              replyFingerprint: fingerprintMessages([...plan.messages, reply.message], call.tools, call.extra).at(-1) as string,
+              // The prefix hashes chain, and plan.messages fingerprint as the request's messages do
+              // (the stored reply in place of its echo is checked equal by the same canonical form).
+              replyFingerprint: call.fingerprint ? appendFingerprint(call.fingerprint, reply.message) : (fingerprintMessages([...plan.messages, reply.message], call.tools, call.extra).at(-1) as string),
               messages: plan.messages,
               assistantMessage: reply.message,
               tools: call.tools,
@@ -245,15 +267,9 @@ export class CallService {
           : null,
       };
     });
-    if (this.d.config.GATEWAY_CAPTURE === 'off') {
-      // Capture off: nothing is published and no capture state is written (see config.ts).
-      this.d.metrics.records.inc({ outcome: 'skipped' }, answered.length);
-      return results;
-    }
+    let recorded: { firstTurn: number } | null;
     try {
-      const saved = await this.d.recorder.record(session, call.model.name, answered);
-      this.d.metrics.records.inc({ outcome: 'durable' }, answered.length);
-      if (!saved.captureSaved) this.d.logger.warn('capture state not saved; the next turn of this conversation will start a branch', { sessionId: session.id, err: saved.error });
+      recorded = await this.d.recorder.record(session, call.model.name, answered, { newBranches: plan.parent ? 0 : 1, parent: plan.parent });
     } catch (err) {
       this.d.metrics.records.inc({ outcome: 'failed' }, answered.length);
       if (err instanceof RecordNotDurableError) {
@@ -262,11 +278,13 @@ export class CallService {
       }
       throw err;
     }
+    if (!recorded) throw new ApiError(410, 'invalid_request_error', 'this session was closed while the call ran; it was not recorded', 'session_closed');
+    this.d.metrics.records.inc({ outcome: 'durable' }, answered.length);
     this.d.metrics.capture.inc({ kind: plan.parent ? 'extend' : 'branch', reason: plan.branchCause ?? 'extends' });
     this.d.metrics.tokens.inc({ kind: 'prompt' }, plan.promptIds.length * answered.length);
     this.d.metrics.tokens.inc({ kind: 'reused_prompt' }, plan.reusedTokens * answered.length);
     this.d.metrics.tokens.inc({ kind: 'output' }, generations.reduce((s, g) => s + g.outputIds.length, 0));
-    return results;
+    return results(recorded.firstTurn);
   }
 }
 

@@ -25,4 +25,6 @@ export interface PreparedCall {
   toolChoice: ChatRequest['tool_choice'];
   extra: Record<string, unknown>;
   messages: ChatMessage[];
+  /** Chat only: fingerprintMessages(messages, tools, extra).at(-1), which the reply's fingerprint extends. */
+  fingerprint?: string;
 }

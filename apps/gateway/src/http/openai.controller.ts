@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '@anvil/observability';
 import { LOGGER } from '@anvil/service-kit';
 import type { SessionAuthenticator } from '../auth/session-auth';
-import type { CallService, ChoiceResult } from '../chat/call-service';
+import type { CallService, ChatInput, ChoiceResult } from '../chat/call-service';
 import type { PreparedCall } from '../chat/prepared-call';
 import type { InFlightCalls } from '../lifecycle/in-flight';
 import type { GatewayMetrics } from '../metrics';
@@ -69,17 +69,30 @@ export class OpenAiController {
       if (!reply.raw.writableFinished) gone.abort();
     });
     try {
-      const session = await this.auth.authenticate(req.headers.authorization, sessionKey);
       let call: PreparedCall;
       let stream = false;
       let includeUsage = false;
       if (kind === 'chat') {
         const parsed = chatRequestSchema.safeParse(req.body);
-        if (!parsed.success) throw ApiError.fromZod(parsed.error);
-        call = await this.calls.prepareChat(session, parsed.data, receivedAt);
+        // The request's fingerprints go with the session lookup (one database round trip finds
+        // the session and the call this one extends); a bad request still answers 401 first
+        // when the key is bad.
+        let input: ChatInput | undefined;
+        let invalid: unknown = parsed.success ? undefined : ApiError.fromZod(parsed.error);
+        if (parsed.success) {
+          try {
+            input = this.calls.chatInput(parsed.data);
+          } catch (err) {
+            invalid = err;
+          }
+        }
+        const { session, match } = await this.auth.authenticateCall(req.headers.authorization, sessionKey, input ? input.fingerprints.slice(1) : []);
+        if (invalid !== undefined || !parsed.success || !input) throw invalid;
+        call = await this.calls.prepareChat(session, parsed.data, receivedAt, input, match);
         stream = parsed.data.stream === true;
         includeUsage = parsed.data.stream_options?.include_usage === true;
       } else {
+        const session = await this.auth.authenticate(req.headers.authorization, sessionKey);
         const parsed = completionRequestSchema.safeParse(req.body);
         if (!parsed.success) throw ApiError.fromZod(parsed.error);
         if (parsed.data.stream) throw ApiError.invalid('streaming is not supported on /v1/completions; use /v1/chat/completions', 'stream', 'unsupported_value');

@@ -33,7 +33,8 @@ export class GatewayCall {
 
   /**
    * The canonical history the prompt renders (planContinuation's `messages`, not the agent's
-   * echo), as JSON text: jsonb cannot hold U+0000, which a model's reply may contain.
+   * echo), after the first `messagesPrefixCount` messages, as JSON text: jsonb cannot hold
+   * U+0000, which a model's reply may contain.
    */
   @Column({ name: 'messages_json', type: 'text' })
   messagesJson!: string;
@@ -53,8 +54,21 @@ export class GatewayCall {
   @Column({ name: 'template_extra_json', type: 'text' })
   templateExtraJson!: string;
 
+  /**
+   * The prompt ids after the first `promptPrefixTokens` (all of them when that is 0). Those
+   * leading ids are the parent call's prompt + output ids, so a long session stores each token
+   * once rather than once per later call.
+   */
   @Column({ name: 'prompt_ids', type: 'bytea', transformer: tokenArrayTransformer(Int32Array) })
   promptIds!: Int32Array;
+
+  /** How many leading prompt ids are the parent's prompt + output ids (0: `promptIds` is the whole prompt). */
+  @Column({ name: 'prompt_prefix_tokens', type: 'integer', default: 0 })
+  promptPrefixTokens!: number;
+
+  /** How many leading messages are the parent's messages + its reply (0: `messagesJson` is the whole history). */
+  @Column({ name: 'messages_prefix_count', type: 'integer', default: 0 })
+  messagesPrefixCount!: number;
 
   @Column({ name: 'output_ids', type: 'bytea', transformer: tokenArrayTransformer(Int32Array) })
   outputIds!: Int32Array;
