@@ -42,6 +42,11 @@
 //   k and v parts (the G = H / KVH query heads of a kv group add into the same rows).
 //   Shared memory: K, V, Q, dO tiles + P^T, dS^T (bf16) + 8 KiB staging + 768 B = 94.75 KiB at
 //   D = 128 (two blocks per SM).
+// FlashAttention-2 path (attention_fa2.cu): for D = 64 and 128 with 16-byte aligned pointers,
+// tree_attention_forward/backward run raw mma.sync m16n8k16 kernels (softmax in registers,
+// cp.async double buffering) instead of the wmma kernels below, unless the environment sets
+// ANVIL_ATTENTION_IMPL=wmma or attn::set_impl(attn::kWmma) was called (attention_common.cuh).
+// The summaries and Di above are computed here for both paths.
 // SIMT fallback (any other D <= 256, or unaligned pointers): one warp per (query, head), fp32
 // math; the warp walks the keys in chunks of 32 (one key per lane, the tile summaries skip
 // invisible tiles), online softmax over the chunk, each lane owning D/32 output dims. The
@@ -54,6 +59,7 @@
 #include <cstdint>
 #include <string>
 
+#include "attention_common.cuh"
 #include "common.cuh"
 #include "kernels.cuh"
 
@@ -64,16 +70,19 @@ namespace {
 
 namespace wm = nvcuda::wmma;
 
-constexpr int BT = 64;         // queries and keys per tile
+using attn::BT;                // queries and keys per tile
+using attn::LOG2E;
+using attn::LN2;
+using attn::align_up;
+using attn::Workspace;
+using attn::num_tiles;
+using attn::carve;
 constexpr int NW = 4;          // warps per tensor-core block
 constexpr int NTHR = NW * 32;  // threads per block (all kernels)
 constexpr int LDP = BT + 8;    // pitch (bf16 elements) of P / P^T / dS^T tiles
 constexpr int LDS = BT + 4;    // pitch (floats) of the forward's S tile
-constexpr float LOG2E = 1.4426950408889634f;
-constexpr float LN2 = 0.6931471805599453f;
 constexpr int FB_MAXT = 8;     // SIMT fallback: up to 8 dims per lane, D <= 256
 
-constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 constexpr size_t cmax(size_t a, size_t b) { return a > b ? a : b; }
 
 using FragA = wm::fragment<wm::matrix_a, 16, 16, 16, bf16, wm::row_major>;
@@ -83,22 +92,8 @@ using FragBc = wm::fragment<wm::matrix_b, 16, 16, 16, bf16, wm::col_major>;
 using FragC = wm::fragment<wm::accumulator, 16, 16, 16, float>;
 constexpr int FRAG_ELEMS = FragC::num_elements;  // 8 on sm_80+
 
-// Workspace carving: [tile maxEnd nT ints][tile minEnd nT ints] (256-aligned) [Di N*H floats]
-struct Workspace {
-  int* tmax;
-  int* tmin;
-  float* di;
-};
-inline int num_tiles(int N) { return (N + BT - 1) / BT; }
-inline Workspace carve(void* ws, int N) {
-  const size_t nT = (size_t)num_tiles(N);
-  char* p = static_cast<char*>(ws);
-  Workspace w;
-  w.tmax = reinterpret_cast<int*>(p);
-  w.tmin = w.tmax + nT;
-  w.di = reinterpret_cast<float*>(p + align_up(2 * nT * sizeof(int), 256));
-  return w;
-}
+// Workspace carving (attention_common.cuh): [tile maxEnd nT ints][tile minEnd nT ints]
+// (256-aligned) [Di N*H floats]
 
 // ---------------------------------------------------------------------------------------------
 // pre-passes
@@ -708,6 +703,8 @@ void tree_attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_
   if (N == 0) return;
   const Workspace w = carve(workspace, N);
   summaries(w, end, N, s);
+  if (attn::use_fa2(D) && aligned16(qkv) && aligned16(out))
+    return attn::fa2_forward(out, lse, qkv, end, w, N, H, KVH, D, s);
   if (use_tensor_cores(D) && aligned16(qkv) && aligned16(out)) {
     switch (D) {
       case 32: return launch_fwd_tc<32>(out, lse, qkv, end, w, N, H, KVH, s);
@@ -735,6 +732,8 @@ void tree_attention_backward(float* dqkv, const bf16* dout, const bf16* out, con
   const long long warps = (long long)N * H;
   rowdot_kernel<<<ceil_div((size_t)warps, NW), NTHR, 0, s>>>(w.di, dout, out, N, H, D);
   attn_launched("tree_attention_backward rowdot_kernel");
+  if (attn::use_fa2(D) && aligned16(qkv) && aligned16(dout) && aligned16(dqkv))
+    return attn::fa2_backward(dqkv, dout, lse, qkv, end, w, N, H, KVH, D, s);
   if (use_tensor_cores(D) && aligned16(qkv) && aligned16(dout)) {
     switch (D) {
       case 32: return launch_bwd_tc<32>(dqkv, dout, lse, qkv, end, w, N, H, KVH, s);

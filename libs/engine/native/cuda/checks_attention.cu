@@ -1,7 +1,12 @@
 // check_attention_kernels (checks.cuh): the GPU tree attention (attention.cu) against the CPU
 // reference (../attention.cc) on random bf16-valued inputs, on chains, forests, a bushy random
 // tree, a prompt with branches and N = 1, for head dims that take the SIMT fallback (16, 24) and
-// the tensor-core path (32, 64, 128), GQA and MHA; plus GPU-only tree == flat checks.
+// the tensor-core path (32, 64, 128), GQA and MHA; plus GPU-only tree == flat checks. Head dims
+// 64 and 128 run both tensor-core implementations, the wmma kernels (attention.cu, name suffix
+// "(wmma)") and the FlashAttention-2 kernels (attention_fa2.cu, "(fa2)"), selected with
+// attn::set_impl, against the same reference with the same tolerances; D = 32 only has the wmma
+// path. The fa2-only cases at the end (GQA group of 6, longer trees) cover the double-buffered
+// tile loops and the skipped tiles of both directions at D = 64 and 128.
 //
 // Every tree is generated with its parents already in DFS pre-order (a node is attached to a node
 // of the current root-to-last path), so analyze_tree's pre[i] == i (asserted) and the CPU and the
@@ -30,6 +35,7 @@
 
 #include "../kernels.h"
 #include "../tree.h"
+#include "attention_common.cuh"
 #include "checks.cuh"
 #include "common.cuh"
 #include "kernels.cuh"
@@ -178,6 +184,15 @@ std::string shape_name(int N, int H, int KVH, int D) {
          " D=" + std::to_string(D) + (tensor_core_path(D) ? " (tensor cores)" : " (SIMT)");
 }
 
+// the implementations a case runs: {kAuto} for the SIMT fallback, {kWmma} for D = 32, both
+// tensor-core implementations for D = 64 and 128
+std::vector<int> impls_for(int D) {
+  if (!tensor_core_path(D)) return {attn::kAuto};
+  if (!attn::fa2_supports(D)) return {attn::kWmma};
+  return {attn::kWmma, attn::kFa2};
+}
+std::string impl_suffix(int impl) { return impl == attn::kWmma ? " (wmma)" : impl == attn::kFa2 ? " (fa2)" : ""; }
+
 struct Inputs {
   std::vector<float> qkv, dout;  // bf16-rounded values
 };
@@ -198,8 +213,16 @@ Inputs random_inputs(int N, int H, int KVH, int D, Rng& rng) {
 struct GpuResult {
   std::vector<float> out, lse, dqkv;
 };
+// selects `impl` for its calls (restores the previous choice, also on a throw)
+struct ImplScope {
+  int prev;
+  explicit ImplScope(int impl) : prev(attn::get_impl()) { attn::set_impl(impl); }
+  ~ImplScope() { attn::set_impl(prev); }
+};
+
 GpuResult run_gpu(const std::vector<float>& qkv, const std::vector<float>& dout, const std::vector<int32_t>& end, int N,
-                  int H, int KVH, int D) {
+                  int H, int KVH, int D, int impl) {
+  const ImplScope scope(impl);
   const int QKV = (H + 2 * KVH) * D;
   DevBuf<bf16> d_qkv((size_t)N * QKV), d_out((size_t)N * H * D), d_dout((size_t)N * H * D);
   DevBuf<float> d_lse((size_t)N * H), d_dqkv((size_t)N * QKV);
@@ -248,19 +271,28 @@ void check_case(std::vector<KernelCheck>& res, const std::string& tree_name, con
   const int QKV = (H + 2 * KVH) * D;
   std::vector<float> out_ref((size_t)N * H * D), lse_ref((size_t)N * H);
   ::anvil::tree_attention_forward(out_ref.data(), lse_ref.data(), in.qkv.data(), tree, H, KVH, D);
-  const GpuResult g = run_gpu(in.qkv, in.dout, tree.end, N, H, KVH, D);
   const bool tc = tensor_core_path(D);
-  res.push_back(compare("tree_attention_forward out" + tag, g.out, out_ref, tc ? 1e-2 : 1e-3, 1e-2));
-  res.push_back(compare("tree_attention_forward lse" + tag, g.lse, lse_ref, 5e-4, 2e-4, true));
-  // CPU backward from the GPU's out and lse (same Di on both sides)
-  std::vector<float> dqkv_ref((size_t)N * QKV, 0.f);
-  ::anvil::tree_attention_backward(dqkv_ref.data(), in.dout.data(), g.out.data(), g.lse.data(), in.qkv.data(), tree, H,
-                                   KVH, D);
-  const char* part_name[3] = {"dq", "dk", "dv"};
-  for (int part = 0; part < 3; part++)
-    res.push_back(compare(std::string("tree_attention_backward ") + part_name[part] + tag,
-                          qkv_part(g.dqkv, N, H, KVH, D, part), qkv_part(dqkv_ref, N, H, KVH, D, part),
-                          tc ? 2e-2 : 2e-3, tc ? 2e-2 : 2e-3));
+  for (const int impl : impls_for(D)) {
+    const std::string itag = tag + impl_suffix(impl);
+    GpuResult g;
+    try {
+      g = run_gpu(in.qkv, in.dout, tree.end, N, H, KVH, D, impl);
+    } catch (const std::exception& e) {
+      res.push_back(failed("tree_attention run" + itag, e.what()));
+      continue;
+    }
+    res.push_back(compare("tree_attention_forward out" + itag, g.out, out_ref, tc ? 1e-2 : 1e-3, 1e-2));
+    res.push_back(compare("tree_attention_forward lse" + itag, g.lse, lse_ref, 5e-4, 2e-4, true));
+    // CPU backward from the GPU's out and lse (same Di on both sides)
+    std::vector<float> dqkv_ref((size_t)N * QKV, 0.f);
+    ::anvil::tree_attention_backward(dqkv_ref.data(), in.dout.data(), g.out.data(), g.lse.data(), in.qkv.data(), tree,
+                                     H, KVH, D);
+    const char* part_name[3] = {"dq", "dk", "dv"};
+    for (int part = 0; part < 3; part++)
+      res.push_back(compare(std::string("tree_attention_backward ") + part_name[part] + itag,
+                            qkv_part(g.dqkv, N, H, KVH, D, part), qkv_part(dqkv_ref, N, H, KVH, D, part),
+                            tc ? 2e-2 : 2e-3, tc ? 2e-2 : 2e-3));
+  }
 }
 
 // GPU only: a prompt with two branches equals the two root-to-leaf sequences packed as a forest.
@@ -302,8 +334,10 @@ void check_tree_equals_flat(std::vector<KernelCheck>& res, int H, int KVH, int D
     else
       std::copy_n(in.dout.begin() + (size_t)map[f] * HD, HD, fdout.begin() + (size_t)f * HD);
   }
-  const GpuResult gt = run_gpu(in.qkv, in.dout, tt.end, NT, H, KVH, D);
-  const GpuResult gf = run_gpu(fqkv, fdout, ft.end, NF, H, KVH, D);
+  for (const int impl : impls_for(D)) {
+  const std::string itag = tag + impl_suffix(impl);
+  const GpuResult gt = run_gpu(in.qkv, in.dout, tt.end, NT, H, KVH, D, impl);
+  const GpuResult gf = run_gpu(fqkv, fdout, ft.end, NF, H, KVH, D, impl);
   std::vector<float> t_out((size_t)NF * HD), t_lse((size_t)NF * H), t_dq, f_dq;
   for (int f = 0; f < NF; f++) {
     std::copy_n(gt.out.begin() + (size_t)map[f] * HD, HD, t_out.begin() + (size_t)f * HD);
@@ -320,10 +354,11 @@ void check_tree_equals_flat(std::vector<KernelCheck>& res, int H, int KVH, int D
   for (int t = 0; t < NT; t++)
     std::copy_n(gt.dqkv.begin() + (size_t)t * QKV + HD, KVD, t_dkv.begin() + (size_t)t * KVD);
   const bool tc = tensor_core_path(D);
-  res.push_back(compare("tree_attention tree == flat out" + tag, t_out, gf.out, tc ? 1e-2 : 2e-3, 1e-2));
-  res.push_back(compare("tree_attention tree == flat lse" + tag, t_lse, gf.lse, 5e-4, 2e-4, true));
-  res.push_back(compare("tree_attention tree == flat dq" + tag, t_dq, f_dq, tc ? 2e-2 : 2e-3, tc ? 2e-2 : 2e-3));
-  res.push_back(compare("tree_attention tree == flat dk,dv" + tag, t_dkv, f_dkv, tc ? 2e-2 : 2e-3, tc ? 2e-2 : 2e-3));
+  res.push_back(compare("tree_attention tree == flat out" + itag, t_out, gf.out, tc ? 1e-2 : 2e-3, 1e-2));
+  res.push_back(compare("tree_attention tree == flat lse" + itag, t_lse, gf.lse, 5e-4, 2e-4, true));
+  res.push_back(compare("tree_attention tree == flat dq" + itag, t_dq, f_dq, tc ? 2e-2 : 2e-3, tc ? 2e-2 : 2e-3));
+  res.push_back(compare("tree_attention tree == flat dk,dv" + itag, t_dkv, f_dkv, tc ? 2e-2 : 2e-3, tc ? 2e-2 : 2e-3));
+  }
 }
 
 }  // namespace
@@ -354,6 +389,12 @@ std::vector<KernelCheck> check_attention_kernels(uint64_t seed) {
   check_case(res, "prompt700+4x300", prompt_branches(700, 4, 300), 4, 2, 128, rng);
   check_tree_equals_flat(res, 4, 2, 64, rng);
   check_tree_equals_flat(res, 4, 2, 16, rng);
+  // after the cases above (their random inputs stay as they were): Qwen2-like GQA groups of 6 and
+  // 7 heads, longer forests and trees (more tiles in flight, both skip directions)
+  check_case(res, "forest(700,333,40)", forest({700, 333, 40}), 12, 2, 128, rng);
+  check_case(res, "prompt700+4x300", prompt_branches(700, 4, 300), 14, 2, 64, rng);
+  check_case(res, "bushy1500", bushy(1500, rng), 6, 2, 64, rng);
+  check_tree_equals_flat(res, 4, 2, 128, rng);
   return res;
 }
 

@@ -107,5 +107,13 @@ void scale_inplace(float* x, size_t n, const float* scale, cudaStream_t s);
 // Throws anvil::Error naming `what` when the last launch or the stream failed.
 void check_launch(const char* what);
 
+// ---- benchmark helpers (device runs only; not used by the model) ----
+// Times tree attention on `seqs` causal chains totalling N nodes (random bf16 qkv and dout):
+// the best of 6 cudaEvent-timed runs after 2 warm-ups, in seconds; forward, or backward (the
+// backward alone, including its Di and summary pre-passes; dqkv is zeroed outside the timing).
+// impl: 0 = default (FlashAttention-2 where it applies unless ANVIL_ATTENTION_IMPL=wmma),
+// 1 = the wmma kernels, 2 = FlashAttention-2 (attention_fa2.cu).
+double bench_tree_attention(int impl, int N, int H, int KVH, int D, int seqs, bool backward);
+
 }  // namespace cuda
 }  // namespace anvil
