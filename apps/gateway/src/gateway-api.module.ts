@@ -23,6 +23,7 @@ import { SqlClient } from './db/sql-client';
 import { PolicyVersionConsumer } from './sessions/policy-version.consumer';
 import { PolicyVersionStore } from './sessions/policy-version-store';
 import { SCHEMA_GATE, SchemaGate } from './sessions/schema-gate';
+import { SessionLookups } from './sessions/session-lookups';
 import { SessionStore } from './sessions/session-store';
 import { StalenessGate } from './sessions/staleness-gate';
 import { CALL_SERVICE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT, INFERENCE_CLIENT, MODEL_REGISTRY, POLICY_VERSIONS, SESSION_AUTH, SESSION_STORE, SQL_CLIENT } from './tokens';
@@ -47,7 +48,7 @@ export class GatewayApiModule {
         { provide: SCHEMA_GATE, inject: [DATA_SOURCE, LOGGER], useFactory: (ds: DataSource, logger: Logger) => new SchemaGate(ds, config.DB_MIGRATE_ON_START, logger) },
         { provide: SQL_CLIENT, inject: [DATA_SOURCE], useFactory: (ds: DataSource) => new SqlClient(ds) },
         { provide: SESSION_STORE, inject: [DATA_SOURCE, SQL_CLIENT], useFactory: (ds: DataSource, sql: SqlClient) => new SessionStore(ds, sql) },
-        { provide: SESSION_AUTH, inject: [SESSION_STORE], useFactory: (s: SessionStore) => new SessionAuthenticator(s) },
+        { provide: SESSION_AUTH, inject: [SESSION_STORE, SQL_CLIENT], useFactory: (s: SessionStore, sql: SqlClient) => new SessionAuthenticator(s, new SessionLookups(sql)) },
         { provide: POLICY_VERSIONS, inject: [DATA_SOURCE], useFactory: (ds: DataSource) => new PolicyVersionStore(ds, config.INITIAL_POLICY_VERSION) },
         {
           provide: CALL_SERVICE,

@@ -1,6 +1,6 @@
 import type { GatewaySession } from '@anvil/persistence';
-import type { CaptureRow } from '../capture/capture-store';
 import { ApiError } from '../http/api-error';
+import type { SessionLookup, SessionLookups } from '../sessions/session-lookups';
 import type { SessionStore } from '../sessions/session-store';
 import { keyMatches, sessionIdOfKey } from './api-key';
 
@@ -16,7 +16,10 @@ import { keyMatches, sessionIdOfKey } from './api-key';
  * The row is read from PostgreSQL on every call, so a close is seen by every instance at once.
  */
 export class SessionAuthenticator {
-  constructor(private readonly sessions: SessionStore) {}
+  constructor(
+    private readonly sessions: SessionStore,
+    private readonly lookups: SessionLookups,
+  ) {}
 
   async authenticate(authorization: string | undefined, pathKey: string | undefined): Promise<GatewaySession> {
     return (await this.authenticateCall(authorization, pathKey, [])).session;
@@ -27,13 +30,13 @@ export class SessionAuthenticator {
    * would extend: the deepest answered call of the session whose reply fingerprint is among
    * `fingerprints`. The match is only returned once the key is proven to own the session.
    */
-  async authenticateCall(authorization: string | undefined, pathKey: string | undefined, fingerprints: readonly string[]): Promise<{ session: GatewaySession; match: CaptureRow | null }> {
+  async authenticateCall(authorization: string | undefined, pathKey: string | undefined, fingerprints: readonly string[]): Promise<SessionLookup> {
     const viaUrl = pathKey !== undefined;
     const key = viaUrl ? pathKey : bearer(authorization);
     if (!key) throw ApiError.unauthorized('missing API key: send `Authorization: Bearer <session key>` or use the session base URL');
     const sessionId = sessionIdOfKey(key);
     if (!sessionId) throw viaUrl ? notFound() : ApiError.unauthorized('invalid API key');
-    const found = await this.sessions.findWithMatch(sessionId, fingerprints);
+    const found = await this.lookups.find(sessionId, fingerprints);
     if (!found) throw viaUrl ? notFound() : ApiError.unauthorized('invalid API key');
     const { session } = found;
     if (!keyMatches(key, session.keyHash)) throw ApiError.unauthorized('invalid API key');

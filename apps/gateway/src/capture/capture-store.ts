@@ -94,15 +94,9 @@ export interface CaptureRow {
 export const CAPTURE_COLUMNS = `"id", "session_id", "branch_id", "parent_call_id", "turn_index", "reply_fingerprint", "messages_json", "assistant_message_json",
   "tools_json", "template_extra_json", "prompt_ids", "output_ids", "prompt_prefix_tokens", "messages_prefix_count"`;
 
-/**
- * The deepest answered call of session `sessionExpr` whose reply fingerprint is one of the
- * request's prefix fingerprints `fpsParam` (latest among equals): a sub-select, so the session
- * lookup can fetch it in the same round trip (session-store.ts).
- */
-export const matchSql = (sessionExpr: string, fpsParam: string) =>
-  `SELECT ${CAPTURE_COLUMNS} FROM "gateway_calls" WHERE "session_id" = ${sessionExpr} AND "reply_fingerprint" = ANY(${fpsParam}::varchar[])
-  ORDER BY array_position(${fpsParam}::varchar[], "reply_fingerprint") DESC, "created_at" DESC, "turn_index" DESC LIMIT 1`;
-const MATCH_SQL = matchSql('$1', '$2');
+/** The deepest answered call whose reply fingerprint is one of the request's prefix fingerprints (latest among equals). */
+const MATCH_SQL = `SELECT ${CAPTURE_COLUMNS} FROM "gateway_calls" WHERE "session_id" = $1 AND "reply_fingerprint" = ANY($2::varchar[])
+  ORDER BY array_position($2::varchar[], "reply_fingerprint") DESC, "created_at" DESC, "turn_index" DESC LIMIT 1`;
 
 /** A call and its ancestors up to the nearest whole row, root first. */
 const CHAIN_SQL = `WITH RECURSIVE "chain" AS (
