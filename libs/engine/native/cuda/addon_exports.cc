@@ -5,6 +5,7 @@
 
 #include "checks.cuh"
 #include "device_model.h"
+#include "kernels.cuh"
 
 namespace anvil {
 namespace cuda {
@@ -69,6 +70,37 @@ class GemmBenchWorker : public Napi::AsyncWorker {
   Napi::Promise::Deferred deferred_;
 };
 
+class AttentionBenchWorker : public Napi::AsyncWorker {
+ public:
+  AttentionBenchWorker(Napi::Env env, int impl, int N, int H, int KVH, int D, int seqs, bool backward)
+      : Napi::AsyncWorker(env), impl_(impl), N_(N), H_(H), KVH_(KVH), D_(D), seqs_(seqs), backward_(backward),
+        deferred_(Napi::Promise::Deferred::New(env)) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  void Execute() override { seconds_ = bench_tree_attention(impl_, N_, H_, KVH_, D_, seqs_, backward_); }
+  void OnOK() override { deferred_.Resolve(Napi::Number::New(Env(), seconds_)); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  int impl_, N_, H_, KVH_, D_, seqs_;
+  bool backward_;
+  double seconds_ = 0;
+  Napi::Promise::Deferred deferred_;
+};
+
+// benchAttention(impl: 0 default | 1 wmma | 2 fa2, N, H, KVH, D, seqs, backward): Promise<seconds>
+// (seqs causal chains totalling N nodes; best of several event-timed runs)
+Napi::Value BenchAttention(const Napi::CallbackInfo& info) {
+  for (int i = 0; i < 6; i++)
+    if (!info[i].IsNumber()) throw Error("benchAttention(impl, N, H, KVH, D, seqs, backward): numbers expected");
+  int v[6];
+  for (int i = 0; i < 6; i++) v[i] = info[i].As<Napi::Number>().Int32Value();
+  if (v[0] < 0 || v[0] > 2 || v[1] < 1 || v[2] < 1 || v[3] < 1 || v[2] % v[3] || v[4] < 2 || v[5] < 1 || v[5] > v[1])
+    throw Error("benchAttention: impl in 0..2, N >= seqs >= 1, H a multiple of KVH, D >= 2");
+  auto* w = new AttentionBenchWorker(info.Env(), v[0], v[1], v[2], v[3], v[4], v[5], info[6].ToBoolean());
+  w->Queue();
+  return w->Promise();
+}
+
 // checkKernels(seed?: number): Promise<KernelCheck[]>
 Napi::Value CheckKernels(const Napi::CallbackInfo& info) {
   double seed = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : 1;
@@ -112,6 +144,7 @@ void add_info(Napi::Env env, Napi::Object& o) {
 void add_exports(Napi::Env env, Napi::Object& exports) {
   exports.Set("checkKernels", Napi::Function::New(env, CheckKernels));
   exports.Set("benchGemmBf16", Napi::Function::New(env, BenchGemmBf16));
+  exports.Set("benchAttention", Napi::Function::New(env, BenchAttention));
 }
 
 }  // namespace cuda
