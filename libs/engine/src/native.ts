@@ -198,4 +198,9 @@ export interface NativeAddon {
   checkKernels?(seed?: number): Promise<NativeKernelCheck[]>;
   /** CUDA build only: times a cuBLASLt bf16 GEMM C[M,N] = A[M,K] B[N,K]^T. */
   benchGemmBf16?(M: number, N: number, K: number, minSeconds?: number): Promise<{ seconds: number; tflops: number }>;
+  /**
+   * CUDA build only: seconds of one tree-attention forward (or backward) over `seqs` causal chains
+   * totalling N nodes; impl 0 = default dispatch, 1 = the wmma kernels, 2 = the FA2 kernels.
+   */
+  benchAttention?(impl: 0 | 1 | 2, N: number, H: number, KVH: number, D: number, seqs: number, backward: boolean): Promise<number>;
 }
