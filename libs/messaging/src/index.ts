@@ -6,5 +6,6 @@ export { MemoryBus, type MemoryBusOptions } from './memory/memory-bus';
 export { MemoryBroker, type MemoryBrokerOptions } from './memory/memory-broker';
 export { HEADERS } from './headers';
 export { partitionForKey } from './partitioner';
+export { bindTraceContext } from './trace-propagation';
 export { stderrLogger, silentLogger, type BusLogger, type BusLogLevel } from './logger';
 export { DELIVERY_DEFAULTS } from './delivery/policy';

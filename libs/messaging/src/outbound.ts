@@ -2,7 +2,7 @@ import { encodeEvent, topicOf, type EventEnvelope } from '@anvil/contracts';
 import type { RawMessage } from './bus';
 import { HEADERS } from './headers';
 import type { TopicNamespace } from './topic-names';
-import { injectTraceContext } from './trace-propagation';
+import { boundTraceContext, injectTraceContext } from './trace-propagation';
 
 /** A message ready for either bus: physical topic, key, ANV1 bytes, string/Buffer headers. */
 export interface PreparedMessage {
@@ -23,7 +23,7 @@ export function prepareEvents(ns: TopicNamespace, events: EventEnvelope | readon
     topic: ns.physical(topicOf(event.type)),
     key: event.key,
     value,
-    headers: injectTraceContext({ [HEADERS.eventType]: event.type, [HEADERS.eventId]: event.id }),
+    headers: injectTraceContext({ [HEADERS.eventType]: event.type, [HEADERS.eventId]: event.id }, boundTraceContext(event)),
   }));
 }
 

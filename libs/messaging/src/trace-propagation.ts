@@ -1,4 +1,4 @@
-import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type TextMapGetter, type TextMapSetter } from '@opentelemetry/api';
+import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type TextMapGetter, type TextMapSetter } from '@opentelemetry/api';
 import { errorMessage } from './logger';
 
 /**
@@ -20,10 +20,27 @@ const getter: TextMapGetter<Readonly<Record<string, string>>> = {
 
 const tracer = () => trace.getTracer('@anvil/messaging');
 
-/** Adds the active trace context (traceparent, tracestate, baggage) to `headers`. */
-export function injectTraceContext(headers: Record<string, string>): Record<string, string> {
-  propagation.inject(context.active(), headers, setter);
+/** Adds the active trace context (traceparent, tracestate, baggage) to `headers`, or `ctx`'s when given. */
+export function injectTraceContext(headers: Record<string, string>, ctx: Context = context.active()): Record<string, string> {
+  propagation.inject(ctx, headers, setter);
   return headers;
+}
+
+const eventContexts = new WeakMap<object, Context>();
+
+/**
+ * Publishes of `event` carry the trace context `ctx` (default: the active one now) instead of
+ * the publisher's context at publish time: for events of several callers published together in
+ * one batch (the gateway's group commit), each keeps the trace of the call it records.
+ */
+export function bindTraceContext<E extends object>(event: E, ctx: Context = context.active()): E {
+  eventContexts.set(event, ctx);
+  return event;
+}
+
+/** The context bound to `event` by bindTraceContext, if any. */
+export function boundTraceContext(event: object): Context | undefined {
+  return eventContexts.get(event);
 }
 
 export interface ConsumeSpanInfo {

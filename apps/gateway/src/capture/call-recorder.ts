@@ -1,5 +1,7 @@
 import { createEvent, type EventEnvelope, type LlmCallRecordedV1 } from '@anvil/contracts';
+import { bindTraceContext } from '@anvil/messaging';
 import type { GatewaySession } from '@anvil/persistence';
+import { context } from '@opentelemetry/api';
 import { storedCapture, type CaptureState, type CaptureStore } from './capture-store';
 import type { RecordCommitter } from './record-committer';
 
@@ -71,12 +73,14 @@ export class CallRecorder {
    * state the calls extend (their capture rows are stored relative to it).
    */
   async record(session: GatewaySession, model: string, calls: readonly AnsweredCall[], opts: { newBranches: number; parent: CaptureState | null }): Promise<{ firstTurn: number } | null> {
+    // The batch is published from whichever call's turn it is: each event keeps its own call's trace.
+    const trace = context.active();
     const result = await this.committer.commit({
       sessionId: session.id,
       calls: calls.length,
       newBranches: opts.newBranches,
       captures: calls.flatMap((c, turn) => (c.capture ? [{ turn, row: storedCapture({ ...c.capture, turnIndex: 0 }, opts.parent) }] : [])),
-      events: (firstTurn) => this.events(session, model, calls, firstTurn),
+      events: (firstTurn) => this.events(session, model, calls, firstTurn).map((e) => bindTraceContext(e, trace)),
     });
     if (result) calls.forEach((c, i) => c.capture && this.captures.remember({ ...c.capture, turnIndex: result.firstTurn + i }));
     return result;

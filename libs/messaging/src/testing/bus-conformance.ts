@@ -15,6 +15,7 @@ import type { MessageBus, MessageMeta, RawRecord } from '../bus';
 import { HEADERS } from '../headers';
 import { partitionForKey } from '../partitioner';
 import { bitExact, oneOfEachType, rolloutStarted } from './sample-events';
+import { bindTraceContext } from '../trace-propagation';
 import { installTestTracing, withRemoteParent } from './trace-kit';
 
 /**
@@ -400,6 +401,25 @@ export function describeBusConformance(
       const [got] = await seen.waitFor(1);
       expect(got.traceparent).toBe(`00-${traceId}-${parentSpanId}-01`);
       expect(got.traceId).toBe(traceId);
+    });
+
+    it('keeps the trace each event was bound to when events of several traces are published together', async () => {
+      const bus = await connect();
+      const seen = new Inbox<{ rollout: string; traceparent: string | undefined }>(waitMs);
+      await bus.subscribe({
+        ...fast,
+        group: groupName('trace-bound'),
+        topics: [TOPICS.rollouts],
+        handler: async (event, meta) => seen.push({ rollout: (event.payload as { rolloutId: string }).rolloutId, traceparent: meta.headers.traceparent }),
+      });
+      const a = withRemoteParent('aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', '1111111111111111', () => bindTraceContext(rolloutStarted('rollout-bound-a', 0)));
+      const b = withRemoteParent('bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', '2222222222222222', () => bindTraceContext(rolloutStarted('rollout-bound-b', 0)));
+      // Published from a third trace: each event still carries its own.
+      await withRemoteParent('cccccccccccccccccccccccccccccccc', '3333333333333333', () => bus.publish([a, b]));
+      const got = await seen.waitFor(2);
+      const byRollout = Object.fromEntries(got.map((g) => [g.rollout, g.traceparent]));
+      expect(byRollout['rollout-bound-a']).toBe('00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-1111111111111111-01');
+      expect(byRollout['rollout-bound-b']).toBe('00-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-2222222222222222-01');
     });
   });
 }
