@@ -19,6 +19,15 @@ if [ "$what" = checks ] || [ "$what" = all ]; then
   node .device/cuda-check.js 2>&1 | tee "$out/checks.log"; rc=${PIPESTATUS[0]}
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  node .device/engine-cuda.js 2>&1 | tee "$out/bench.log"; brc=${PIPESTATUS[0]}; [ $brc -ne 0 ] && rc=$brc
+  # benchmark the FA2 attention kernels only if none of their checks failed in this run
+  impl=""
+  if [ -f "$out/checks.log" ] && ! node -e "
+    const last = require('fs').readFileSync(process.argv[1], 'utf8').trim().split('\n').pop();
+    const j = JSON.parse(last);
+    process.exit(j.results && !j.results.some((r) => !r.passed && /fa2/.test(r.name)) ? 0 : 1);" "$out/checks.log"; then
+    impl=wmma
+    echo "FA2 attention failed a check (or the checks did not finish): benchmarking with ANVIL_ATTENTION_IMPL=wmma"
+  fi
+  ANVIL_ATTENTION_IMPL=$impl node .device/engine-cuda.js 2>&1 | tee "$out/bench.log"; brc=${PIPESTATUS[0]}; [ $brc -ne 0 ] && rc=$brc
 fi
 exit $rc

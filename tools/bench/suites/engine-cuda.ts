@@ -190,6 +190,30 @@ async function merging() {
   return rows;
 }
 
+/** The tree-attention kernels alone, both implementations, on the two training shapes. */
+async function attentionKernels(addon: NonNullable<ReturnType<typeof loadBackend>['addon']>) {
+  const rows = [];
+  const shapes = [
+    { name: '1.5B shape', H: 12, KVH: 2, D: 128 },
+    { name: '0.5B shape', H: 14, KVH: 2, D: 64 },
+  ];
+  const N = TOKENS_PER_STEP, seqs = 2, n = N / seqs;
+  const pairs = seqs * (n * (n + 1)) / 2; // visible (query, key) pairs of two causal chains
+  for (const sh of shapes)
+    for (const impl of [1, 2] as const) {
+      const row: Record<string, number | string> = { shape: sh.name, impl: impl === 1 ? 'wmma' : 'fa2', H: sh.H, KVH: sh.KVH, D: sh.D, N };
+      try {
+        const f = await addon.benchAttention!(impl, N, sh.H, sh.KVH, sh.D, seqs, false);
+        const b = await addon.benchAttention!(impl, N, sh.H, sh.KVH, sh.D, seqs, true);
+        Object.assign(row, { forwardMs: f * 1e3, backwardMs: b * 1e3, forwardTflops: (4 * sh.H * sh.D * pairs) / f / 1e12, backwardTflops: (8 * sh.H * sh.D * pairs) / b / 1e12 });
+      } catch (e) {
+        row.error = (e as Error).message;
+      }
+      rows.push(row);
+    }
+  return rows;
+}
+
 async function main() {
   let sel;
   try {
@@ -205,12 +229,21 @@ async function main() {
   const gemm = await sel.addon.benchGemmBf16!(8192, 8192, 8192, 1.0);
   console.error(`[bench] ${info.device?.name}: cuBLASLt bf16 8192^3 ${fmt(gemm.tflops)} TFLOP/s`);
   const quick = process.env.ANVIL_BENCH_QUICK === '1';
+  const attention = sel.addon.benchAttention ? await attentionKernels(sel.addon) : [];
+  for (const r of attention) console.error(`[bench] attention ${r.shape} ${r.impl}: ${JSON.stringify(r)}`);
+  const implUsed = process.env.ANVIL_ATTENTION_IMPL === 'wmma' ? 'wmma' : 'default (fa2 for D = 64/128)';
   const models = [await mfu('qwen2-0.5B shape', QWEN2_05B, quick ? 2 : 4), await mfu('qwen2-1.5B shape', QWEN2_15B, quick ? 2 : 4)];
   const merge = process.env.ANVIL_BENCH_SKIP_MERGE === '1' ? [] : await merging();
 
   console.log(`\nGPU: ${info.device?.name}, cc ${info.device?.computeCapability}, driver ${info.device?.driverVersion}, runtime ${info.device?.runtimeVersion}; ${info.gemm}`);
   console.log(`cuBLASLt bf16 GEMM 8192^3: ${fmt(gemm.tflops)} TFLOP/s (MFU below is against ${H200_BF16_TFLOPS})`);
-  console.log('\nTrain step (fwd + bwd + clip + AdamW), 8192 tokens, random-init Qwen2 shapes');
+  if (attention.length) {
+    console.log('\nTree attention kernels alone, 8192 nodes = two causal chains of 4096 (FLOPs: 4·H·D per visible pair forward, 8·H·D backward)');
+    console.log('shape | impl | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s');
+    for (const r of attention)
+      console.log(r.error ? `${r.shape} | ${r.impl} | error: ${r.error}` : `${r.shape} | ${r.impl} | ${fmt(Number(r.forwardMs), 2)} | ${fmt(Number(r.forwardTflops))} | ${fmt(Number(r.backwardMs), 2)} | ${fmt(Number(r.backwardTflops))}`);
+  }
+  console.log(`\nTrain step (fwd + bwd + clip + AdamW), 8192 tokens, random-init Qwen2 shapes; attention: ${implUsed}`);
   console.log('model | params | step s | fwd s | bwd s | optim s | tokens/s | model TFLOP/s | MFU');
   for (const r of models)
     console.log(`${r.name} | ${(r.params / 1e9).toFixed(2)}B | ${fmt(r.stepSeconds, 3)} | ${fmt(r.forwardSeconds, 3)} | ${fmt(r.backwardSeconds, 3)} | ${fmt(r.optimizerSeconds, 3)} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.modelTflops)} | ${fmt(100 * r.mfu)}%`);
@@ -226,7 +259,7 @@ async function main() {
   console.log(`\ntargets: MFU >= 40% on the 1.5B shape: ${mfuTarget ? 'met' : 'NOT met'}; merge speed-up >= 0.8 S: ${merge.length ? (mergeTarget ? 'met' : 'NOT met') : 'not run'}`);
   console.log(JSON.stringify({
     suite: 'engine-cuda', ran: true, device: info.device, gemmLibrary: info.gemm, cublasBf16Tflops: gemm.tflops, peakTflopsAssumed: H200_BF16_TFLOPS,
-    models, merging: merge, decode: { built: false, reason: 'generation runs on the CPU in the CUDA build' },
+    attentionImpl: implUsed, attention, models, merging: merge, decode: { built: false, reason: 'generation runs on the CPU in the CUDA build' },
     targets: { mfu15b: mfuTarget, mergeSpeedup: merge.length ? mergeTarget : null },
   }));
 }
