@@ -64,9 +64,12 @@ export class InferenceProxyClient {
 
   /** One generation, answered when it finishes (one JSON body: the cheapest way when nothing needs the tokens early). */
   async generate(req: GenerateRequestInput, opts: { signal?: AbortSignal } = {}): Promise<GenerateResponse> {
-    const body = await this.post('/internal/v1/generate', { ...req, stream: false }, opts.signal);
-    const text = await body.text();
-    return parseGenerateResponse(JSON.parse(text));
+    const { body, done } = await this.post('/internal/v1/generate', { ...req, stream: false }, opts.signal);
+    try {
+      return parseGenerateResponse(JSON.parse(await body.text()));
+    } finally {
+      done();
+    }
   }
 
   /**
@@ -75,30 +78,31 @@ export class InferenceProxyClient {
    * Leaving the loop early (return or throw) closes the connection, which aborts the generation.
    */
   async *generateStream(req: GenerateRequestInput, opts: { signal?: AbortSignal } = {}): AsyncGenerator<GenerateTokenChunk, GenerateResponse> {
-    const body = await this.post('/internal/v1/generate', { ...req, stream: true }, opts.signal);
-    let finished = false;
+    const { body, done } = await this.post('/internal/v1/generate', { ...req, stream: true }, opts.signal);
     try {
       body.setEncoding('utf8');
       let buffer = '';
+      let response: GenerateResponse | undefined;
+      // The body is read to its end (the proxy ends it after the final line): leaving it early
+      // would destroy the connection instead of returning it to the pool.
       for await (const piece of body as AsyncIterable<string>) {
         buffer += piece;
         let nl: number;
         while ((nl = buffer.indexOf('\n')) >= 0) {
           const text = buffer.slice(0, nl);
           buffer = buffer.slice(nl + 1);
-          if (!text.trim()) continue;
+          if (!text.trim() || response) continue;
           const line = parseStreamLine(JSON.parse(text));
           if (line.type === 'tokens') yield line;
-          else if (line.type === 'done') {
-            finished = true;
-            return line.response;
-          } else throw new InferenceProxyError(502, { error: line.error });
+          else if (line.type === 'done') response = line.response;
+          else throw new InferenceProxyError(502, { error: line.error });
         }
       }
-      throw new Error('inference-proxy stream ended without a final line');
+      if (!response) throw new Error('inference-proxy stream ended without a final line');
+      return response;
     } finally {
-      if (!finished) body.destroy();
-      else body.resume();
+      if (!body.readableEnded) body.destroy();
+      done();
     }
   }
 
@@ -113,9 +117,14 @@ export class InferenceProxyClient {
   }
 
   async replicas(opts: { signal?: AbortSignal } = {}): Promise<ReplicasReport> {
-    const res = await request(`${this.baseUrl}/internal/v1/replicas`, { dispatcher: this.dispatcher, signal: this.signal(opts.signal) });
-    if (res.statusCode < 200 || res.statusCode >= 300) throw await this.error(res.statusCode, res.body);
-    return (await res.body.json()) as ReplicasReport;
+    const { signal, done } = this.signal(opts.signal);
+    try {
+      const res = await request(`${this.baseUrl}/internal/v1/replicas`, { dispatcher: this.dispatcher, signal });
+      if (res.statusCode < 200 || res.statusCode >= 300) throw await this.error(res.statusCode, res.body);
+      return (await res.body.json()) as ReplicasReport;
+    } finally {
+      done();
+    }
   }
 
   /** Closes the pooled connections (only those of a dispatcher this client made). */
@@ -123,22 +132,41 @@ export class InferenceProxyClient {
     if (this.ownsDispatcher) await this.dispatcher.close();
   }
 
-  private async post(path: string, body: unknown, signal?: AbortSignal): Promise<ResponseBody> {
-    const res = await request(`${this.baseUrl}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-      signal: this.signal(signal),
-      dispatcher: this.dispatcher,
-    });
-    if (res.statusCode < 200 || res.statusCode >= 300) throw await this.error(res.statusCode, res.body);
-    return res.body;
+  /** POSTs JSON; a 2xx answer's body with the function to call once it has been read (clears the deadline). */
+  private async post(path: string, body: unknown, callerSignal?: AbortSignal): Promise<{ body: ResponseBody; done(): void }> {
+    const { signal, done } = this.signal(callerSignal);
+    try {
+      const res = await request(`${this.baseUrl}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+        signal,
+        dispatcher: this.dispatcher,
+      });
+      if (res.statusCode < 200 || res.statusCode >= 300) throw await this.error(res.statusCode, res.body);
+      return { body: res.body, done };
+    } catch (err) {
+      done();
+      throw err;
+    }
   }
 
-  private signal(signal?: AbortSignal): AbortSignal | undefined {
-    if (!this.options.timeoutMs) return signal;
-    const timeout = AbortSignal.timeout(this.options.timeoutMs);
-    return signal ? AbortSignal.any([signal, timeout]) : timeout;
+  /** The caller's signal, cut off at timeoutMs (without AbortSignal.any/timeout: this runs on every call). */
+  private signal(signal?: AbortSignal): { signal: AbortSignal | undefined; done(): void } {
+    const timeoutMs = this.options.timeoutMs;
+    if (!timeoutMs || signal?.aborted) return { signal, done: () => undefined };
+    const controller = new AbortController();
+    const forward = () => controller.abort(signal?.reason);
+    signal?.addEventListener('abort', forward, { once: true });
+    const timer = setTimeout(() => controller.abort(new Error(`inference-proxy call exceeded ${timeoutMs} ms`)), timeoutMs);
+    timer.unref();
+    return {
+      signal: controller.signal,
+      done: () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', forward);
+      },
+    };
   }
 
   private async error(status: number, res: ResponseBody): Promise<InferenceProxyError> {

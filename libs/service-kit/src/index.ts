@@ -6,3 +6,4 @@ export * from './bootstrap';
 export * from './nest-logger';
 export * from './infra.module';
 export * from './service-modules';
+export * from './linked-abort';

@@ -4,6 +4,7 @@ import { InferenceProxyClient, InferenceProxyError } from '@anvil/inference-clie
 import type { GatewaySession } from '@anvil/persistence';
 import { appendFingerprint, fingerprintMessages, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
 import type { Logger } from '@anvil/observability';
+import { linkAbort } from '@anvil/service-kit';
 import type { AnsweredCall, CallRecorder } from '../capture/call-recorder';
 import { RecordNotDurableError } from '../capture/call-recorder';
 import type { CaptureRow, CaptureStore } from '../capture/capture-store';
@@ -187,7 +188,8 @@ export class CallService {
   /** Generates the n choices in parallel; `onText(index, text)` sees each one's text as it grows. */
   async generate(call: PreparedCall, opts: { signal: AbortSignal; onText?: (index: number, text: string) => void }): Promise<GenerationResult[]> {
     const failFast = new AbortController();
-    const signal = AbortSignal.any([opts.signal, failFast.signal]);
+    const link = linkAbort([opts.signal, failFast.signal]);
+    const signal = link.signal;
     const tasks = call.callIds.map(async (callId, index) => {
       const request: GenerateRequestInput = {
         requestId: callId,
@@ -213,6 +215,8 @@ export class CallService {
     } catch (err) {
       await Promise.allSettled(tasks);
       throw generationError(err, opts.signal.aborted);
+    } finally {
+      link.dispose();
     }
   }
 

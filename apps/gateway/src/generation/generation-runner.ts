@@ -1,5 +1,6 @@
 import type { GenerateRequestInput } from '@anvil/contracts';
 import type { InferenceProxyClient } from '@anvil/inference-client';
+import { linkAbort } from '@anvil/service-kit';
 import { StreamDecoder, type Tokenizer } from '@anvil/tokenizer';
 import { StopStringMatcher } from './stop-strings';
 
@@ -57,7 +58,8 @@ export async function runGeneration(opts: {
   const textLengths: number[] = [];
   let firstTokenAt: number | null = null;
   const cancel = new AbortController();
-  const signal = opts.signal ? AbortSignal.any([opts.signal, cancel.signal]) : cancel.signal;
+  const link = linkAbort([opts.signal, cancel.signal]);
+  const signal = link.signal;
   const stream = opts.client.generateStream(opts.request, { signal });
   let stopAt = -1;
   try {
@@ -90,6 +92,7 @@ export async function runGeneration(opts: {
     // generation there; the stream's own return() releases the connection.
     if (stopAt !== -1 || signal.aborted) cancel.abort();
     await stream.return(undefined as never).catch(() => undefined);
+    link.dispose();
   }
   // A stop string at character stopAt: keep the ids whose text ends at or before it.
   let keep = textLengths.findIndex((len) => len > stopAt);

@@ -78,8 +78,14 @@ export abstract class ExternalBackend implements InferenceBackend {
       const body = await openStream(this.id, `${this.baseUrl}${this.streamPath}`, this.requestBody(req), controller.signal);
       const state = { received: 0 };
       let finishReason: FinishReason | undefined;
+      // Read to the end of the response even after [DONE] (the server ends it there): leaving a
+      // body early destroys it, which costs an error object and the keep-alive connection.
+      let done = false;
       for await (const data of sseData(body)) {
-        if (data === '[DONE]') break;
+        if (done || data === '[DONE]') {
+          done = true;
+          continue;
+        }
         const step = this.parseEvent(JSON.parse(data), state);
         if (step.cachedPromptTokens !== undefined) cachedPromptTokens = step.cachedPromptTokens;
         if (step.ids.length) {

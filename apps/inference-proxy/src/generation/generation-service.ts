@@ -1,5 +1,6 @@
 import type { GenerateRequest, GenerateResponse } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
+import { linkAbort } from '@anvil/service-kit';
 import { BackendRequestError, type FinishReason } from '../backends/backend';
 import type { InferenceMetrics } from '../metrics';
 import type { HealthMonitor } from '../routing/health-monitor';
@@ -53,7 +54,8 @@ export class GenerationService {
 
   async generate(req: GenerateRequest, opts: { signal?: AbortSignal; onChunk?: (chunk: StampedChunk) => void } = {}): Promise<GenerateResponse> {
     if (this.shuttingDown) throw new ServiceShuttingDownError('the inference-proxy is shutting down');
-    const stop = AbortSignal.any([...(opts.signal ? [opts.signal] : []), AbortSignal.timeout(this.options.requestTimeoutMs), this.shutdownSignal.signal]);
+    const stopLink = linkAbort([opts.signal, this.shutdownSignal.signal], this.options.requestTimeoutMs);
+    const stop = stopLink.signal;
     const ids: number[] = [];
     const logprobs: number[] = [];
     const versions: number[] = [];
@@ -111,6 +113,7 @@ export class GenerationService {
         const producedBefore = ids.length;
         const prompt = producedBefore ? [...req.promptIds, ...ids] : req.promptIds;
         let result;
+        const attemptLink = linkAbort([stop, interrupt.signal]);
         try {
           result = await replica.backend.generate(
             {
@@ -119,7 +122,7 @@ export class GenerationService {
               sampling: { maxTokens: remaining, temperature: req.temperature, topP: req.topP, topK: req.topK, seed: req.seed, stopIds: req.stopIds },
             },
             {
-              signal: AbortSignal.any([stop, interrupt.signal]),
+              signal: attemptLink.signal,
               onTokens: (chunk) => {
                 if (firstTokenMs === null && chunk.ids.length > 0) firstTokenMs = Math.round((performance.now() - startedAt) * 1000) / 1000;
                 const stamped = chunk.ids.map(() => version);
@@ -149,6 +152,7 @@ export class GenerationService {
           }
           continue;
         } finally {
+          attemptLink.dispose();
           this.active.remove(attempt);
           this.metrics.inFlight.dec({ replica: replica.id });
         }
@@ -167,6 +171,8 @@ export class GenerationService {
     } catch (err) {
       this.metrics.requests.inc({ outcome: 'error' });
       throw err;
+    } finally {
+      stopLink.dispose();
     }
   }
 
