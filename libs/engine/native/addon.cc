@@ -14,6 +14,7 @@
 #ifdef ANVIL_WITH_CUDA
 #include "cuda/addon_exports.h"
 #include "cuda/device_model.h"
+#include "cuda/generate_cuda.h"
 #endif
 
 namespace anvil {
@@ -604,7 +605,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 
 class StepWorker : public PromiseWorker {
  public:
-  StepWorker(Napi::Env env, std::shared_ptr<Generator> gen, std::vector<int64_t> ids)
+  StepWorker(Napi::Env env, std::shared_ptr<GeneratorBase> gen, std::vector<int64_t> ids)
       : PromiseWorker(env), gen_(std::move(gen)), ids_(std::move(ids)) {}
   void Execute() override {
     std::lock_guard<std::mutex> glock(gen_->mu);
@@ -629,7 +630,7 @@ class StepWorker : public PromiseWorker {
   }
 
  private:
-  std::shared_ptr<Generator> gen_;
+  std::shared_ptr<GeneratorBase> gen_;
   std::vector<int64_t> ids_;
   std::vector<StepOutput> out_;
 };
@@ -656,18 +657,19 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
       throw Error("NativeGenerator: maxPositions must be an integer in [2, 2^24]");
     if (!(bytes >= 0) || !std::isfinite(bytes)) throw Error("NativeGenerator: prefixCacheBytes must be a finite number >= 0");
 #ifdef ANVIL_WITH_CUDA
-    // Generation is not on the GPU yet: it runs the CPU generator over a host copy of the weights
-    // as they are when the generator is created (info().generation says so).
+    // CUDA build: generation runs on the device (paged KV cache, prefix cache) over the device
+    // weights themselves, so an optimizer step is visible to the next step() with no copy
+    // (in-flight sequences keep the KV computed with the old weights, as with the CPU generator).
     if (m->device) {
-      std::lock_guard<std::mutex> lock(m->mu);
-      m->device->pull_params();
+      gen_ = std::make_shared<cuda::GpuGenerator>(m, (int)maxpos, bytes);
+      return;
     }
 #endif
     gen_ = std::make_shared<Generator>(m, (int)maxpos, bytes);
   }
 
  private:
-  std::shared_ptr<Generator> gen_;
+  std::shared_ptr<GeneratorBase> gen_;  // Generator (CPU) or cuda::GpuGenerator
 
   static int64_t get_id(const Napi::Value& v) {
     if (!v.IsNumber()) throw Error("sequence id must be a number");

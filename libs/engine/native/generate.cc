@@ -46,6 +46,8 @@ uint64_t next_u64(uint64_t* s) {
 }
 double uniform01(uint64_t* s) { return (next_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
 
+}  // namespace
+
 // Draws one token from raw logits l[V]. Processing order (as vLLM): temperature, top-k, top-p.
 StepOutput sample_token(const float* l, int V, const SamplingConfig& s, uint64_t* rng, std::vector<float>& e,
                         std::vector<int>& idx) {
@@ -129,6 +131,39 @@ StepOutput sample_token(const float* l, int V, const SamplingConfig& s, uint64_t
   return o;
 }
 
+void sample_rows(const float* logits, int B, int V, const SamplingConfig* const* cfg, uint64_t* const* rng,
+                 std::vector<StepOutput>& out) {
+  out.resize(B);
+#pragma omp parallel num_threads(nthreads())
+  {
+    std::vector<float> e;
+    std::vector<int> idx;
+#pragma omp for schedule(dynamic, 1)
+    for (int b = 0; b < B; b++) out[b] = sample_token(logits + (size_t)b * V, V, *cfg[b], rng[b], e, idx);
+  }
+}
+
+void seed_rng(uint64_t seed, uint64_t rng[4]) {
+  uint64_t x = seed;
+  for (int i = 0; i < 4; i++) rng[i] = splitmix(x);
+}
+
+void check_add_args(const ModelConfig& cfg, int max_positions, const int32_t* prompt, int n, const SamplingConfig& s) {
+  if (n <= 0) throw Error("empty prompt: generation needs at least one prompt token");
+  if (n >= max_positions)
+    throw Error("prompt has " + std::to_string(n) + " tokens: it leaves no room to generate within the model's " +
+                std::to_string(max_positions) + " positions");
+  for (int i = 0; i < n; i++)
+    if (prompt[i] < 0 || prompt[i] >= cfg.vocab)
+      throw Error("token out of range: prompt[" + std::to_string(i) + "] = " + std::to_string(prompt[i]) +
+                  " (vocab size " + std::to_string(cfg.vocab) + ")");
+  if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) throw Error("temperature must be a finite number >= 0");
+  if (!(s.top_p > 0 && s.top_p <= 1)) throw Error("top_p must be in (0, 1]");
+  if (s.top_k < 0) throw Error("top_k must be >= 0");
+}
+
+namespace {
+
 // out[N,O] (+)= inp[N,I] @ w[O,I]^T; a single row (decode at batch 1) is a GEMV.
 void linear(float* out, const float* inp, const float* w, int N, int I, int O, bool accumulate) {
   if (N == 1)
@@ -152,10 +187,12 @@ void KvCache::reserve(int L, int row, int cap) {
   }
 }
 
-Generator::Generator(std::shared_ptr<Model> m, int maxpos, double budget)
+GeneratorBase::GeneratorBase(std::shared_ptr<Model> m, int maxpos, double budget)
     : model(std::move(m)), max_positions(maxpos), cache_budget(budget) {
   if (max_positions < 2) throw Error("generator: maxPositions must be at least 2");
 }
+
+Generator::Generator(std::shared_ptr<Model> m, int maxpos, double budget) : GeneratorBase(std::move(m), maxpos, budget) {}
 
 void Generator::ensure_rope(int positions) {
   if (positions <= rope_len_) return;
@@ -175,23 +212,12 @@ void Generator::ensure_rope(int positions) {
 
 int Generator::add(int64_t id, const int32_t* prompt, int n, const SamplingConfig& s) {
   const ModelConfig& cfg = model->cfg;
-  if (n <= 0) throw Error("empty prompt: generation needs at least one prompt token");
-  if (n >= max_positions)
-    throw Error("prompt has " + std::to_string(n) + " tokens: it leaves no room to generate within the model's " +
-                std::to_string(max_positions) + " positions");
-  for (int i = 0; i < n; i++)
-    if (prompt[i] < 0 || prompt[i] >= cfg.vocab)
-      throw Error("token out of range: prompt[" + std::to_string(i) + "] = " + std::to_string(prompt[i]) +
-                  " (vocab size " + std::to_string(cfg.vocab) + ")");
-  if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) throw Error("temperature must be a finite number >= 0");
-  if (!(s.top_p > 0 && s.top_p <= 1)) throw Error("top_p must be in (0, 1]");
-  if (s.top_k < 0) throw Error("top_k must be >= 0");
+  check_add_args(cfg, max_positions, prompt, n, s);
   if (seqs_.count(id)) throw Error("sequence id already in use");
   auto seq = std::make_unique<Sequence>();
   seq->tokens.assign(prompt, prompt + n);
   seq->sampling = s;
-  uint64_t x = s.seed;
-  for (auto& w : seq->rng) w = splitmix(x);
+  seed_rng(s.seed, seq->rng);
   const int row = cfg.kv_heads * cfg.head_dim;
   // longest cached prefix
   lookup_tokens += n;
@@ -359,14 +385,13 @@ void Generator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>& o
   for (int b = 0; b < B; b++) std::memcpy(last.data() + (size_t)b * C, x.data() + (size_t)last_row[b] * C, sizeof(float) * C);
   rmsnorm_forward(lnl.data(), rs.data(), last.data(), P.normf, B, C, cfg.eps);
   linear(logits.data(), lnl.data(), P.lm, B, C, V, false);
-#pragma omp parallel num_threads(nthreads())
-  {
-    std::vector<float> e;
-    std::vector<int> idx;
-#pragma omp for schedule(dynamic, 1)
-    for (int b = 0; b < B; b++)
-      out[b] = sample_token(logits.data() + (size_t)b * V, V, seqs[b]->sampling, seqs[b]->rng, e, idx);
+  std::vector<const SamplingConfig*> cfgs(B);
+  std::vector<uint64_t*> rngs(B);
+  for (int b = 0; b < B; b++) {
+    cfgs[b] = &seqs[b]->sampling;
+    rngs[b] = seqs[b]->rng;
   }
+  sample_rows(logits.data(), B, V, cfgs.data(), rngs.data(), out);
   for (int b = 0; b < B; b++) seqs[b]->tokens.push_back(out[b].token);
 }
 

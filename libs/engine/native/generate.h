@@ -43,18 +43,22 @@ struct StepOutput {
   float raw_logprob;  // under the policy itself (softmax of the raw logits)
 };
 
-class Generator {
+// What the addon drives: the CPU Generator below and, in the CUDA build, cuda::GpuGenerator
+// (cuda/generate_cuda.h, paged KV cache on the device) implement the same contract with the same
+// counters. Calls are serialised by the caller holding `mu` (step() also holds model->mu).
+class GeneratorBase {
  public:
-  Generator(std::shared_ptr<Model> model, int max_positions, double cache_bytes);
+  GeneratorBase(std::shared_ptr<Model> model, int max_positions, double cache_bytes);
+  virtual ~GeneratorBase() = default;
 
   // Validates the prompt, reuses the longest cached prefix; returns the number of reused tokens.
-  int add(int64_t id, const int32_t* prompt, int n, const SamplingConfig& s);
+  virtual int add(int64_t id, const int32_t* prompt, int n, const SamplingConfig& s) = 0;
   // Drops a sequence; with keep = true its KV goes into the prefix cache.
-  void remove(int64_t id, bool keep);
+  virtual void remove(int64_t id, bool keep) = 0;
   // Runs one batched step for the given sequences (prefill of pending tokens + sampling of one
   // token each); the sampled token is appended to each sequence.
-  void step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out);
-  void clear_cache();
+  virtual void step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out) = 0;
+  virtual void clear_cache() = 0;
 
   std::shared_ptr<Model> model;
   const int max_positions;
@@ -64,6 +68,29 @@ class Generator {
   std::atomic<size_t> cache_bytes{0};
   std::atomic<int> entries{0}, active{0};
   std::mutex mu;
+};
+
+// Shared by both generators (generate.cc).
+// Throws the errors add() reports for a bad prompt or bad sampling values.
+void check_add_args(const ModelConfig& cfg, int max_positions, const int32_t* prompt, int n, const SamplingConfig& s);
+// A sequence's xoshiro256** state from its seed (splitmix64).
+void seed_rng(uint64_t seed, uint64_t rng[4]);
+// Draws one token from raw logits l[V] (temperature, then top-k, then top-p, as vLLM); e and idx
+// are scratch. Greedy (temperature 0) returns the argmax with the policy's logprob.
+StepOutput sample_token(const float* l, int V, const SamplingConfig& s, uint64_t* rng, std::vector<float>& e,
+                        std::vector<int>& idx);
+// out[b] = sample_token(logits[b, :], V, *cfg[b], rng[b]) for b < B, rows in parallel (OpenMP).
+void sample_rows(const float* logits, int B, int V, const SamplingConfig* const* cfg, uint64_t* const* rng,
+                 std::vector<StepOutput>& out);
+
+class Generator : public GeneratorBase {
+ public:
+  Generator(std::shared_ptr<Model> model, int max_positions, double cache_bytes);
+
+  int add(int64_t id, const int32_t* prompt, int n, const SamplingConfig& s) override;
+  void remove(int64_t id, bool keep) override;
+  void step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out) override;
+  void clear_cache() override;
 
  private:
   struct Entry {

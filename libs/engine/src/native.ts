@@ -118,7 +118,8 @@ export interface NativeGeneratorStats {
 }
 
 /**
- * KV-cached generation over one model (native/generate.cc). add/remove/clearCache must not be
+ * KV-cached generation over one model (native/generate.cc; in the CUDA build native/cuda/generate_cuda.cu:
+ * paged KV cache on the device, prefix cache of whole 16-token blocks). add/remove/clearCache must not be
  * called while a step() is in flight (the TypeScript scheduler serialises them).
  */
 export interface NativeGenerator {
@@ -159,7 +160,7 @@ export interface NativeInfo {
   blas: string;
   threads: number;
   simd: string;
-  /** Where generation runs ("cpu", or the CUDA build's note). */
+  /** Where generation runs ("cpu", or "cuda (paged KV cache, prefix cache)"). */
   generation: string;
   /** CUDA build only. */
   device?: NativeDeviceInfo;
@@ -203,4 +204,43 @@ export interface NativeAddon {
    * totalling N nodes; impl 0 = default dispatch, 1 = the wmma kernels, 2 = the FA2 kernels.
    */
   benchAttention?(impl: 0 | 1 | 2, N: number, H: number, KVH: number, D: number, seqs: number, backward: boolean): Promise<number>;
+  /**
+   * CUDA build only: decode throughput of the GPU generator on a random model of this shape. `batch`
+   * sequences of `promptLen` random tokens are prefilled in one step, then `steps` decode steps run
+   * (the first is a warm-up, the others are timed); sampling at `temperature` (default 1, 0 = greedy).
+   */
+  benchDecodeCuda?(config: NativeDecodeBenchConfig, batch: number, promptLen: number, steps: number, temperature?: number): Promise<NativeDecodeBench>;
+}
+
+/** Model shape for benchDecodeCuda (random weights). */
+export interface NativeDecodeBenchConfig {
+  vocabSize: number;
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  /** At most 256 (the paged attention kernel's limit). */
+  headDim: number;
+  qkvBias?: boolean;
+  tieWordEmbeddings?: boolean;
+  /** Default 1e6. */
+  ropeTheta?: number;
+  /** Default 1e-6. */
+  rmsNormEps?: number;
+}
+
+export interface NativeDecodeBench {
+  /** batch * timed steps / decode seconds. */
+  tokensPerSecond: number;
+  /** Mean wall time of one timed decode step (device forward, logits to the host, sampling). */
+  stepMs: number;
+  decodeSeconds: number;
+  /** The first step: prefill of every prompt. */
+  prefillSeconds: number;
+  /** Device bytes of the KV pool. */
+  kvPoolBytes: number;
+  batch: number;
+  promptLen: number;
+  steps: number;
 }

@@ -5,6 +5,7 @@
 
 #include "checks.cuh"
 #include "device_model.h"
+#include "generate_cuda.h"
 #include "kernels.cuh"
 
 namespace anvil {
@@ -23,6 +24,8 @@ class ChecksWorker : public Napi::AsyncWorker {
     results_ = check_elementwise_kernels(seed_);
     auto att = check_attention_kernels(seed_);
     results_.insert(results_.end(), att.begin(), att.end());
+    auto gen = check_generation(seed_);
+    results_.insert(results_.end(), gen.begin(), gen.end());
   }
   void OnOK() override {
     Napi::Env env = Env();
@@ -101,6 +104,83 @@ Napi::Value BenchAttention(const Napi::CallbackInfo& info) {
   return w->Promise();
 }
 
+class DecodeBenchWorker : public Napi::AsyncWorker {
+ public:
+  DecodeBenchWorker(Napi::Env env, ModelConfig cfg, int batch, int prompt_len, int steps, float temperature)
+      : Napi::AsyncWorker(env), cfg_(std::move(cfg)), batch_(batch), prompt_len_(prompt_len), steps_(steps),
+        temperature_(temperature), deferred_(Napi::Promise::Deferred::New(env)) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  void Execute() override {
+    DeviceProbe p = probe_device();
+    if (!p.ok) throw Error("benchDecodeCuda: " + p.why);
+    r_ = bench_decode(cfg_, batch_, prompt_len_, steps_, temperature_, 1234);
+  }
+  void OnOK() override {
+    Napi::Object o = Napi::Object::New(Env());
+    o.Set("tokensPerSecond", r_.tokens_per_second);
+    o.Set("stepMs", r_.step_ms);
+    o.Set("decodeSeconds", r_.decode_seconds);
+    o.Set("prefillSeconds", r_.prefill_seconds);
+    o.Set("kvPoolBytes", (double)r_.kv_pool_bytes);
+    o.Set("batch", batch_);
+    o.Set("promptLen", prompt_len_);
+    o.Set("steps", steps_);
+    deferred_.Resolve(o);
+  }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  ModelConfig cfg_;
+  int batch_, prompt_len_, steps_;
+  float temperature_;
+  DecodeBench r_;
+  Napi::Promise::Deferred deferred_;
+};
+
+int config_int(const Napi::Object& o, const char* key, int lo, int hi) {
+  Napi::Value v = o.Get(key);
+  const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : NAN;
+  if (!(d >= lo && d <= hi) || d != std::floor(d))
+    throw Error(std::string("benchDecodeCuda: config.") + key + " must be an integer in [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + "]");
+  return (int)d;
+}
+
+// benchDecodeCuda(config, batch, promptLen, steps, temperature?): Promise<{tokensPerSecond, stepMs,
+// decodeSeconds, prefillSeconds, kvPoolBytes, batch, promptLen, steps}>. config: {vocabSize,
+// hiddenSize, intermediateSize, numLayers, numHeads, numKvHeads, headDim, qkvBias?,
+// tieWordEmbeddings?, ropeTheta? (1e6), rmsNormEps? (1e-6)}; random weights ~ N(0, 0.02).
+// `batch` sequences of `promptLen` random tokens are prefilled in one step, then `steps` decode
+// steps run (the first is a warm-up; the rest are timed); temperature 1 by default (0 = greedy).
+Napi::Value BenchDecodeCuda(const Napi::CallbackInfo& info) {
+  if (!info[0].IsObject()) throw Error("benchDecodeCuda(config, batch, promptLen, steps, temperature?): config must be an object");
+  Napi::Object o = info[0].As<Napi::Object>();
+  ModelConfig c;
+  c.vocab = config_int(o, "vocabSize", 1, 1 << 24);
+  c.hidden = config_int(o, "hiddenSize", 1, 1 << 16);
+  c.inter = config_int(o, "intermediateSize", 1, 1 << 18);
+  c.layers = config_int(o, "numLayers", 1, 1024);
+  c.heads = config_int(o, "numHeads", 1, 1024);
+  c.kv_heads = config_int(o, "numKvHeads", 1, 1024);
+  c.head_dim = config_int(o, "headDim", 2, 256);
+  c.qkv_bias = o.Get("qkvBias").ToBoolean();
+  c.tied = o.Get("tieWordEmbeddings").ToBoolean();
+  const double theta = o.Get("ropeTheta").IsNumber() ? o.Get("ropeTheta").As<Napi::Number>().DoubleValue() : 1e6;
+  c.eps = o.Get("rmsNormEps").IsNumber() ? (float)o.Get("rmsNormEps").As<Napi::Number>().DoubleValue() : 1e-6f;
+  for (int i = 0; i < c.head_dim / 2; i++) c.inv_freq.push_back((float)std::pow(theta, -2.0 * i / c.head_dim));
+  for (int i = 1; i < 4; i++)
+    if (!info[i].IsNumber()) throw Error("benchDecodeCuda(config, batch, promptLen, steps, temperature?): batch, promptLen and steps must be numbers");
+  const int batch = info[1].As<Napi::Number>().Int32Value(), prompt_len = info[2].As<Napi::Number>().Int32Value(),
+            steps = info[3].As<Napi::Number>().Int32Value();
+  if (batch < 1 || batch > 65536 || prompt_len < 1 || prompt_len > (1 << 20) || steps < 1 || steps > 100000)
+    throw Error("benchDecodeCuda: batch in [1, 65536], promptLen in [1, 2^20] and steps in [1, 100000] please");
+  const double temperature = info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : 1.0;
+  if (!(temperature >= 0) || !std::isfinite(temperature)) throw Error("benchDecodeCuda: temperature must be >= 0");
+  auto* w = new DecodeBenchWorker(info.Env(), std::move(c), batch, prompt_len, steps, (float)temperature);
+  w->Queue();
+  return w->Promise();
+}
+
 // checkKernels(seed?: number): Promise<KernelCheck[]>
 Napi::Value CheckKernels(const Napi::CallbackInfo& info) {
   double seed = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : 1;
@@ -138,12 +218,13 @@ void add_info(Napi::Env env, Napi::Object& o) {
   d.Set("runtimeVersion", p.runtime_version);
   o.Set("device", d);
   o.Set("gemm", p.ok ? gemm_library() : std::string("not opened (no device)"));
-  o.Set("generation", "cpu (over a host copy of the weights; GPU generation is not built yet)");
+  o.Set("generation", "cuda (paged KV cache, prefix cache)");
 }
 
 void add_exports(Napi::Env env, Napi::Object& exports) {
   exports.Set("checkKernels", Napi::Function::New(env, CheckKernels));
   exports.Set("benchGemmBf16", Napi::Function::New(env, BenchGemmBf16));
+  exports.Set("benchDecodeCuda", Napi::Function::New(env, BenchDecodeCuda));
   exports.Set("benchAttention", Napi::Function::New(env, BenchAttention));
 }
 

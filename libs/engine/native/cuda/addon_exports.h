@@ -1,6 +1,7 @@
 // CUDA-build additions to the addon's exports (addon.cc includes this only with ANVIL_WITH_CUDA):
-// info() fields about the device, checkKernels() (every GPU kernel against the CPU reference) and
-// benchGemmBf16() (the cuBLASLt roofline of the engine-cuda benchmark).
+// info() fields about the device, checkKernels() (every GPU kernel against the CPU reference, and
+// the GPU generator against the CPU one), benchGemmBf16() (the cuBLASLt roofline of the
+// engine-cuda benchmark) and benchDecodeCuda() (GPU generation decode tokens/s).
 #pragma once
 
 #include <napi.h>

@@ -28,6 +28,9 @@ std::vector<KernelCheck> check_elementwise_kernels(uint64_t seed);
 // attention.cu owner: tree attention forward/backward on chains, forests and bushy trees, several
 // head dims (the tensor-core path and the fallback), GQA
 std::vector<KernelCheck> check_attention_kernels(uint64_t seed);
+// generate_cuda.cu owner (checks_generation.cc): the GPU generator against the CPU Generator on
+// small random models (greedy tokens, raw logprobs, prefix-cache hits, teacher-forced logprobs)
+std::vector<KernelCheck> check_generation(uint64_t seed);
 
 }  // namespace cuda
 }  // namespace anvil

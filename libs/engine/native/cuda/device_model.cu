@@ -667,6 +667,17 @@ void DeviceModel::trim_cache() {
   ANVIL_CUDA(cudaMemPoolTrimTo(pool, 0));
 }
 
+DeviceView DeviceModel::view() const {
+  const Impl& m = *impl_;
+  DeviceView v;
+  v.device = m.dev;
+  v.stream = m.stream;
+  v.p32 = m.p32;
+  v.p16 = m.p16;
+  v.gemm = m.gemm.get();
+  return v;
+}
+
 double bench_gemm_bf16(int M, int N, int K, double min_seconds) {
   ANVIL_CUDA(cudaSetDevice(device_ordinal()));
   cudaStream_t s;

@@ -26,6 +26,20 @@ struct DeviceProbe {
 };
 DeviceProbe probe_device();
 
+class Gemm;
+
+// What the GPU generator (generate_cuda.cu) reads of a device model: the weights in the host arena
+// layout (fp32 masters and their bf16 copy: an optimizer step is visible to the next generation
+// step with no copy), the model's stream and its GEMM handle. Valid while the DeviceModel lives;
+// use only under Model::mu (the stream and the GEMM handle are the model's own).
+struct DeviceView {
+  int device = 0;
+  void* stream = nullptr;   // cudaStream_t
+  const float* p32 = nullptr;
+  const void* p16 = nullptr;  // bf16
+  Gemm* gemm = nullptr;
+};
+
 // Device activations of one forward (defined in device_model.cu); Activations::dev owns one.
 struct DeviceActs;
 
@@ -62,6 +76,7 @@ class DeviceModel {
   size_t optimizer_bytes() const;  // 0 before the first step
   size_t cached_bytes();           // freed activation memory the device pool keeps for reuse
   void trim_cache();
+  DeviceView view() const;
 
   struct Impl;
 

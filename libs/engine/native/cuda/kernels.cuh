@@ -115,5 +115,22 @@ void check_launch(const char* what);
 // 1 = the wmma kernels, 2 = FlashAttention-2 (attention_fa2.cu).
 double bench_tree_attention(int impl, int N, int H, int KVH, int D, int seqs, bool backward);
 
+// ---- generation over a paged KV cache (generate_kernels.cu) ----
+// A KV block holds kKvBlock consecutive positions of one sequence for every layer:
+// block_ptr[g] -> bf16 [L][2][kKvBlock][KVH*D] (per layer K, then V; K after bias + RoPE). Each
+// of the N rows of a step has a position row_pos[r] and the offset row_bt[r] of its sequence's
+// block list in block_table (position p lives in block block_table[row_bt[r] + p / kKvBlock],
+// slot p % kKvBlock).
+constexpr int kKvBlock = 16;
+// Writes K and V of every row (qkv[r, H*D : (H + 2*KVH)*D], bf16) into its slot of `layer`.
+void paged_kv_write(bf16* const* block_ptr, const bf16* qkv, const int32_t* row_pos, const int32_t* row_bt,
+                    const int32_t* block_table, int N, int layer, int H, int KVH, int D, cudaStream_t s);
+// out[N, H*D] bf16: for each row and head, softmax(q . k_t / sqrt(D)) over the positions
+// t = 0..row_pos[r] of the row's sequence (the cached ones and those written this step), times
+// v_t; q = qkv[r, h*D:(h+1)*D], kv head h / (H / KVH). fp32 math, D <= 256.
+void paged_attention(bf16* out, const bf16* qkv, bf16* const* block_ptr, const int32_t* row_pos,
+                     const int32_t* row_bt, const int32_t* block_table, int N, int layer, int H, int KVH, int D,
+                     cudaStream_t s);
+
 }  // namespace cuda
 }  // namespace anvil
