@@ -8,6 +8,7 @@
 import { buildPack, flatPack, mergeSampleValues, seededRandom, type Pack, type PackSample } from '@anvil/rl';
 import type { ModelConfigInput } from './config';
 import { loadBackend } from './loader';
+import { createGenerator } from './generator';
 import { Model } from './model';
 import type { NativeKernelCheck } from './native';
 
@@ -233,6 +234,43 @@ export async function trainingTracksCpu(cfg: ModelConfigInput, steps = 12): Prom
   };
 }
 
+/**
+ * Generation through the JavaScript Generator on a CUDA model (the GPU generator: paged KV cache)
+ * against the same weights on the CPU: greedy tokens and raw log-probs, then a second turn that
+ * must hit the GPU prefix cache.
+ */
+export async function generationMatchesCpu(cfg: ModelConfigInput): Promise<CudaCheck> {
+  const cpu = Model.create(cfg, { backend: 'cpu', seed: 5, initStd: 0.05 });
+  const gpu = Model.create(cfg, { backend: 'cuda', seed: 5, initStd: 0.05 });
+  const gc = await createGenerator(cpu, { prefixCacheBytes: 64 << 20 });
+  const gg = await createGenerator(gpu, { prefixCacheBytes: 64 << 20 });
+  try {
+    const r = seededRandom(17);
+    const prompt = Array.from({ length: 45 }, () => Math.floor(r() * (cfg.vocabSize ?? 256)));
+    const sampling = { maxTokens: 8, temperature: 0, seed: 1 };
+    const a = await gc.generate(prompt, sampling), b = await gg.generate(prompt, sampling);
+    let same = 0;
+    while (same < a.outputIds.length && a.outputIds[same] === b.outputIds[same]) same++;
+    let lpErr = 0;
+    for (let i = 0; i < same; i++) lpErr = Math.max(lpErr, Math.abs(a.rawLogprobs[i] - b.rawLogprobs[i]));
+    // the next turn extends the first: the GPU reuses whole 16-token blocks of the cached KV
+    const next = [...prompt, ...b.outputIds, 3, 4, 5];
+    const b2 = await gg.generate(next, { maxTokens: 2, temperature: 0, seed: 1 });
+    const stats = gg.stats();
+    return {
+      name: 'generation: GPU generator (paged KV) vs the CPU generator, greedy, then a prefix-cache hit',
+      passed: same >= 4 && lpErr <= 0.05 && b2.cachedPromptTokens >= 48,
+      detail: `cpu ${a.outputIds.join(',')} | gpu ${b.outputIds.join(',')} | equal prefix ${same}, max raw logprob gap ${lpErr.toExponential(2)} | second turn reused ${b2.cachedPromptTokens} of ${next.length} prompt tokens (${JSON.stringify(stats)})`,
+      metrics: { equalTokens: same, maxLogprobErr: lpErr, cachedPromptTokens: b2.cachedPromptTokens },
+    };
+  } finally {
+    await gc.close();
+    await gg.close();
+    cpu.dispose();
+    gpu.dispose();
+  }
+}
+
 /** Every model-level check, in the order the device script prints them. */
 export async function modelChecks(): Promise<CudaCheck[]> {
   const out: CudaCheck[] = [];
@@ -248,5 +286,6 @@ export async function modelChecks(): Promise<CudaCheck[]> {
     out.push(await treeEqualsFlat(name, cfg, branchingSamples(9, vocab, 2, 6, 130, 30)));
   }
   out.push(await trainingTracksCpu(CHECK_CONFIGS[0].cfg));
+  out.push(await generationMatchesCpu(CHECK_CONFIGS[0].cfg));
   return out;
 }
