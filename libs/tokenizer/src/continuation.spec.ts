@@ -101,6 +101,10 @@ describe('planContinuation: tiny byte-level format', () => {
       expect(ext.reusedTokens).toBe(prev.promptIds.length + prev.outputIds.length);
       expect(ext.cleanBoundary).toBe(true);
       expect(ext.appendedText.startsWith('\n<|im_start|>')).toBe(true); // the output ended with <|im_end|>
+      expect(ext.text).toBe(f.template.render(stored, { tools, addGenerationPrompt: true }));
+      // Handing in the previous rendering (kept from the previous plan) gives the same plan.
+      const prevText = f.template.render(prev.messages, { tools, addGenerationPrompt: true });
+      expect(planContinuation({ template: f.template, tokenizer: f.tokenizer, prevMessages: prev.messages, prevPromptIds: prev.promptIds, prevOutputIds: prev.outputIds, assistantMessage: prev.reply, newMessages: client, tools, prevText })).toEqual(ext);
       prev = respond(f, messages, ext.promptIds, step.output, { client });
     }
   });

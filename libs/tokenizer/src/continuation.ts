@@ -119,6 +119,11 @@ export interface ContinuationInput {
    * output as the stop token; pass the chat format's stopTokenIds to be strict).
    */
   droppableStopIds?: readonly number[];
+  /**
+   * The rendering of prevMessages (prevTools, prevExtra, generation prompt), when the caller
+   * kept it from the previous call (the plan's `text`): saves rendering the whole history again.
+   */
+  prevText?: string;
 }
 
 export type ContinuationPlan =
@@ -138,6 +143,8 @@ export type ContinuationPlan =
       appendedIds: number[];
       /** Text of appendedIds: the template's bridge after the reply, then the new messages and the generation prompt. */
       appendedText: string;
+      /** The rendering of `messages` with the generation prompt (the next continuation's prevText). */
+      text: string;
       /** True when the output's last id was a stop id outside the rendered reply and was left out. */
       droppedStopId: boolean;
       /**
@@ -188,7 +195,7 @@ export function planContinuation(input: ContinuationInput): ContinuationPlan {
   // arguments or drop reasoning, and templates print what they are given); then the new messages.
   const history = [...prevMessages, assistantMessage, ...newMessages.slice(n + 1)];
 
-  const prevText = template.render(prevMessages, { tools: prevTools, addGenerationPrompt: true, extra: prevExtra });
+  const prevText = input.prevText ?? template.render(prevMessages, { tools: prevTools, addGenerationPrompt: true, extra: prevExtra });
   if (input.verifyPrevPrompt !== false) {
     const decoded = tokenizer.decode(input.prevPromptIds);
     if (decoded !== prevText && decoded !== tokenizer.normalize(prevText)) return branch('prompt-mismatch', 'the previous prompt ids do not decode to the rendering of the previous messages');
@@ -240,6 +247,7 @@ export function planContinuation(input: ContinuationInput): ContinuationPlan {
     reusedTokens: input.prevPromptIds.length + outputIds.length,
     appendedIds,
     appendedText,
+    text: newText,
     droppedStopId,
     cleanBoundary,
   };

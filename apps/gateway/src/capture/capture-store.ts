@@ -17,6 +17,8 @@ export interface CaptureState {
   templateExtra: Record<string, unknown>;
   promptIds: readonly number[];
   outputIds: readonly number[];
+  /** The rendering the prompt ids encode, when this instance still has it (never stored: the next turn re-renders without it). */
+  promptText?: string;
 }
 
 /**

@@ -1,5 +1,6 @@
 import { fingerprintMessages, planContinuation, type BranchReason, type ChatFormat, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
 import type { CaptureRow, CaptureState, CaptureStore } from './capture-store';
+import { RenderCache } from './render-cache';
 
 export type BranchCause = BranchReason | 'first-call' | 'no-matching-call';
 
@@ -15,6 +16,8 @@ export interface PlannedPrompt {
   branchCause: BranchCause | null;
   /** Whether the rendered prompt ends inside an open `<think>` block (templates that open reasoning in the generation prompt). */
   promptOpensThink: boolean;
+  /** The rendering the prompt ids encode (kept with the capture state: the next turn's prevText). */
+  text: string;
 }
 
 /**
@@ -36,6 +39,8 @@ export async function planPrompt(input: {
   fingerprints?: readonly string[];
   /** The matching capture row when the caller already looked it up (null: none), else the store is asked. */
   match?: CaptureRow | null;
+  /** Renderings of whole conversations, for prompts that start a branch. */
+  renders?: RenderCache;
 }): Promise<PlannedPrompt> {
   const { format, messages, tools, extra } = input;
   const fps = input.fingerprints ?? fingerprintMessages(messages, tools, extra);
@@ -55,15 +60,22 @@ export async function planPrompt(input: {
       extra,
       prevExtra: prev.templateExtra,
       droppableStopIds: format.stopTokenIds,
+      prevText: prev.promptText,
     });
     if (plan.kind === 'extend') {
-      const text = format.tokenizer.decode(plan.promptIds);
-      return { promptIds: plan.promptIds, messages: plan.messages, parent: prev, reusedTokens: plan.reusedTokens, branchCause: null, promptOpensThink: opensThink(text) };
+      return { promptIds: plan.promptIds, messages: plan.messages, parent: prev, reusedTokens: plan.reusedTokens, branchCause: null, promptOpensThink: opensThink(plan.text), text: plan.text };
     }
     branchCause = plan.reason;
   }
-  const text = format.template.render(messages, { tools, addGenerationPrompt: true, extra });
-  return { promptIds: format.tokenizer.encode(text), messages, parent: null, reusedTokens: 0, branchCause, promptOpensThink: opensThink(text) };
+  const key = input.renders ? RenderCache.key(messages, tools, extra) : '';
+  let rendered = input.renders?.get(key);
+  if (!rendered) {
+    const text = format.template.render(messages, { tools, addGenerationPrompt: true, extra });
+    rendered = { text, promptIds: format.tokenizer.encode(text) };
+    input.renders?.put(key, rendered);
+  }
+  // A copy: the ids go on into requests and records, the cached ones must stay as they are.
+  return { promptIds: rendered.promptIds.slice(), messages, parent: null, reusedTokens: 0, branchCause, promptOpensThink: opensThink(rendered.text), text: rendered.text };
 }
 
 function opensThink(text: string): boolean {

@@ -9,6 +9,7 @@ import type { AnsweredCall, CallRecorder } from '../capture/call-recorder';
 import { RecordNotDurableError } from '../capture/call-recorder';
 import type { CaptureRow, CaptureStore } from '../capture/capture-store';
 import { planPrompt, type PlannedPrompt } from '../capture/prompt-planner';
+import { RenderCache } from '../capture/render-cache';
 import type { GatewayConfig } from '../config';
 import { runGeneration, type GenerationResult } from '../generation/generation-runner';
 import { ApiError } from '../http/api-error';
@@ -60,6 +61,9 @@ export interface CallServiceDeps {
  * layer (JSON or SSE) only shapes what this returns.
  */
 export class CallService {
+  /** Branch prompts rendered recently (the opening prompt of every rollout of a group, retries). */
+  private readonly renders = new RenderCache(16_000_000);
+
   constructor(private readonly d: CallServiceDeps) {}
 
   private servedModel(session: GatewaySession, name: string): ServedModel {
@@ -110,7 +114,7 @@ export class CallService {
     const { messages, tools, toolChoice, extra, fingerprints } = input;
     let plan: PlannedPrompt;
     try {
-      plan = await planPrompt({ format: model.format, store: this.d.captures, sessionId: session.id, isFirstCall: session.callCount === 0, messages, tools, extra, fingerprints, match });
+      plan = await planPrompt({ format: model.format, store: this.d.captures, sessionId: session.id, isFirstCall: session.callCount === 0, messages, tools, extra, fingerprints, match, renders: this.renders });
     } catch (err) {
       if (err instanceof ApiError) throw err;
       if (err instanceof TypeError || /template|jinja|raise_exception|Conversation|role/i.test((err as Error).message ?? '')) {
@@ -154,7 +158,7 @@ export class CallService {
       if (promptIds.some((id) => id >= tok.vocabSize)) throw ApiError.invalid(`prompt token ids must be below ${tok.vocabSize}`, 'prompt');
     }
     const maxTokens = this.limits(promptIds.length, contextLimit, req.max_tokens ?? 16);
-    const plan: PlannedPrompt = { promptIds, messages: [], parent: null, reusedTokens: 0, branchCause: 'no-matching-call', promptOpensThink: false };
+    const plan: PlannedPrompt = { promptIds, messages: [], parent: null, reusedTokens: 0, branchCause: 'no-matching-call', promptOpensThink: false, text: '' };
     return {
       kind: 'completion',
       requestId: randomUUID(),
@@ -267,6 +271,7 @@ export class CallService {
               templateExtra: call.extra,
               promptIds: plan.promptIds,
               outputIds: g.outputIds,
+              promptText: plan.text,
             }
           : null,
       };
