@@ -9,7 +9,8 @@ async function main() {
   console.log(`default selection: ${JSON.stringify(engineInfo().reason)}`);
   if (!avail.available) {
     console.log(JSON.stringify({ ran: false, reason: avail.reason }));
-    process.exit(1);
+    process.exitCode = 1;
+    return;
   }
   const results: Array<{ kind: string; name: string; passed: boolean; detail: string }> = [];
   const t0 = performance.now();
@@ -35,7 +36,8 @@ async function main() {
   const failed = results.filter((r) => !r.passed);
   console.log(`\n${results.length - failed.length} passed, ${failed.length} failed (kernels ${((t1 - t0) / 1e3).toFixed(1)} s, model ${((performance.now() - t1) / 1e3).toFixed(1)} s)`);
   console.log(JSON.stringify({ ran: true, passed: results.length - failed.length, failed: failed.length, results }));
-  process.exit(failed.length ? 1 : 0);
+  // exitCode, not process.exit(): exiting at once cut the piped output at 64 KiB mid-JSON
+  process.exitCode = failed.length ? 1 : 0;
 }
 
 main().catch((e) => {
