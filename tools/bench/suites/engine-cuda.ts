@@ -289,7 +289,7 @@ async function main() {
     console.log('model | batch | decode tok/s | ms/step | prefill s');
     for (const r of decodeRows)
       console.log('error' in r ? `${r.name} | ${r.batch} | error: ${r.error}` : `${r.name} | ${r.batch} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.stepMs, 2)} | ${fmt(r.prefillSeconds, 3)}`);
-  } else console.log('\nGPU decode: this CUDA build has no benchDecodeCuda export');
+  } else console.log(`\nGPU decode: ${only.has('decode') ? 'this CUDA build has no benchDecodeCuda export' : 'not run (ANVIL_BENCH_ONLY)'}`);
   const mfuTarget = models.length ? models[1].mfu >= 0.4 : null;
   const mergeTarget = merge.length > 0 && merge.every((r) => r.speedup >= 0.8 * r.S);
   console.log(`\ntargets: MFU >= 40% on the 1.5B shape: ${mfuTarget === null ? 'not run' : mfuTarget ? 'met' : 'NOT met'}; merge speed-up >= 0.8 S: ${merge.length ? (mergeTarget ? 'met' : 'NOT met') : 'not run'}`);
