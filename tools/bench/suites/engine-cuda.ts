@@ -33,6 +33,12 @@ const QWEN2_15B: ModelConfigInput = {
 
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
 
+/** A value the benchmark needs (a config field, an export of the CUDA build), or a clear error. */
+function need<T>(v: T | undefined, what: string): T {
+  if (v === undefined) throw new Error(`engine-cuda: ${what} is missing`);
+  return v;
+}
+
 function gemmFlopParams(m: Model): number {
   const c = m.config;
   return m.numNonEmbeddingParams + (c.tieWordEmbeddings ? c.vocabSize * c.hiddenSize : 0);
@@ -196,10 +202,13 @@ async function merging() {
 /** Decode tokens/s of the GPU generator (paged KV cache), prompt 512, random weights. */
 async function decode(addon: NonNullable<ReturnType<typeof loadBackend>['addon']>) {
   const shape = (c: ModelConfigInput) => ({
-    vocabSize: c.vocabSize!, hiddenSize: c.hiddenSize!, intermediateSize: c.intermediateSize!, numLayers: c.numHiddenLayers!,
-    numHeads: c.numAttentionHeads!, numKvHeads: c.numKeyValueHeads!, headDim: c.hiddenSize! / c.numAttentionHeads!,
+    vocabSize: need(c.vocabSize, 'vocabSize'), hiddenSize: need(c.hiddenSize, 'hiddenSize'),
+    intermediateSize: need(c.intermediateSize, 'intermediateSize'), numLayers: need(c.numHiddenLayers, 'numHiddenLayers'),
+    numHeads: need(c.numAttentionHeads, 'numAttentionHeads'), numKvHeads: need(c.numKeyValueHeads, 'numKeyValueHeads'),
+    headDim: need(c.hiddenSize, 'hiddenSize') / need(c.numAttentionHeads, 'numAttentionHeads'),
     qkvBias: true, tieWordEmbeddings: true, ropeTheta: 1e6, rmsNormEps: 1e-6,
   });
+  const benchDecode = need(addon.benchDecodeCuda, 'benchDecodeCuda').bind(addon);
   const cases = [
     { name: 'qwen2-1.5B shape', cfg: QWEN2_15B, batch: 1 },
     { name: 'qwen2-1.5B shape', cfg: QWEN2_15B, batch: 64 },
@@ -208,7 +217,7 @@ async function decode(addon: NonNullable<ReturnType<typeof loadBackend>['addon']
   const rows = [];
   for (const c of cases) {
     try {
-      const r = await addon.benchDecodeCuda!(shape(c.cfg), c.batch, 512, 33);
+      const r = await benchDecode(shape(c.cfg), c.batch, 512, 33);
       rows.push({ name: c.name, ...r });
       console.error(`[bench] decode ${c.name} B=${c.batch}: ${fmt(r.tokensPerSecond, 0)} tok/s (${fmt(r.stepMs, 2)} ms/step)`);
     } catch (e) {
@@ -226,13 +235,14 @@ async function attentionKernels(addon: NonNullable<ReturnType<typeof loadBackend
     { name: '0.5B shape', H: 14, KVH: 2, D: 64 },
   ];
   const N = TOKENS_PER_STEP, seqs = 2, n = N / seqs;
+  const bench = need(addon.benchAttention, 'benchAttention').bind(addon);
   const pairs = seqs * (n * (n + 1)) / 2; // visible (query, key) pairs of two causal chains
   for (const sh of shapes)
     for (const impl of [1, 2] as const) {
       const row: Record<string, number | string> = { shape: sh.name, impl: impl === 1 ? 'wmma' : 'fa2', H: sh.H, KVH: sh.KVH, D: sh.D, N };
       try {
-        const f = await addon.benchAttention!(impl, N, sh.H, sh.KVH, sh.D, seqs, false);
-        const b = await addon.benchAttention!(impl, N, sh.H, sh.KVH, sh.D, seqs, true);
+        const f = await bench(impl, N, sh.H, sh.KVH, sh.D, seqs, false);
+        const b = await bench(impl, N, sh.H, sh.KVH, sh.D, seqs, true);
         Object.assign(row, { forwardMs: f * 1e3, backwardMs: b * 1e3, forwardTflops: (4 * sh.H * sh.D * pairs) / f / 1e12, backwardTflops: (8 * sh.H * sh.D * pairs) / b / 1e12 });
       } catch (e) {
         row.error = (e as Error).message;
@@ -254,7 +264,7 @@ async function main() {
   }
   setThreads(Math.min(16, cpus().length)); // host-side random init of the big models
   const info = sel.info;
-  const gemm = await sel.addon.benchGemmBf16!(8192, 8192, 8192, 1.0);
+  const gemm = await need(sel.addon.benchGemmBf16, 'benchGemmBf16').call(sel.addon, 8192, 8192, 8192, 1.0);
   console.error(`[bench] ${info.device?.name}: cuBLASLt bf16 8192^3 ${fmt(gemm.tflops)} TFLOP/s`);
   const quick = process.env.ANVIL_BENCH_QUICK === '1';
   // ANVIL_BENCH_ONLY=attention,mfu,merging,decode runs a subset (device time is scarce)
