@@ -16,6 +16,7 @@
 // Prints a readable table, then ONE JSON object as the last line of stdout. Where there is no
 // CUDA build or device, it says so and the JSON has ran: false.
 import { flatPack, mergeSampleValues, packSamples, type Pack, type PackSample } from '@anvil/rl';
+import { flatPacks, starSamples } from './bench-kit';
 import { Model, analyzeTree, loadBackend, setThreads, type ModelConfigInput } from '@anvil/engine';
 import { cpus } from 'node:os';
 
@@ -136,38 +137,6 @@ function sharingCase(S: number, U: number) {
   const P = Math.floor(((S - 1) * U) / (n - 1));
   const b = Math.max(1, Math.floor((U - P) / n));
   return { S, n, P, b };
-}
-
-function starSamples(groups: number, n: number, P: number, b: number, vocab: number, seed: number): PackSample[] {
-  let s = seed >>> 0;
-  const tok = () => ((s = (s * 1664525 + 1013904223) >>> 0), s % vocab);
-  const out: PackSample[] = [];
-  for (let g = 0; g < groups; g++) {
-    const prefix = Array.from({ length: P }, tok);
-    for (let k = 0; k < n; k++) {
-      const seq = [...prefix, ...Array.from({ length: b }, tok)];
-      const o = Math.max(1, Math.floor(seq.length / 4));
-      out.push({ promptIds: seq.slice(0, seq.length - o), outputIds: seq.slice(seq.length - o) });
-    }
-  }
-  return out;
-}
-
-function flatPacks(samples: PackSample[], max: number): Pack[] {
-  const packs: Pack[] = [];
-  let cur: number[] = [], size = 0;
-  samples.forEach((s, i) => {
-    const len = s.promptIds.length + s.outputIds.length;
-    if (size + len > max && cur.length) {
-      packs.push(flatPack(samples, cur));
-      cur = [];
-      size = 0;
-    }
-    cur.push(i);
-    size += len;
-  });
-  if (cur.length) packs.push(flatPack(samples, cur));
-  return packs;
 }
 
 async function merging() {

@@ -16,7 +16,8 @@
 // Every time is the minimum over a few repetitions after a warm-up (steady state; the least
 // disturbed estimate on a shared machine), and SGEMM GFLOP/s is the best run of each shape.
 // Prints a readable table, then ONE JSON object as the last line of stdout.
-import { flatPack, mergeSampleValues, packSamples, PackSample, Pack } from '@anvil/rl';
+import { mergeSampleValues, packSamples, PackSample, Pack } from '@anvil/rl';
+import { flatPacks, starSamples } from './bench-kit';
 import { Model, ModelConfigInput, analyzeTree, benchSgemm, createGenerator, engineInfo, setThreads, SgemmMode } from '@anvil/engine';
 
 const threads = Number(process.env.ANVIL_BENCH_THREADS ?? 2);
@@ -136,30 +137,6 @@ async function throughput() {
   return rows;
 }
 
-/**
- * `groups` independent groups (tasks), each of n samples sharing a prefix of P tokens with b own
- * tokens per sample (P = 0: all samples distinct), like G rollouts of several tasks or the per-turn
- * samples of agent trajectories.
- */
-function starSamples(groups: number, n: number, P: number, b: number, vocab: number, seed: number): PackSample[] {
-  const out: PackSample[] = [];
-  for (let g = 0; g < groups; g++) out.push(...starGroup(n, P, b, vocab, seed * 1000 + g));
-  return out;
-}
-
-function starGroup(n: number, P: number, b: number, vocab: number, seed: number): PackSample[] {
-  let s = seed >>> 0;
-  const tok = () => ((s = (s * 1664525 + 1013904223) >>> 0), s % vocab);
-  const prefix = Array.from({ length: P }, tok);
-  return Array.from({ length: n }, () => {
-    const own = Array.from({ length: b }, tok);
-    const seq = [...prefix, ...own];
-    // the last quarter of the sample (at least one token) is the output with loss
-    const out = Math.max(1, Math.floor(seq.length / 4));
-    return { promptIds: seq.slice(0, seq.length - out), outputIds: seq.slice(seq.length - out) };
-  });
-}
-
 // S = n (P + b) / (P + n b). Each case is one optimizer step over its batch; both sides are cut
 // into packs of at most PACK_TOKENS tokens (flat: whole sequences; merged: packSamples), and the
 // batches are sized so that the merged side still fills about 2k-tokens packs, as training would.
@@ -172,24 +149,6 @@ const SHARING_CASES: Array<{ S: number; groups: number; n: number; P: number; b:
   { S: 16, groups: 8, n: 32, P: 120, b: 4 },
   { S: 40, groups: 2, n: 64, P: 208, b: 2 },
 ];
-
-/** Whole samples, in order, into flat packs of at most `max` tokens. */
-function flatPacks(samples: PackSample[], max: number): Pack[] {
-  const packs: Pack[] = [];
-  let cur: number[] = [], size = 0;
-  samples.forEach((s, i) => {
-    const len = s.promptIds.length + s.outputIds.length;
-    if (size + len > max && cur.length) {
-      packs.push(flatPack(samples, cur));
-      cur = [];
-      size = 0;
-    }
-    cur.push(i);
-    size += len;
-  });
-  if (cur.length) packs.push(flatPack(samples, cur));
-  return packs;
-}
 
 async function merging() {
   const cfg = CONFIGS[1];

@@ -24,5 +24,18 @@ inline void throw_cuda(cudaError_t e, const char* what, const char* file, int li
 
 inline unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
+// Bump allocator over bytes, 256-byte aligned pieces (what cuBLASLt and vector loads like); a dry
+// run (base == nullptr) counts, so a caller sizes one allocation before making it.
+struct ByteBump {
+  char* base = nullptr;
+  size_t used = 0;
+  template <typename T>
+  T* take(size_t n) {
+    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
+    used += (n * sizeof(T) + 255) & ~size_t(255);
+    return p;
+  }
+};
+
 }  // namespace cuda
 }  // namespace anvil

@@ -44,18 +44,6 @@ struct DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
-// Bump allocator over bytes; a dry run (base == nullptr) counts.
-struct ByteBump {
-  char* base = nullptr;
-  size_t used = 0;
-  template <typename T>
-  T* take(size_t n) {
-    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
-    used += (n * sizeof(T) + 255) & ~size_t(255);
-    return p;
-  }
-};
-
 // ANVIL_CUDA_PROFILE=1: CUDA events between the stages of a forward/backward, summed per stage
 // name and printed to stderr when the call ends (costs a little; off by default).
 struct StageProfile {

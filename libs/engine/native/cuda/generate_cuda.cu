@@ -69,18 +69,6 @@ struct GSeq {
   uint64_t rng[4];
 };
 
-// Bump allocator over bytes, 256-byte aligned pieces; a dry run (base == nullptr) counts.
-struct Bump {
-  char* base = nullptr;
-  size_t used = 0;
-  template <typename T>
-  T* take(size_t n) {
-    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
-    used += (n * sizeof(T) + 255) & ~size_t(255);
-    return p;
-  }
-};
-
 constexpr size_t kPoolHeadroom = size_t(1) << 30;  // device bytes a pool chunk leaves free
 
 }  // namespace
@@ -481,7 +469,7 @@ void GpuGenerator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>
   cudaStream_t st = (cudaStream_t)g.view.stream;
   g.ensure_rope(max_pos, max_positions);
   g.upload_block_ptrs();
-  auto layout = [&](Bump& bb, int32_t** ints, float** x0, float** x1, bf16** ln, float** rstd, bf16** qkv,
+  auto layout = [&](ByteBump& bb, int32_t** ints, float** x0, float** x1, bf16** ln, float** rstd, bf16** qkv,
                     bf16** att, bf16** gu, bf16** hb, float** last, float** lnf, float** rstdf, float** logits) {
     *ints = bb.take<int32_t>(n_ints);
     *x0 = bb.take<float>((size_t)N * C);
@@ -500,10 +488,10 @@ void GpuGenerator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>
   int32_t* d_ints;
   float *x0, *x1, *rstd, *last, *lnf, *rstdf, *logits;
   bf16 *ln, *qkv, *att, *gu, *hb;
-  Bump dry;
+  ByteBump dry;
   layout(dry, &d_ints, &x0, &x1, &ln, &rstd, &qkv, &att, &gu, &hb, &last, &lnf, &rstdf, &logits);
   g.ensure_ws(dry.used);
-  Bump real{static_cast<char*>(g.ws), 0};
+  ByteBump real{static_cast<char*>(g.ws), 0};
   layout(real, &d_ints, &x0, &x1, &ln, &rstd, &qkv, &att, &gu, &hb, &last, &lnf, &rstdf, &logits);
   ANVIL_CUDA(cudaMemcpyAsync(d_ints, hi, sizeof(int32_t) * n_ints, cudaMemcpyHostToDevice, st));
   const int32_t* d_tok = d_ints + o_tok;
