@@ -39,6 +39,24 @@ describe.each(kinds)('$name client', ({ start, client }) => {
     expect(b.inFlight).toBe(0);
   });
 
+  it('returns k alternatives per token when asked (top logprobs), most likely first, the same in chunks and result', async () => {
+    const { b } = await setup();
+    const chunks: { ids: number[]; logprobs: number[] }[][] = [];
+    const prompt = [3, 1, 4, 1];
+    const res = await b.generate({ requestId: 'rt', promptIds: prompt, sampling: sampling({ topLogprobs: 3 }) }, { onTokens: (c) => chunks.push(c.topLogprobs ?? []) });
+    const expected = fixtureGenerate(prompt, { maxTokens: 12, seed: 7, weights: 'initial' });
+    expect(res.outputIds).toEqual(expected.ids);
+    expect(res.topLogprobs).toHaveLength(expected.ids.length);
+    res.topLogprobs?.forEach((t, i) => {
+      // The fixture's distribution puts the sampled token first (fixtureAlternatives).
+      expect(t.ids).toHaveLength(3);
+      expect(t.ids[0]).toBe(expected.ids[i]);
+      expect(t.logprobs[0]).toBe(expected.logprobs[i]);
+      expect([...t.logprobs].sort((x, y) => y - x)).toEqual(t.logprobs);
+    });
+    expect(chunks.flat()).toEqual(res.topLogprobs);
+  });
+
   it('stops on a stop token, keeping it in the output', async () => {
     const { b } = await setup();
     const full = fixtureGenerate([9, 9], { maxTokens: 12, seed: 7, weights: 'initial' });

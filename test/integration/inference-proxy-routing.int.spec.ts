@@ -47,6 +47,7 @@ const request = (over: Partial<GenerateRequest> = {}): GenerateRequest => ({
   seed: 1,
   stopIds: [],
   stream: false,
+  topLogprobs: 0,
   ...over,
 });
 const expected = (prompt: number[], maxTokens: number, weights = 'initial') => fixtureGenerate(prompt, { maxTokens, seed: 1, weights });

@@ -1,4 +1,4 @@
-import type { ApiErrorBody, GenerateResponse, GenerateStreamLine, GenerateTokenChunk } from '@anvil/contracts';
+import type { ApiErrorBody, GenerateResponse, GenerateStreamLine, GenerateTokenChunk, TopLogprobs } from '@anvil/contracts';
 
 /**
  * Shape checks of the inference-proxy's answers (the contracts' generateResponseSchema and
@@ -40,10 +40,18 @@ function count(v: unknown, what: string): number {
   return v;
 }
 
-function tokens(o: Record<string, unknown>, idsKey: string): { ids: number[]; logprobs: number[]; versions: number[] } {
+function tokens(o: Record<string, unknown>, idsKey: string): { ids: number[]; logprobs: number[]; versions: number[]; topLogprobs?: TopLogprobs[] } {
   const out = { ids: ids(o[idsKey], idsKey), logprobs: numbers(o.logprobs, 'logprobs'), versions: ids(o.versions, 'versions') };
   if (out.logprobs.length !== out.ids.length || out.versions.length !== out.ids.length) fail(`${idsKey}, logprobs and versions differ in length`);
-  return out;
+  if (o.topLogprobs === undefined) return out;
+  if (!Array.isArray(o.topLogprobs) || o.topLogprobs.length !== out.ids.length) return fail('topLogprobs is not one entry per token');
+  const top = o.topLogprobs.map((t: unknown) => {
+    if (!isObject(t)) return fail('topLogprobs entry');
+    const e = { ids: ids(t.ids, 'topLogprobs ids'), logprobs: numbers(t.logprobs, 'topLogprobs logprobs') };
+    if (e.ids.length !== e.logprobs.length) fail('topLogprobs ids and logprobs differ in length');
+    return e;
+  });
+  return { ...out, topLogprobs: top };
 }
 
 export function parseGenerateResponse(v: unknown): GenerateResponse {
@@ -53,6 +61,7 @@ export function parseGenerateResponse(v: unknown): GenerateResponse {
   if (v.finishReason !== 'stop' && v.finishReason !== 'length' && v.finishReason !== 'abort') fail(`finishReason ${JSON.stringify(v.finishReason)}`);
   const t = tokens(v, 'outputIds');
   return {
+    ...(t.topLogprobs ? { topLogprobs: t.topLogprobs } : {}),
     requestId: v.requestId as string,
     outputIds: t.ids,
     logprobs: t.logprobs,

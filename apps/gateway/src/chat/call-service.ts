@@ -98,6 +98,9 @@ export class CallService {
    * before the session lookup, which fetches the capture row it extends in the same round trip.
    */
   chatInput(req: ChatRequest): ChatInput {
+    if (req.top_logprobs !== null && req.top_logprobs !== undefined && req.top_logprobs > 0 && req.logprobs !== true) {
+      throw ApiError.invalid('top_logprobs needs logprobs: true', 'top_logprobs');
+    }
     const tools = toToolDefinitions(req.tools);
     const toolChoice = req.tool_choice ?? undefined;
     if (toolChoice && typeof toolChoice === 'object' && !tools?.some((t) => t.function.name === toolChoice.function.name)) {
@@ -136,6 +139,7 @@ export class CallService {
       sampling,
       stop,
       logprobs: req.logprobs === true,
+      topLogprobs: req.logprobs === true ? (req.top_logprobs ?? 0) : 0,
       tools,
       toolChoice,
       extra,
@@ -172,6 +176,7 @@ export class CallService {
       sampling,
       stop,
       logprobs: req.logprobs !== null && req.logprobs !== undefined,
+      topLogprobs: req.logprobs ?? 0,
       tools: null,
       toolChoice: undefined,
       extra: {},
@@ -206,6 +211,7 @@ export class CallService {
         // n independent samples: with a seed, choice i uses seed + i (the same seed would give n equal samples).
         seed: call.sampling.seed === null ? null : call.sampling.seed + index,
         stopIds: call.model.format.stopTokenIds,
+        ...(call.topLogprobs > 0 ? { topLogprobs: call.topLogprobs } : {}),
       };
       try {
         return await runGeneration({ client: this.d.client, request, tokenizer: call.model.format.tokenizer, stop: call.stop, signal, onText: opts.onText && ((t) => opts.onText?.(index, t)) });

@@ -20,6 +20,8 @@ export interface PreparedCall {
   sampling: { temperature: number; topP: number; topK: number; seed: number | null };
   stop: string[];
   logprobs: boolean;
+  /** Alternatives per token asked for (chat top_logprobs, completions logprobs: k); 0 = none. */
+  topLogprobs: number;
   /** Chat only. */
   tools: ToolDefinition[] | null;
   toolChoice: ChatRequest['tool_choice'];

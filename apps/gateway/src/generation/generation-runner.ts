@@ -1,4 +1,4 @@
-import type { GenerateRequestInput } from '@anvil/contracts';
+import type { GenerateRequestInput, TopLogprobs } from '@anvil/contracts';
 import type { InferenceProxyClient } from '@anvil/inference-client';
 import { linkAbort } from '@anvil/service-kit';
 import { StreamDecoder, type Tokenizer } from '@anvil/tokenizer';
@@ -9,6 +9,8 @@ export interface GenerationResult {
   outputIds: number[];
   logprobs: number[];
   versions: number[];
+  /** One entry per output id when the request asked for alternatives. */
+  topLogprobs?: TopLogprobs[];
   finishReason: 'stop' | 'length' | 'abort';
   /** Decoded reply text (stop token ids left out, other special tokens kept), ending before a stop string. */
   text: string;
@@ -48,12 +50,13 @@ export async function runGeneration(opts: {
     const firstTokenAt = r.outputIds.length === 0 ? null : typeof r.firstTokenMs === 'number' ? sentAt + Math.round(r.firstTokenMs) : Date.now();
     decoder.push(r.outputIds.filter((id) => !hidden.has(id)));
     decoder.flush();
-    return { outputIds: r.outputIds, logprobs: r.logprobs, versions: r.versions, finishReason: r.finishReason, text: decoder.text, stoppedByString: false, promptTokens: r.promptTokens, cachedPromptTokens: r.cachedPromptTokens, firstTokenAt };
+    return { outputIds: r.outputIds, logprobs: r.logprobs, versions: r.versions, ...(r.topLogprobs ? { topLogprobs: r.topLogprobs } : {}), finishReason: r.finishReason, text: decoder.text, stoppedByString: false, promptTokens: r.promptTokens, cachedPromptTokens: r.cachedPromptTokens, firstTokenAt };
   }
   const matcher = new StopStringMatcher(opts.stop);
   const ids: number[] = [];
   const logprobs: number[] = [];
   const versions: number[] = [];
+  const top: TopLogprobs[] | undefined = (opts.request.topLogprobs ?? 0) > 0 ? [] : undefined;
   /** Decoded text length after each id: maps a stop string's position back to ids. */
   const textLengths: number[] = [];
   let firstTokenAt: number | null = null;
@@ -68,7 +71,7 @@ export async function runGeneration(opts: {
       if (next.done) {
         const r = next.value;
         decoder.flush();
-        return { outputIds: ids, logprobs, versions, finishReason: r.finishReason, text: decoder.text, stoppedByString: false, promptTokens: r.promptTokens, cachedPromptTokens: r.cachedPromptTokens, firstTokenAt };
+        return { outputIds: ids, logprobs, versions, ...(top ? { topLogprobs: top } : {}), finishReason: r.finishReason, text: decoder.text, stoppedByString: false, promptTokens: r.promptTokens, cachedPromptTokens: r.cachedPromptTokens, firstTokenAt };
       }
       const chunk = next.value;
       if (firstTokenAt === null && chunk.ids.length > 0) firstTokenAt = Date.now();
@@ -78,6 +81,7 @@ export async function runGeneration(opts: {
         ids.push(chunk.ids[i]);
         logprobs.push(chunk.logprobs[i]);
         versions.push(chunk.versions[i]);
+        top?.push(chunk.topLogprobs?.[i] ?? { ids: [], logprobs: [] });
         textLengths.push(decoder.text.length);
         if (matcher.active) {
           stopAt = matcher.find(decoder.text, before);
@@ -102,6 +106,7 @@ export async function runGeneration(opts: {
     outputIds: ids.slice(0, keep),
     logprobs: logprobs.slice(0, keep),
     versions: versions.slice(0, keep),
+    ...(top ? { topLogprobs: top.slice(0, keep) } : {}),
     finishReason: 'stop',
     text: decoder.text.slice(0, stopAt),
     stoppedByString: true,

@@ -11,6 +11,7 @@ import type { ModelRegistry } from '../models/model-registry';
 import { chatRequestSchema, completionRequestSchema } from '../openai/chat-request';
 import { chatCompletion, textCompletion } from '../openai/chat-response';
 import { streamChat } from '../sse/chat-sse';
+import { streamCompletion } from '../sse/completion-sse';
 import { CALL_SERVICE, GATEWAY_METRICS, IN_FLIGHT, MODEL_REGISTRY, SESSION_AUTH } from '../tokens';
 import { ApiError } from './api-error';
 import { toApiError } from './openai-error.filter';
@@ -19,8 +20,8 @@ import { toApiError } from './openai-error.filter';
 const routes = (path: string) => [`v1/${path}`, `sessions/:sessionKey/v1/${path}`];
 
 /**
- * The agent-facing OpenAI API: POST chat/completions (JSON or SSE; tools, n, stop, logprobs),
- * POST completions, GET models. Every answered call is recorded durably before the answer
+ * The agent-facing OpenAI API: POST chat/completions (JSON or SSE; tools, n, stop, logprobs and
+ * top_logprobs), POST completions (JSON or SSE; logprobs: k), GET models. Every answered call is recorded durably before the answer
  * (see CallService and CallRecorder).
  */
 @Controller()
@@ -95,8 +96,9 @@ export class OpenAiController {
         const session = await this.auth.authenticate(req.headers.authorization, sessionKey);
         const parsed = completionRequestSchema.safeParse(req.body);
         if (!parsed.success) throw ApiError.fromZod(parsed.error);
-        if (parsed.data.stream) throw ApiError.invalid('streaming is not supported on /v1/completions; use /v1/chat/completions', 'stream', 'unsupported_value');
         call = await this.calls.prepareCompletion(session, parsed.data, receivedAt);
+        stream = parsed.data.stream === true;
+        includeUsage = parsed.data.stream_options?.include_usage === true;
       }
       await this.calls.admit(call);
       // Where the call landed in the capture, for agents' and tests' bookkeeping (never a secret).
@@ -106,7 +108,8 @@ export class OpenAiController {
         'x-anvil-capture': call.plan.parent ? `extend:${call.plan.parent.callId}` : `branch:${call.plan.branchCause}`,
       };
       if (stream) {
-        await streamChat(call, this.calls, reply, { includeUsage, signal: gone.signal, headers, toError: (e) => this.toError(e) });
+        const streamed = kind === 'chat' ? streamChat : streamCompletion;
+        await streamed(call, this.calls, reply, { includeUsage, signal: gone.signal, headers, toError: (e) => this.toError(e) });
         this.metrics.callSeconds.observe({ route: kind, stream: 'true' }, (Date.now() - receivedAt) / 1000);
         return;
       }

@@ -1,16 +1,54 @@
+import type { TopLogprobs } from '@anvil/contracts';
 import type { Tokenizer } from '@anvil/tokenizer';
 import type { ChoiceResult } from '../chat/call-service';
 import type { PreparedCall } from '../chat/prepared-call';
 
-/** OpenAI's logprobs.content entries for the sampled tokens (top_logprobs are not available from the engine: always []). */
-export function chatLogprobs(tok: Tokenizer, ids: readonly number[], logprobs: readonly number[]) {
-  const content: { token: string; logprob: number; bytes: number[]; top_logprobs: never[] }[] = [];
+/** One token as OpenAI's logprobs list it: its text, and its UTF-8 bytes (a token may hold part of a character). */
+function tokenEntry(tok: Tokenizer, id: number, logprob: number) {
+  const bytes = tok.tokenBytes(id);
+  const token = tok.decode([id]);
+  return { token, logprob, bytes: bytes ? Array.from(bytes) : Array.from(Buffer.from(token, 'utf8')) };
+}
+
+/**
+ * OpenAI's logprobs.content entries for the sampled tokens (special tokens, which end the turn,
+ * left out), each with its `top_logprobs` alternatives when they were asked for (top_logprobs: k).
+ */
+export function chatLogprobs(tok: Tokenizer, ids: readonly number[], logprobs: readonly number[], top?: readonly TopLogprobs[]) {
+  const content: (ReturnType<typeof tokenEntry> & { top_logprobs: ReturnType<typeof tokenEntry>[] })[] = [];
   ids.forEach((id, i) => {
     if (tok.isSpecial(id)) return;
-    const bytes = tok.tokenBytes(id);
-    content.push({ token: tok.decode([id]), logprob: logprobs[i], bytes: bytes ? Array.from(bytes) : Array.from(Buffer.from(tok.decode([id]), 'utf8')), top_logprobs: [] });
+    const alternatives = top?.[i] ? top[i].ids.map((alt, j) => tokenEntry(tok, alt, top[i].logprobs[j])) : [];
+    content.push({ ...tokenEntry(tok, id, logprobs[i]), top_logprobs: alternatives });
   });
   return { content };
+}
+
+/** {text: logprob}, most likely first; alternatives that decode to the same text keep the likelier one (as OpenAI's map can hold only one). */
+function alternativesByText(tok: Tokenizer, t: TopLogprobs): Record<string, number> {
+  const out: Record<string, number> = {};
+  t.ids.forEach((id, j) => {
+    const text = tok.decode([id]);
+    if (!(text in out)) out[text] = t.logprobs[j];
+  });
+  return out;
+}
+
+/** The legacy completions logprobs object: tokens, their logprobs, per token a {text: logprob} map of alternatives (null without), offsets. */
+export function completionLogprobs(tok: Tokenizer, ids: readonly number[], logprobs: readonly number[], top: readonly TopLogprobs[] | undefined, textStart = 0) {
+  const tokens = ids.map((id) => tok.decode([id]));
+  const text_offset: number[] = [];
+  let at = textStart;
+  for (const t of tokens) {
+    text_offset.push(at);
+    at += t.length;
+  }
+  return {
+    tokens,
+    token_logprobs: [...logprobs],
+    top_logprobs: top ? top.map((t) => alternativesByText(tok, t)) : null,
+    text_offset,
+  };
 }
 
 export function usage(call: PreparedCall, choices: readonly ChoiceResult[]) {
@@ -33,7 +71,7 @@ export function chatCompletion(call: PreparedCall, choices: readonly ChoiceResul
     choices: choices.map((c) => ({
       index: c.index,
       message: { role: 'assistant' as const, content: c.reply?.message.content ?? null, refusal: null, ...(c.reply?.message.tool_calls ? { tool_calls: c.reply.message.tool_calls } : {}), ...(c.reply?.message.reasoning_content !== undefined ? { reasoning_content: c.reply.message.reasoning_content } : {}) },
-      logprobs: call.logprobs ? chatLogprobs(tok, c.generation.outputIds, c.generation.logprobs) : null,
+      logprobs: call.logprobs ? chatLogprobs(tok, c.generation.outputIds, c.generation.logprobs, c.generation.topLogprobs) : null,
       finish_reason: c.finishReason,
     })),
     usage: usage(call, choices),
@@ -51,9 +89,7 @@ export function textCompletion(call: PreparedCall, choices: readonly ChoiceResul
     choices: choices.map((c) => ({
       index: c.index,
       text: c.generation.text,
-      logprobs: call.logprobs
-        ? { tokens: c.generation.outputIds.map((id) => tok.decode([id])), token_logprobs: c.generation.logprobs, top_logprobs: null, text_offset: [] as number[] }
-        : null,
+      logprobs: call.logprobs ? completionLogprobs(tok, c.generation.outputIds, c.generation.logprobs, c.generation.topLogprobs) : null,
       finish_reason: c.finishReason,
     })),
     usage: usage(call, choices),

@@ -54,7 +54,10 @@ export class FakeInferenceProxy {
     const version = reply.version ?? 0;
     const logprobs = ids.map((id, i) => -((id * 7 + i) % 50) / 10 - 0.01);
     const versions = ids.map(() => version);
-    const response = { requestId: req.requestId, outputIds: ids, logprobs, versions, finishReason: finish, promptTokens: req.promptIds.length, cachedPromptTokens: 0, replica: 'fake' };
+    // Asked for alternatives: the sampled id first, then the next ids, each less likely.
+    const k = req.topLogprobs ?? 0;
+    const top = k > 0 ? ids.map((id, i) => ({ ids: Array.from({ length: k }, (_, j) => (id + j) % 272), logprobs: Array.from({ length: k }, (_, j) => logprobs[i] - j) })) : undefined;
+    const response = { requestId: req.requestId, outputIds: ids, logprobs, versions, finishReason: finish, promptTokens: req.promptIds.length, cachedPromptTokens: 0, replica: 'fake', ...(top ? { topLogprobs: top } : {}) };
     if (!req.stream) {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify(response));
@@ -63,7 +66,7 @@ export class FakeInferenceProxy {
     res.writeHead(200, { 'content-type': 'application/x-ndjson' });
     for (let i = 0; i < ids.length; i += 3) {
       if (res.destroyed) return;
-      res.write(JSON.stringify({ type: 'tokens', ids: ids.slice(i, i + 3), logprobs: logprobs.slice(i, i + 3), versions: versions.slice(i, i + 3) }) + '\n');
+      res.write(JSON.stringify({ type: 'tokens', ids: ids.slice(i, i + 3), logprobs: logprobs.slice(i, i + 3), versions: versions.slice(i, i + 3), ...(top ? { topLogprobs: top.slice(i, i + 3) } : {}) }) + '\n');
       if (this.tokenDelayMs) await new Promise((r) => setTimeout(r, this.tokenDelayMs));
     }
     res.end(JSON.stringify({ type: 'done', response }) + '\n');

@@ -15,6 +15,14 @@ export interface SamplingParams {
   seed: number | null;
   /** Generation stops after sampling one of these; the stop token is part of the output. */
   stopIds: number[];
+  /** Alternatives to return per sampled token (0 = none). Backends that cannot give them refuse k > 0 (BackendRequestError 400). */
+  topLogprobs?: number;
+}
+
+/** The k most likely tokens at one output position, most likely first. */
+export interface TopLogprobs {
+  ids: number[];
+  logprobs: number[];
 }
 
 export interface BackendGenerateRequest {
@@ -28,6 +36,8 @@ export interface BackendGenerateRequest {
 export interface TokenChunk {
   ids: number[];
   logprobs: number[];
+  /** One entry per id when the request asked for topLogprobs. */
+  topLogprobs?: TopLogprobs[];
 }
 
 export type FinishReason = 'stop' | 'length' | 'abort';
@@ -43,6 +53,8 @@ export interface BackendResult {
   finishReason: FinishReason;
   /** Prompt tokens served from the engine's prefix cache (0 when it does not say). */
   cachedPromptTokens: number;
+  /** One entry per output id when the request asked for topLogprobs. */
+  topLogprobs?: TopLogprobs[];
 }
 
 export interface BackendGenerateOptions {

@@ -28,6 +28,12 @@ export class EmbeddedBackend implements InferenceBackend {
   }
 
   async generate(req: BackendGenerateRequest, opts: BackendGenerateOptions = {}): Promise<BackendResult> {
+    if ((req.sampling.topLogprobs ?? 0) > 0) {
+      // The engine's generator hands out each sampled token's own logprob only (libs/engine
+      // createGenerator: onToken(id, logprob)); alternatives need it to report the top k of the
+      // distribution it sampled from. Refused rather than answered with empty lists.
+      throw new BackendRequestError(this.id, 400, 'top_logprobs is not available from the embedded engine (it returns the sampled token\'s logprob only)');
+    }
     const controller = new AbortController();
     const forward = () => controller.abort();
     opts.signal?.addEventListener('abort', forward, { once: true });

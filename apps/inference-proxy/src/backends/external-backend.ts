@@ -7,6 +7,7 @@ import {
   type FinishReason,
   type InferenceBackend,
   type LoadWeightsRequest,
+  type TopLogprobs,
 } from './backend';
 import { openStream, sseData, trimSlash } from './http-stream';
 
@@ -23,6 +24,8 @@ export interface ExternalBackendOptions {
 export interface StreamStep {
   ids: number[];
   logprobs: number[];
+  /** One entry per id when the request asked for alternatives. */
+  topLogprobs?: TopLogprobs[];
   finishReason?: FinishReason;
   cachedPromptTokens?: number;
 }
@@ -66,8 +69,11 @@ export abstract class ExternalBackend implements InferenceBackend {
   async generate(req: BackendGenerateRequest, opts: BackendGenerateOptions = {}): Promise<BackendResult> {
     const outputIds: number[] = [];
     const logprobs: number[] = [];
+    const wantTop = (req.sampling.topLogprobs ?? 0) > 0;
+    const topLogprobs: TopLogprobs[] = [];
     let cachedPromptTokens = 0;
-    const aborted = (): BackendResult => ({ outputIds, logprobs, finishReason: 'abort', cachedPromptTokens });
+    const result = (finishReason: FinishReason): BackendResult => ({ outputIds, logprobs, finishReason, cachedPromptTokens, ...(wantTop ? { topLogprobs } : {}) });
+    const aborted = (): BackendResult => result('abort');
     if (opts.signal?.aborted) return aborted();
 
     const controller = new AbortController();
@@ -92,12 +98,16 @@ export abstract class ExternalBackend implements InferenceBackend {
           state.received += step.ids.length;
           outputIds.push(...step.ids);
           logprobs.push(...step.logprobs);
-          opts.onTokens?.({ ids: step.ids, logprobs: step.logprobs });
+          if (wantTop) {
+            if (step.topLogprobs?.length !== step.ids.length) throw new BackendUnavailableError(this.id, `asked for top logprobs, got ${step.topLogprobs?.length ?? 0} entries for ${step.ids.length} tokens`);
+            topLogprobs.push(...step.topLogprobs);
+          }
+          opts.onTokens?.({ ids: step.ids, logprobs: step.logprobs, ...(wantTop ? { topLogprobs: step.topLogprobs } : {}) });
         }
         if (step.finishReason) finishReason = step.finishReason;
       }
       if (!finishReason) throw new BackendUnavailableError(this.id, `stream ended after ${outputIds.length} tokens without a finish reason`);
-      return { outputIds, logprobs, finishReason, cachedPromptTokens };
+      return result(finishReason);
     } catch (err) {
       if (controller.signal.aborted) {
         void this.onAbort(req.requestId).catch(() => undefined);

@@ -8,7 +8,9 @@ import { postJson } from './http-stream';
  * Generation: POST /generate with `input_ids`, `rid` (our attempt id, so we can abort it),
  * `sampling_params` {max_new_tokens, temperature, top_p, top_k (-1 = off), stop_token_ids,
  * skip_special_tokens: false, no_stop_trim: true (keep the stop token in the output),
- * sampling_seed}, `return_logprob: true`, `logprob_start_len: -1` (output tokens only) and
+ * sampling_seed}, `return_logprob: true`, `logprob_start_len: -1` (output tokens only), `top_logprobs_num: k` when
+ * alternatives are asked for (then `meta_info.output_top_logprobs`: per token [logprob, id, text]
+ * lists) and
  * `stream: true` (GenerateReqInput in io_struct.py; docs: basic_usage/sampling_params). Each
  * SSE `data:` event carries `meta_info.output_token_logprobs` as [logprob, token_id, text]
  * tuples plus `completion_tokens`, `cached_tokens` and `finish_reason` ({type: stop|length|abort}),
@@ -47,6 +49,7 @@ export class SglangBackend extends ExternalBackend {
       },
       return_logprob: true,
       logprob_start_len: -1,
+      ...((s.topLogprobs ?? 0) > 0 ? { top_logprobs_num: s.topLogprobs } : {}),
       stream: true,
     };
   }
@@ -60,6 +63,15 @@ export class SglangBackend extends ExternalBackend {
     const cumulative = typeof total === 'number' ? tuples.length === total && total >= state.received : tuples.length >= state.received;
     const fresh = cumulative ? tuples.slice(state.received) : tuples;
     const step: StreamStep = { ids: fresh.map((t) => t[1]), logprobs: fresh.map((t) => (t[0] === null ? Number.NEGATIVE_INFINITY : t[0])) };
+    // output_top_logprobs (with top_logprobs_num): per token a list of [logprob, id, text], cumulative or not like the tokens.
+    const top = meta.output_top_logprobs;
+    if (top) {
+      const freshTop = cumulative ? top.slice(state.received) : top;
+      step.topLogprobs = freshTop.map((alts) => {
+        const sorted = [...(alts ?? [])].map((a) => [a[1], a[0] === null ? Number.NEGATIVE_INFINITY : a[0]] as const).sort((a, b) => b[1] - a[1]);
+        return { ids: sorted.map((a) => a[0]), logprobs: sorted.map((a) => a[1]) };
+      });
+    }
     if (typeof meta.cached_tokens === 'number') step.cachedPromptTokens = meta.cached_tokens;
     if (meta.finish_reason) step.finishReason = mapFinish(meta.finish_reason);
     if (step.finishReason === undefined && tuples.length === 0 && event.error) {
@@ -93,6 +105,7 @@ interface SglangStreamEvent {
     completion_tokens?: number;
     cached_tokens?: number;
     output_token_logprobs?: [number | null, number, string | null][];
+    output_top_logprobs?: ([number | null, number, string | null][] | null)[];
   };
 }
 

@@ -8,7 +8,8 @@ import { postJson } from './http-stream';
  * Generation: POST /v1/completions with `prompt` as a token-id array, `stream: true` and
  * `stream_options.include_usage` (the last event carries usage with
  * `prompt_tokens_details.cached_tokens`, filled when the server runs with
- * `--enable-prompt-tokens-details`). `logprobs: 0` asks for no alternatives: vLLM always
+ * `--enable-prompt-tokens-details`). `logprobs: k` asks for k alternatives per token (`top_logprobs`, a {"token_id:<n>": logprob}
+ * map per token; k = 0 for none, the usual case): vLLM always
  * includes the sampled token's own logprob ("the log probabilities of the specified number of
  * most likely tokens, as well as the chosen tokens" — SamplingParams.logprobs), so each event
  * carries `choices[0].logprobs.{tokens, token_logprobs}`; with `return_tokens_as_token_ids`
@@ -57,7 +58,7 @@ export class VllmBackend extends ExternalBackend {
       ...(s.topK > 0 ? { top_k: s.topK } : {}),
       ...(s.seed !== null ? { seed: s.seed } : {}),
       stop_token_ids: s.stopIds,
-      logprobs: 0,
+      logprobs: s.topLogprobs ?? 0,
       return_tokens_as_token_ids: true,
       skip_special_tokens: false,
       include_stop_str_in_output: true,
@@ -81,8 +82,17 @@ export class VllmBackend extends ExternalBackend {
     }
     step.ids = ids;
     step.logprobs = tokenLogprobs.map((x) => (x === null ? Number.NEGATIVE_INFINITY : x));
+    if (lp?.top_logprobs) step.topLogprobs = lp.top_logprobs.map((alts) => this.alternatives(alts));
     if (choice.finish_reason) step.finishReason = mapFinish(choice.finish_reason);
     return step;
+  }
+
+  /** One position's `top_logprobs` ({"token_id:<n>": logprob}, up to k or k + 1 with the sampled one), most likely first. */
+  private alternatives(alts: Record<string, number | null> | null): { ids: number[]; logprobs: number[] } {
+    const entries = Object.entries(alts ?? {})
+      .map(([token, lp]) => [parseTokenId(this.id, token), lp === null ? Number.NEGATIVE_INFINITY : lp] as const)
+      .sort((a, b) => b[1] - a[1]);
+    return { ids: entries.map((e) => e[0]), logprobs: entries.map((e) => e[1]) };
   }
 
   health(): Promise<BackendHealth> {
@@ -102,7 +112,7 @@ interface VllmCompletionChunk {
     index: number;
     text?: string;
     token_ids?: number[];
-    logprobs?: { tokens?: string[]; token_logprobs?: (number | null)[] } | null;
+    logprobs?: { tokens?: string[]; token_logprobs?: (number | null)[]; top_logprobs?: (Record<string, number | null> | null)[] } | null;
     finish_reason?: string | null;
   }[];
   usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } | null;

@@ -1,7 +1,7 @@
 import type { GenerateRequest, GenerateResponse } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
 import { linkAbort } from '@anvil/service-kit';
-import { BackendRequestError, type FinishReason } from '../backends/backend';
+import { BackendRequestError, type FinishReason, type TopLogprobs } from '../backends/backend';
 import type { InferenceMetrics } from '../metrics';
 import type { HealthMonitor } from '../routing/health-monitor';
 import type { Replica } from '../routing/replica';
@@ -14,6 +14,7 @@ export interface StampedChunk {
   ids: number[];
   logprobs: number[];
   versions: number[];
+  topLogprobs?: TopLogprobs[];
 }
 
 export interface GenerationServiceOptions {
@@ -59,6 +60,7 @@ export class GenerationService {
     const ids: number[] = [];
     const logprobs: number[] = [];
     const versions: number[] = [];
+    const topLogprobs: TopLogprobs[] | undefined = req.topLogprobs > 0 ? [] : undefined;
     const excluded = new Set<string>();
     let cachedPromptTokens: number | null = null;
     let lastReplica = '';
@@ -69,7 +71,7 @@ export class GenerationService {
     let firstTokenMs: number | null = null;
     const finish = (finishReason: FinishReason): GenerateResponse => {
       this.metrics.requests.inc({ outcome: finishReason });
-      return { requestId: req.requestId, outputIds: ids, logprobs, versions, finishReason, promptTokens: req.promptIds.length, cachedPromptTokens: cachedPromptTokens ?? 0, replica: lastReplica, firstTokenMs };
+      return { requestId: req.requestId, outputIds: ids, logprobs, versions, finishReason, promptTokens: req.promptIds.length, cachedPromptTokens: cachedPromptTokens ?? 0, replica: lastReplica, firstTokenMs, ...(topLogprobs ? { topLogprobs } : {}) };
     };
 
     try {
@@ -119,7 +121,7 @@ export class GenerationService {
             {
               requestId: `${req.requestId}.${attemptNo++}`,
               promptIds: prompt,
-              sampling: { maxTokens: remaining, temperature: req.temperature, topP: req.topP, topK: req.topK, seed: req.seed, stopIds: req.stopIds },
+              sampling: { maxTokens: remaining, temperature: req.temperature, topP: req.topP, topK: req.topK, seed: req.seed, stopIds: req.stopIds, topLogprobs: req.topLogprobs },
             },
             {
               signal: attemptLink.signal,
@@ -129,9 +131,10 @@ export class GenerationService {
                 ids.push(...chunk.ids);
                 logprobs.push(...chunk.logprobs);
                 versions.push(...stamped);
+                if (topLogprobs) topLogprobs.push(...(chunk.topLogprobs ?? chunk.ids.map(() => ({ ids: [], logprobs: [] }))));
                 replica.tokensGenerated += chunk.ids.length;
                 this.metrics.tokens.inc({ replica: replica.id }, chunk.ids.length);
-                opts.onChunk?.({ ids: chunk.ids, logprobs: chunk.logprobs, versions: stamped });
+                opts.onChunk?.({ ids: chunk.ids, logprobs: chunk.logprobs, versions: stamped, ...(topLogprobs ? { topLogprobs: chunk.topLogprobs ?? chunk.ids.map(() => ({ ids: [], logprobs: [] })) } : {}) });
               },
             },
           );

@@ -61,7 +61,7 @@ export class GenerateController {
     try {
       const response = await runtime.generation.generate(req, {
         signal: disconnect.signal,
-        onChunk: (c) => write({ type: 'tokens', ids: c.ids, logprobs: c.logprobs, versions: c.versions }),
+        onChunk: (c) => write({ type: 'tokens', ids: c.ids, logprobs: c.logprobs, versions: c.versions, ...(c.topLogprobs ? { topLogprobs: c.topLogprobs } : {}) }),
       });
       write({ type: 'done', response });
       raw.end();

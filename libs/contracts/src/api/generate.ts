@@ -20,10 +20,19 @@ export const generateRequestSchema = z.object({
   stopIds: z.array(z.number().int().nonnegative()).default([]),
   /** Stream token chunks as NDJSON lines instead of one JSON response. */
   stream: z.boolean().default(false),
+  /** Alternatives per sampled token: the k most likely ids with their logprobs (0 = none; backends that cannot refuse k > 0 with 400). */
+  topLogprobs: z.number().int().min(0).max(20).default(0),
 });
 export type GenerateRequest = z.infer<typeof generateRequestSchema>;
 /** What a caller may send: fields with defaults are optional. */
 export type GenerateRequestInput = z.input<typeof generateRequestSchema>;
+
+/** The k most likely tokens at one output position (same distribution as `logprobs`), most likely first. */
+export const topLogprobsSchema = z.object({
+  ids: z.array(z.number().int().nonnegative()),
+  logprobs: z.array(z.number()),
+});
+export type TopLogprobs = z.infer<typeof topLogprobsSchema>;
 
 export const generateResponseSchema = z.object({
   requestId: z.string(),
@@ -38,6 +47,8 @@ export const generateResponseSchema = z.object({
   replica: z.string(),
   /** Milliseconds from the proxy taking the request to its first token (null: no token); lets a non-streaming caller still report time to first token. */
   firstTokenMs: z.number().nonnegative().nullable().optional(),
+  /** One entry per output token, when the request asked for topLogprobs > 0. */
+  topLogprobs: z.array(topLogprobsSchema).optional(),
 });
 export type GenerateResponse = z.infer<typeof generateResponseSchema>;
 
@@ -47,6 +58,7 @@ export const generateTokenChunkSchema = z.object({
   ids: z.array(z.number().int().nonnegative()),
   logprobs: z.array(z.number()),
   versions: z.array(z.number().int().nonnegative()),
+  topLogprobs: z.array(topLogprobsSchema).optional(),
 });
 export type GenerateTokenChunk = z.infer<typeof generateTokenChunkSchema>;
 
