@@ -1,4 +1,4 @@
-import { Inject, Injectable, type BeforeApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type BeforeApplicationShutdown, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import type { Logger } from '@anvil/observability';
 import { LOGGER, ReadinessRegistry } from '@anvil/service-kit';
 import type { GatewayConfig } from '../config';
@@ -11,7 +11,7 @@ import type { InFlightCalls } from './in-flight';
  * bus and the database close, running calls finish and publish their records (new ones get 503).
  */
 @Injectable()
-export class GatewayLifecycle implements OnModuleInit, BeforeApplicationShutdown {
+export class GatewayLifecycle implements OnModuleInit, OnModuleDestroy, BeforeApplicationShutdown {
   constructor(
     @Inject(IN_FLIGHT) private readonly inFlight: InFlightCalls,
     @Inject(SCHEMA_GATE) private readonly schema: SchemaGate,
@@ -27,6 +27,15 @@ export class GatewayLifecycle implements OnModuleInit, BeforeApplicationShutdown
         if (!this.schema.isReady) throw new Error('database schema not ready yet');
       },
     });
+  }
+
+  /**
+   * The first shutdown hook: refuse new calls at once (503 shutting_down) rather than after the
+   * other modules' destroy hooks (consumers leaving their groups) have run; calls already running
+   * go on, and beforeApplicationShutdown waits for them while the bus and the database are open.
+   */
+  onModuleDestroy(): void {
+    this.inFlight.stopAccepting();
   }
 
   async beforeApplicationShutdown(): Promise<void> {

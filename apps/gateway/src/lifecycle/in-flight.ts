@@ -28,6 +28,11 @@ export class InFlightCalls {
     };
   }
 
+  /** From now on new calls are refused (503); the running ones go on. */
+  stopAccepting(): void {
+    this.draining = true;
+  }
+
   /** Refuses new calls and resolves when the running ones are done (or after timeoutMs). */
   async drain(timeoutMs: number): Promise<boolean> {
     this.draining = true;
