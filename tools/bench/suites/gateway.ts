@@ -210,6 +210,8 @@ interface Measured {
   mode: string;
   calls: number;
   errors: number;
+  /** What the errors were: HTTP status or socket error code -> count. */
+  errorKinds: Record<string, number>;
   seconds: number;
   callsPerSec: number;
   p50ms: number;
@@ -217,9 +219,15 @@ interface Measured {
   p99ms: number;
 }
 
-function summarize(path: string, mode: string, lat: number[], errors: number, seconds: number): Measured {
+/** Counts an error by kind (status code, or the socket error's code). */
+const countError = (kinds: Record<string, number>, kind: unknown) => {
+  const k = typeof kind === 'number' ? String(kind) : String((kind as NodeJS.ErrnoException)?.code ?? (kind as Error)?.message ?? kind);
+  kinds[k] = (kinds[k] ?? 0) + 1;
+};
+
+function summarize(path: string, mode: string, lat: number[], errors: number, seconds: number, errorKinds: Record<string, number> = {}): Measured {
   lat.sort((a, b) => a - b);
-  return { path, mode, calls: lat.length, errors, seconds, callsPerSec: lat.length / seconds, p50ms: percentile(lat, 50), p90ms: percentile(lat, 90), p99ms: percentile(lat, 99) };
+  return { path, mode, calls: lat.length, errors, errorKinds, seconds, callsPerSec: lat.length / seconds, p50ms: percentile(lat, 50), p90ms: percentile(lat, 90), p99ms: percentile(lat, 99) };
 }
 
 /** Open loop: request i is due at start + i/rate; latency counts from when it was due. */
@@ -228,7 +236,8 @@ async function openLoop(t: Target, rate: number, seconds: number): Promise<Measu
   const total = Math.round(rate * seconds);
   const lat: number[] = [];
   let errors = 0;
-  const pending: Promise<void>[] = [];
+  const kinds: Record<string, number> = {};
+  const pending: Promise<unknown>[] = [];
   const start = performance.now();
   let i = 0;
   while (i < total) {
@@ -238,8 +247,8 @@ async function openLoop(t: Target, rate: number, seconds: number): Promise<Measu
       const dueAt = start + (i / rate) * 1000;
       pending.push(
         send(agent, t.req(i)).then(
-          (status) => (status === 200 ? void lat.push(performance.now() - dueAt) : void errors++),
-          () => void errors++,
+          (status) => (status === 200 ? void lat.push(performance.now() - dueAt) : (errors++, countError(kinds, status))),
+          (err: unknown) => (errors++, countError(kinds, err)),
         ),
       );
     }
@@ -248,7 +257,8 @@ async function openLoop(t: Target, rate: number, seconds: number): Promise<Measu
   await Promise.race([Promise.all(pending), sleep(120_000)]);
   const s = (performance.now() - start) / 1000;
   agent.destroy();
-  return summarize(t.name, `open loop ${rate}/s`, lat, errors + (total - lat.length - errors), s);
+  if (total - lat.length - errors > 0) kinds.unfinished = total - lat.length - errors;
+  return summarize(t.name, `open loop ${rate}/s`, lat, errors + (total - lat.length - errors), s, kinds);
 }
 
 /** Fixed concurrency: `n` sessions, each sending its next call when the last one is answered. */
@@ -256,6 +266,7 @@ async function closedLoop(t: Target, n: number, seconds: number): Promise<Measur
   const agent = new Agent({ keepAlive: true, maxSockets: n });
   const lat: number[] = [];
   let errors = 0;
+  const kinds: Record<string, number> = {};
   const start = performance.now();
   const end = start + seconds * 1000;
   await Promise.all(
@@ -263,10 +274,15 @@ async function closedLoop(t: Target, n: number, seconds: number): Promise<Measur
       while (performance.now() < end) {
         const t0 = performance.now();
         try {
-          if ((await send(agent, t.req(k))) === 200) lat.push(performance.now() - t0);
-          else errors++;
-        } catch {
+          const status = await send(agent, t.req(k));
+          if (status === 200) lat.push(performance.now() - t0);
+          else {
+            errors++;
+            countError(kinds, status);
+          }
+        } catch (err) {
           errors++;
+          countError(kinds, err);
           await sleep(10);
         }
       }
@@ -274,7 +290,7 @@ async function closedLoop(t: Target, n: number, seconds: number): Promise<Measur
   );
   const s = (performance.now() - start) / 1000;
   agent.destroy();
-  return summarize(t.name, `${n} sessions`, lat, errors, s);
+  return summarize(t.name, `${n} sessions`, lat, errors, s, kinds);
 }
 
 // ---------------------------------------------------------------- main
@@ -369,7 +385,15 @@ async function main() {
     const addedOver = (base: Measured) => (m: Measured) => ({ p50: m.p50ms - base.p50ms, p99: m.p99ms - base.p99ms });
     const added = addedOver(latency[0]);
     const addedLight = addedOver(light[0]);
-    const fmtRow = (m: Measured) => ({ path: m.path, load: m.mode, calls: m.calls, errors: m.errors, 'calls/s': Math.round(m.callsPerSec), 'p50 ms': m.p50ms, 'p90 ms': m.p90ms, 'p99 ms': m.p99ms });
+    const kindsOf = (m: Measured) => Object.entries(m.errorKinds).map(([k, v]) => `${k}×${v}`).join(' ');
+    const fmtRow = (m: Measured) => ({ path: m.path, load: m.mode, calls: m.calls, errors: m.errors, 'calls/s': Math.round(m.callsPerSec), 'p50 ms': m.p50ms, 'p90 ms': m.p90ms, 'p99 ms': m.p99ms, 'error kinds': kindsOf(m) });
+    // What the services said about failed calls (first few error/warn lines each), on stderr.
+    if ([...light, ...latency, ...load].some((m) => m.errors > 0)) {
+      for (const svc of services) {
+        const lines = svc.output().split('\n').filter((l) => /"level":"(error|warn)"/.test(l));
+        if (lines.length) console.error(`[bench] ${svc.app} (port ${svc.port}): ${lines.length} error/warn lines, first ones:\n${lines.slice(0, 3).map((l) => l.slice(0, 600)).join('\n')}`);
+      }
+    }
     console.log(`\nBackend: vLLM protocol fixture, ${MAX_TOKENS} tokens × ${TOKEN_MS} ms/token, SSE; one ${MODEL} chat turn through the gateway. All processes share this machine's cores.`);
     printTable(`Latency, open loop at ${LOW_RATE} and ${RATE} req/s (latency from each request's due time)`, [...light, ...latency].map(fmtRow));
     printTable('Added over calling the fixture directly (same rate, same percentile)', [
