@@ -42,6 +42,9 @@ export interface ReplicasReport {
 
 type ResponseBody = Dispatcher.ResponseData['body'];
 
+/** Connection errors that mean a kept-alive connection was closed by the server before it read the request. */
+const STALE_CONNECTION = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE']);
+
 /**
  * What the gateway uses to call the inference-proxy: ids in, ids + logprobs + per-token policy
  * versions out. Calls go over pooled keep-alive connections (undici), and answers are checked
@@ -135,14 +138,18 @@ export class InferenceProxyClient {
   /** POSTs JSON; a 2xx answer's body with the function to call once it has been read (clears the deadline). */
   private async post(path: string, body: unknown, callerSignal?: AbortSignal): Promise<{ body: ResponseBody; done(): void }> {
     const { signal, done } = this.signal(callerSignal);
+    const payload = JSON.stringify(body);
+    const send = () => request(`${this.baseUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: payload, signal, dispatcher: this.dispatcher });
     try {
-      const res = await request(`${this.baseUrl}${path}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-        signal,
-        dispatcher: this.dispatcher,
-      });
+      let res: Dispatcher.ResponseData;
+      try {
+        res = await send();
+      } catch (err) {
+        // A pooled connection the proxy closed as we sent on it (keep-alive race): nothing was
+        // answered, so nothing ran there; once more on a fresh connection.
+        if (signal?.aborted || !STALE_CONNECTION.has((err as { code?: string }).code ?? '')) throw err;
+        res = await send();
+      }
       if (res.statusCode < 200 || res.statusCode >= 300) throw await this.error(res.statusCode, res.body);
       return { body: res.body, done };
     } catch (err) {

@@ -52,13 +52,33 @@ export async function* sseData(body: AsyncIterable<Uint8Array | string>): AsyncG
  * request than fetch's WHATWG streams). No undici deadlines: a generation lasts as long as it
  * lasts; callers bound it with their abort signal.
  */
-const engineConnections = new Agent({ keepAliveTimeout: 30_000, headersTimeout: 0, bodyTimeout: 0 });
+const engineConnections = new Agent({
+  keepAliveTimeout: 4_000,
+  // An idle connection is given up 2 s before the server's Keep-Alive hint says it closes it
+  // (Node's default 5 s gives 3 s), so a busy event loop rarely reuses a connection the server
+  // is closing; openStream retries the one that it does reuse.
+  keepAliveTimeoutThreshold: 2_000,
+  headersTimeout: 0,
+  bodyTimeout: 0,
+});
+
+/** Connection errors that mean a kept-alive connection was closed by the server before it read our request. */
+const STALE_CONNECTION = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE']);
 
 /** Opens a streaming POST; maps connection failures and HTTP errors onto the backend errors. */
 export async function openStream(backendId: string, url: string, body: unknown, signal: AbortSignal): Promise<Readable> {
   let res: Dispatcher.ResponseData;
+  const payload = JSON.stringify(body);
+  const post = () => request(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: payload, signal, dispatcher: engineConnections });
   try {
-    res = await request(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify(body), signal, dispatcher: engineConnections });
+    try {
+      res = await post();
+    } catch (err) {
+      // The server closed a pooled connection as we sent on it (keep-alive race): nothing was
+      // answered, so nothing ran; once more on a fresh connection before calling it a failure.
+      if (signal.aborted || !STALE_CONNECTION.has((err as { code?: string }).code ?? '')) throw err;
+      res = await post();
+    }
   } catch (err) {
     if (signal.aborted) throw err;
     throw new BackendUnavailableError(backendId, `POST ${new URL(url).pathname} failed: ${(err as Error).message}`, { cause: err });
