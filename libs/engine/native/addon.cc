@@ -626,6 +626,26 @@ class StepWorker : public PromiseWorker {
     o.Set("tokens", tokens);
     o.Set("logprobs", logprobs);
     o.Set("rawLogprobs", raw);
+    // top alternatives, only when some sequence asked for them: row b holds topCounts[b] entries
+    // of a [B, K] layout, K = the largest count
+    int K = 0;
+    for (size_t b = 0; b < B; b++) K = std::max(K, out_[b].n_top);
+    if (K > 0) {
+      auto counts = Napi::Int32Array::New(env, B);
+      auto ids = Napi::Int32Array::New(env, B * K);
+      auto lps = Napi::Float32Array::New(env, B * K);
+      for (size_t b = 0; b < B; b++) {
+        counts[b] = out_[b].n_top;
+        for (int i = 0; i < out_[b].n_top; i++) {
+          ids[b * K + i] = out_[b].top_ids[i];
+          lps[b * K + i] = out_[b].top_logprobs[i];
+        }
+      }
+      o.Set("topK", K);
+      o.Set("topCounts", counts);
+      o.Set("topIds", ids);
+      o.Set("topLogprobs", lps);
+    }
     return o;
   }
 
@@ -678,7 +698,8 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
     return (int64_t)d;
   }
 
-  // add(id, prompt: Int32Array, temperature, topP, topK, seed): number of prompt tokens reused from the prefix cache
+  // add(id, prompt: Int32Array, temperature, topP, topK, seed, topLogprobs?): number of prompt tokens reused from the
+  // prefix cache
   Napi::Value Add(const Napi::CallbackInfo& info) {
     const int64_t id = get_id(info[0]);
     auto prompt = get_typed<int32_t, napi_int32_array>(info[1], "prompt");
@@ -692,6 +713,13 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
     if (!std::isfinite(seed)) throw Error("seed must be finite");
     s.top_k = (int)k;
     s.seed = (uint64_t)(int64_t)seed;
+    if (info.Length() > 6 && !info[6].IsUndefined()) {  // topLogprobs (optional)
+      if (!info[6].IsNumber()) throw Error("topLogprobs must be a number");
+      const double t = info[6].As<Napi::Number>().DoubleValue();
+      if (t != std::floor(t) || t < 0 || t > kMaxTopLogprobs)
+        throw Error("topLogprobs must be an integer in [0, " + std::to_string(kMaxTopLogprobs) + "]");
+      s.top_logprobs = (int)t;
+    }
     std::lock_guard<std::mutex> lock(gen_->mu);
     return Napi::Number::New(info.Env(), gen_->add(id, prompt.Data(), (int)prompt.ElementLength(), s));
   }

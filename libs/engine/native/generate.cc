@@ -49,8 +49,29 @@ double uniform01(uint64_t* s) { return (next_u64(s) >> 11) * (1.0 / 900719925474
 }  // namespace
 
 // Draws one token from raw logits l[V]. Processing order (as vLLM): temperature, top-k, top-p.
-StepOutput sample_token(const float* l, int V, const SamplingConfig& s, uint64_t* rng, std::vector<float>& e,
-                        std::vector<int>& idx) {
+namespace {
+
+// The k largest raw logits of a row (k <= kMaxTopLogprobs), as log-probs, most likely first (ties:
+// lower id first). An insertion into a k-element sorted buffer per candidate: O(V) for small k.
+void top_logprobs(StepOutput& o, const float* l, int V, float lse, int k) {
+  k = std::min(std::min(k, kMaxTopLogprobs), V);
+  int n = 0;
+  for (int v = 0; v < V; v++) {
+    const float x = l[v];
+    if (n == k && !(x > l[o.top_ids[k - 1]])) continue;
+    int pos = n < k ? n++ : k - 1;
+    while (pos > 0 && x > l[o.top_ids[pos - 1]]) {
+      o.top_ids[pos] = o.top_ids[pos - 1];
+      pos--;
+    }
+    o.top_ids[pos] = v;
+  }
+  o.n_top = n;
+  for (int i = 0; i < n; i++) o.top_logprobs[i] = l[o.top_ids[i]] - lse;
+}
+
+StepOutput sample_token_only(const float* l, int V, const SamplingConfig& s, uint64_t* rng, std::vector<float>& e,
+                             std::vector<int>& idx, float* lse_out) {
   float mx = l[0];
   int arg = 0;
   for (int k = 1; k < V; k++)
@@ -62,6 +83,7 @@ StepOutput sample_token(const float* l, int V, const SamplingConfig& s, uint64_t
 #pragma omp simd reduction(+ : sum)
   for (int k = 0; k < V; k++) sum += fast_exp(l[k] - mx);
   const float lse = mx + std::log(sum);
+  *lse_out = lse;
   StepOutput o;
   if (s.temperature <= 0.f) {  // greedy: the processed distribution is a point mass; report the policy's logprob
     o.token = arg;
@@ -131,6 +153,16 @@ StepOutput sample_token(const float* l, int V, const SamplingConfig& s, uint64_t
   return o;
 }
 
+}  // namespace
+
+StepOutput sample_token(const float* l, int V, const SamplingConfig& s, uint64_t* rng, std::vector<float>& e,
+                        std::vector<int>& idx) {
+  float lse = 0.f;
+  StepOutput o = sample_token_only(l, V, s, rng, e, idx, &lse);
+  if (s.top_logprobs > 0) top_logprobs(o, l, V, lse, s.top_logprobs);
+  return o;
+}
+
 void sample_rows(const float* logits, int B, int V, const SamplingConfig* const* cfg, uint64_t* const* rng,
                  std::vector<StepOutput>& out) {
   out.resize(B);
@@ -160,6 +192,8 @@ void check_add_args(const ModelConfig& cfg, int max_positions, const int32_t* pr
   if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) throw Error("temperature must be a finite number >= 0");
   if (!(s.top_p > 0 && s.top_p <= 1)) throw Error("top_p must be in (0, 1]");
   if (s.top_k < 0) throw Error("top_k must be >= 0");
+  if (s.top_logprobs < 0 || s.top_logprobs > kMaxTopLogprobs)
+    throw Error("top_logprobs must be an integer in [0, " + std::to_string(kMaxTopLogprobs) + "]");
 }
 
 namespace {

@@ -21,7 +21,11 @@ struct SamplingConfig {
   float top_p = 1.0f;        // 1 = disabled
   int top_k = 0;             // 0 = disabled
   uint64_t seed = 0;
+  int top_logprobs = 0;      // 0..kMaxTopLogprobs most likely alternatives to report per token
 };
+
+// OpenAI allows top_logprobs up to 20.
+constexpr int kMaxTopLogprobs = 20;
 
 // KV of one sequence: per layer [T, KVH*D] for K (after RoPE) and V, T = cached positions.
 struct KvCache {
@@ -41,6 +45,11 @@ struct StepOutput {
   int32_t token;
   float logprob;      // under the processed (sampled-from) distribution; raw logprob when greedy
   float raw_logprob;  // under the policy itself (softmax of the raw logits)
+  // The sampling config's top_logprobs most likely tokens under the policy itself (raw logits,
+  // as vLLM's default raw logprobs), most likely first; n_top of the arrays are filled.
+  int n_top = 0;
+  int32_t top_ids[kMaxTopLogprobs];
+  float top_logprobs[kMaxTopLogprobs];
 };
 
 // What the addon drives: the CPU Generator below and, in the CUDA build, cuda::GpuGenerator

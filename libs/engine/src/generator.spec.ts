@@ -203,6 +203,37 @@ describe('generation', () => {
     big.dispose();
   });
 
+  it('top log-probs: the k most likely tokens under the policy, sorted, consistent with the training forward', async () => {
+    const gen = new Generator(model, { prefixCacheBytes: 0 });
+    const p = prompt(9, 4);
+    const tops: Array<Array<{ id: number; logprob: number }>> = [];
+    const g = await gen.generate(p, { maxTokens: 6, temperature: 0, topLogprobs: 5, seed: 1 }, { onToken: (_i, _lp, _raw, top) => tops.push(top ?? []) });
+    expect(g.topLogprobs).toHaveLength(6);
+    expect(tops).toEqual(g.topLogprobs);
+    // each alternative's log-prob is the training forward's log-prob of that token at that position
+    const fw = await Promise.all(
+      g.outputIds.map(async (_, t) => {
+        const seq = [...p, ...g.outputIds.slice(0, t)];
+        return Promise.all(g.topLogprobs![t].map((alt) => forwardLogp(model, [...seq, alt.id]).then((lp) => lp[seq.length])));
+      }),
+    );
+    g.topLogprobs!.forEach((top, t) => {
+      expect(top).toHaveLength(5);
+      expect(top[0].id).toBe(g.outputIds[t]); // greedy: the most likely token was taken
+      expect(top[0].logprob).toBeCloseTo(g.rawLogprobs[t], 5);
+      for (let i = 1; i < top.length; i++) expect(top[i].logprob).toBeLessThanOrEqual(top[i - 1].logprob);
+      expect(new Set(top.map((x) => x.id)).size).toBe(5);
+      top.forEach((alt, i) => expect(alt.logprob).toBeCloseTo(fw[t][i], 3));
+    });
+    // sampled (temperature 1): the sampled token's raw log-prob never exceeds the best alternative's
+    const s = await gen.generate(p, { maxTokens: 6, temperature: 1, topLogprobs: 3, seed: 9 });
+    s.topLogprobs!.forEach((top, t) => expect(s.rawLogprobs[t]).toBeLessThanOrEqual(top[0].logprob + 1e-6));
+    // not asked: no arrays
+    expect((await gen.generate(p, { maxTokens: 2, temperature: 0 })).topLogprobs).toBeUndefined();
+    await expect(gen.generate(p, { maxTokens: 2, topLogprobs: 21 })).rejects.toThrow(/topLogprobs/);
+    await gen.close();
+  });
+
   it('invalid inputs are JS errors, not crashes', async () => {
     const gen = new Generator(model);
     await expect(gen.generate([1, 97], { maxTokens: 2 })).rejects.toThrow(/out of range/);

@@ -22,13 +22,21 @@ export interface GenerationSampling {
   seed?: number | null;
   /** Generation stops after sampling one of these; the stop token is part of the output. */
   stopIds?: readonly number[];
+  /** 0..20 most likely alternatives to report per sampled token (Generation.topLogprobs). Default 0. */
+  topLogprobs?: number;
+}
+
+/** One alternative at a sampled position: a token id and its log-prob under the policy itself. */
+export interface TopLogprob {
+  id: number;
+  logprob: number;
 }
 
 export interface GenerationCallbacks {
   /** Aborting stops the sequence at the next step; generate() resolves with finishReason 'abort'. */
   signal?: AbortSignal;
   /** Called for each token as it is sampled, in order, before generate() resolves. */
-  onToken?: (id: number, logprob: number, rawLogprob: number) => void;
+  onToken?: (id: number, logprob: number, rawLogprob: number, top?: TopLogprob[]) => void;
 }
 
 export interface Generation {
@@ -46,6 +54,11 @@ export interface Generation {
   finishReason: GenerationFinishReason;
   /** Prompt tokens whose KV came from the prefix cache. */
   cachedPromptTokens: number;
+  /**
+   * With sampling.topLogprobs = k > 0: per sampled token, the k most likely tokens under the policy
+   * itself (log softmax of the raw logits, as vLLM's default raw logprobs), most likely first.
+   */
+  topLogprobs?: TopLogprob[][];
 }
 
 export interface GeneratorStats {
@@ -140,6 +153,8 @@ export class Generator {
       if (!(temperature >= 0) || !Number.isFinite(temperature)) throw new Error('temperature must be a finite number >= 0');
       if (!(topP > 0 && topP <= 1)) throw new Error('topP must be in (0, 1]');
       if (!Number.isInteger(topK) || topK < 0) throw new Error('topK must be an integer >= 0');
+      const topLogprobs = sampling.topLogprobs ?? 0;
+      if (!Number.isInteger(topLogprobs) || topLogprobs < 0 || topLogprobs > 20) throw new Error('topLogprobs must be an integer in [0, 20]');
       const seed = sampling.seed ?? Math.floor(Math.random() * 2 ** 52);
       if (!Number.isSafeInteger(seed)) throw new Error('seed must be a safe integer');
       const prompt = Int32Array.from(promptIds);
@@ -147,12 +162,13 @@ export class Generator {
       if (prompt.length >= this.maxPositions)
         throw new Error(`prompt has ${prompt.length} tokens: it leaves no room to generate within ${this.maxPositions} positions`);
       const out: Generation = { outputIds: [], logprobs: [], rawLogprobs: [], finishReason: 'length', cachedPromptTokens: 0 };
+      if (topLogprobs > 0) out.topLogprobs = [];
       if (callbacks.signal?.aborted) return resolve({ ...out, finishReason: 'abort' });
       if (maxTokens === 0) return resolve(out);
       const seq: Sequence = {
         id: this.nextId++,
         prompt,
-        sampling: { maxTokens, temperature, topP, topK, seed, stop: new Set(sampling.stopIds ?? []) },
+        sampling: { maxTokens, temperature, topP, topK, seed, topLogprobs, stop: new Set(sampling.stopIds ?? []) },
         callbacks,
         out,
         resolve,
@@ -277,7 +293,7 @@ export class Generator {
         }
         try {
           const s = seq.sampling;
-          seq.out.cachedPromptTokens = this.native.add(seq.id, seq.prompt, s.temperature, s.topP, s.topK, s.seed);
+          seq.out.cachedPromptTokens = this.native.add(seq.id, seq.prompt, s.temperature, s.topP, s.topK, s.seed, s.topLogprobs);
           this.active.set(seq.id, seq);
         } catch (e) {
           seq.reject(e);
@@ -313,8 +329,14 @@ export class Generator {
         seq.out.outputIds.push(id);
         seq.out.logprobs.push(lp);
         seq.out.rawLogprobs.push(raw);
+        let top: TopLogprob[] | undefined;
+        if (seq.out.topLogprobs && res.topK && res.topCounts && res.topIds && res.topLogprobs) {
+          top = [];
+          for (let i = 0; i < res.topCounts[b]; i++) top.push({ id: res.topIds[b * res.topK + i], logprob: res.topLogprobs[b * res.topK + i] });
+          seq.out.topLogprobs.push(top);
+        }
         try {
-          seq.callbacks.onToken?.(id, lp, raw);
+          seq.callbacks.onToken?.(id, lp, raw, top);
         } catch {
           // a throwing consumer must not stall the other sequences
         }

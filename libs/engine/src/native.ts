@@ -107,6 +107,14 @@ export interface NativeStepResult {
   logprobs: Float32Array;
   /** Log-prob of each sampled token under the policy itself (softmax of the raw logits). */
   rawLogprobs: Float32Array;
+  /**
+   * Present when some sequence asked for top log-probs: row b of the [B, topK] arrays holds
+   * topCounts[b] alternatives (policy log-probs, most likely first).
+   */
+  topK?: number;
+  topCounts?: Int32Array;
+  topIds?: Int32Array;
+  topLogprobs?: Float32Array;
 }
 
 export interface NativeGeneratorStats {
@@ -124,7 +132,7 @@ export interface NativeGeneratorStats {
  */
 export interface NativeGenerator {
   /** Registers a sequence; resolves nothing, returns the prompt tokens reused from the prefix cache. */
-  add(id: number, prompt: Int32Array, temperature: number, topP: number, topK: number, seed: number): number;
+  add(id: number, prompt: Int32Array, temperature: number, topP: number, topK: number, seed: number, topLogprobs?: number): number;
   /** Drops a sequence; keep = store its KV in the prefix cache. */
   remove(id: number, keep: boolean): void;
   /** Runs pending prompt tokens / the last sampled token of each sequence and samples one token each. */
