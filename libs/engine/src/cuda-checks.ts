@@ -239,7 +239,8 @@ export async function trainingTracksCpu(cfg: ModelConfigInput, steps = 12): Prom
  * against the same weights on the CPU. Greedy decoding of a random-init model meets near-ties
  * (top-2 log-probs within 1e-3), where bf16 may pick the other token; so every GPU token is
  * checked teacher-forced instead: it must be the CPU's greedy choice for the same context, or
- * within 0.05 nats of it (a near-tie), and its raw log-prob must equal the CPU's within 0.05.
+ * within 0.05 nats of it (a near-tie), and its raw log-prob must equal the CPU's within 0.05, as
+ * must the log-probs of its top-3 alternatives.
  * A second turn extending the first must then hit the GPU prefix cache.
  */
 export async function generationMatchesCpu(cfg: ModelConfigInput, backend: 'cuda' | 'cpu' = 'cuda'): Promise<CudaCheck> {
@@ -250,7 +251,7 @@ export async function generationMatchesCpu(cfg: ModelConfigInput, backend: 'cuda
   try {
     const r = seededRandom(17);
     const prompt = Array.from({ length: 45 }, () => Math.floor(r() * (cfg.vocabSize ?? 256)));
-    const b = await gg.generate(prompt, { maxTokens: 8, temperature: 0, seed: 1 });
+    const b = await gg.generate(prompt, { maxTokens: 8, temperature: 0, seed: 1, topLogprobs: 3 });
     // the CPU's log-prob of every GPU token, teacher-forced: forward over prompt + GPU tokens
     const seq = [...prompt, ...b.outputIds];
     const fw = await cpu.forward({ tokens: Int32Array.from(seq), parents: Int32Array.from(seq, (_, i) => i - 1) });
@@ -268,13 +269,23 @@ export async function generationMatchesCpu(cfg: ModelConfigInput, backend: 'cuda
         notes.push(`step ${i}: gpu ${b.outputIds[i]} vs cpu ${c.outputIds[0]} (cpu gap ${gap.toExponential(2)})`);
       }
     }
+    // top log-probs of the GPU generator: each alternative's log-prob equals the CPU's for that token
+    let topErr = 0;
+    for (let i = 0; i < b.outputIds.length; i++)
+      for (const alt of b.topLogprobs?.[i] ?? []) {
+        const ctx = [...seq.slice(0, prompt.length + i), alt.id];
+        const f = await cpu.forward({ tokens: Int32Array.from(ctx), parents: Int32Array.from(ctx, (_, k) => k - 1) });
+        f.handle.dispose();
+        topErr = Math.max(topErr, Math.abs(f.logp[ctx.length - 1] - alt.logprob));
+      }
+    const topOk = b.topLogprobs?.length === b.outputIds.length && b.topLogprobs.every((t) => t.length === 3);
     const next = [...seq, 3, 4, 5];
     const b2 = await gg.generate(next, { maxTokens: 2, temperature: 0, seed: 1 });
     return {
       name: 'generation: GPU generator (paged KV) vs the CPU, teacher-forced greedy tokens and raw log-probs, then a prefix-cache hit',
-      passed: lpErr <= 0.05 && worstTie <= 0.05 && b2.cachedPromptTokens >= 48,
-      detail: `gpu ${b.outputIds.join(',')}: ${exact}/8 the CPU's greedy choice${notes.length ? ` (near-ties: ${notes.join('; ')})` : ''}; max raw log-prob gap ${lpErr.toExponential(2)}; second turn reused ${b2.cachedPromptTokens} of ${next.length} prompt tokens`,
-      metrics: { exactTokens: exact, worstTieGap: worstTie, maxLogprobErr: lpErr, cachedPromptTokens: b2.cachedPromptTokens },
+      passed: lpErr <= 0.05 && worstTie <= 0.05 && topOk && topErr <= 0.05 && b2.cachedPromptTokens >= 48,
+      detail: `gpu ${b.outputIds.join(',')}: ${exact}/8 the CPU's greedy choice${notes.length ? ` (near-ties: ${notes.join('; ')})` : ''}; max raw log-prob gap ${lpErr.toExponential(2)}; top-3 log-probs ${topOk ? 'present' : 'MISSING'}, max gap to the CPU ${topErr.toExponential(2)}; second turn reused ${b2.cachedPromptTokens} of ${next.length} prompt tokens`,
+      metrics: { exactTokens: exact, worstTieGap: worstTie, maxLogprobErr: lpErr, maxTopLogprobErr: topErr, cachedPromptTokens: b2.cachedPromptTokens },
     };
   } finally {
     await gc.close();
