@@ -42,6 +42,19 @@ describe('EmbeddedBackend over @anvil/engine', async () => {
     expect(JSON.parse(health.detail!)).toMatchObject({ prefixCacheHitTokens: seq.length - 1 });
   });
 
+  it('passes the engine\'s top logprobs on (k per token, the same in chunks and result; greedy: the sampled token first)', async () => {
+    const chunks: TokenChunk[] = [];
+    const r = await backend.generate({ requestId: 'top', promptIds: [3, 1, 4, 1, 5], sampling: sampling({ temperature: 0, maxTokens: 5, topLogprobs: 3 }) }, { onTokens: (c) => chunks.push(c) });
+    expect(r.topLogprobs).toHaveLength(5);
+    expect(chunks.flatMap((c) => c.topLogprobs ?? [])).toEqual(r.topLogprobs);
+    r.topLogprobs?.forEach((t, i) => {
+      expect(t.ids).toHaveLength(3);
+      expect(t.ids[0]).toBe(r.outputIds[i]); // greedy picks the most likely token
+      expect([...t.logprobs].sort((a, b) => b - a)).toEqual(t.logprobs);
+    });
+    expect((await backend.generate({ requestId: 'none', promptIds: [3, 1], sampling: sampling({ maxTokens: 2 }) })).topLogprobs).toBeUndefined();
+  });
+
   it('aborts at a token boundary, refuses invalid prompts with a request error', async () => {
     const ac = new AbortController();
     let n = 0;

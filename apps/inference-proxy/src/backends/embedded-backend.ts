@@ -28,12 +28,7 @@ export class EmbeddedBackend implements InferenceBackend {
   }
 
   async generate(req: BackendGenerateRequest, opts: BackendGenerateOptions = {}): Promise<BackendResult> {
-    if ((req.sampling.topLogprobs ?? 0) > 0) {
-      // The engine's generator hands out each sampled token's own logprob only (libs/engine
-      // createGenerator: onToken(id, logprob)); alternatives need it to report the top k of the
-      // distribution it sampled from. Refused rather than answered with empty lists.
-      throw new BackendRequestError(this.id, 400, 'top_logprobs is not available from the embedded engine (it returns the sampled token\'s logprob only)');
-    }
+    const wantTop = (req.sampling.topLogprobs ?? 0) > 0;
     const controller = new AbortController();
     const forward = () => controller.abort();
     opts.signal?.addEventListener('abort', forward, { once: true });
@@ -41,11 +36,19 @@ export class EmbeddedBackend implements InferenceBackend {
     this.controllers.add(controller);
     this.running++;
     try {
+      // Alternatives (topLogprobs: k) are the engine's k most likely tokens under the policy's raw
+      // logits; `logprobs` stay those of the processed distribution each token was sampled from.
       const r = await this.generator.generate(req.promptIds, req.sampling, {
         signal: controller.signal,
-        onToken: (id, logprob) => opts.onTokens?.({ ids: [id], logprobs: [logprob] }),
+        onToken: (id, logprob, _raw, top) => opts.onTokens?.({ ids: [id], logprobs: [logprob], ...(wantTop ? { topLogprobs: [alternatives(top)] } : {}) }),
       });
-      return { outputIds: r.outputIds, logprobs: r.logprobs, finishReason: r.finishReason, cachedPromptTokens: r.cachedPromptTokens };
+      return {
+        outputIds: r.outputIds,
+        logprobs: r.logprobs,
+        finishReason: r.finishReason,
+        cachedPromptTokens: r.cachedPromptTokens,
+        ...(wantTop ? { topLogprobs: r.outputIds.map((_, i) => alternatives(r.topLogprobs?.[i])) } : {}),
+      };
     } catch (err) {
       throw new BackendRequestError(this.id, 400, (err as Error).message);
     } finally {
@@ -74,3 +77,5 @@ export class EmbeddedBackend implements InferenceBackend {
     await this.generator.close?.();
   }
 }
+
+const alternatives = (top: readonly { id: number; logprob: number }[] | undefined) => ({ ids: (top ?? []).map((t) => t.id), logprobs: (top ?? []).map((t) => t.logprob) });

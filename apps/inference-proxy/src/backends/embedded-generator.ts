@@ -20,7 +20,7 @@ export interface EmbeddedGenerator {
   generate(
     promptIds: readonly number[],
     sampling: SamplingParams,
-    opts: { signal?: AbortSignal; onToken?: (id: number, logprob: number) => void },
+    opts: { signal?: AbortSignal; onToken?: (id: number, logprob: number, rawLogprob: number, top?: readonly { id: number; logprob: number }[]) => void },
   ): Promise<EmbeddedGeneration>;
   /** Loads Hugging Face weights (config.json + safetensors) from a directory; later generations use them. */
   loadCheckpoint(dir: string): Promise<void>;
@@ -35,6 +35,11 @@ export interface EmbeddedGeneration {
   finishReason: FinishReason;
   /** Prompt tokens whose KV came from the prefix cache. */
   cachedPromptTokens: number;
+  /**
+   * With sampling.topLogprobs = k > 0: per sampled token the k most likely tokens, most likely
+   * first, under the policy itself (the engine's raw logits, as vLLM's default raw logprobs).
+   */
+  topLogprobs?: { id: number; logprob: number }[][];
 }
 
 export interface EmbeddedGeneratorStats {
