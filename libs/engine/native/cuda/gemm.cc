@@ -9,6 +9,7 @@
 
 #include <cublasLt.h>
 #include <dlfcn.h>
+#include <glob.h>
 
 #include <cstdlib>
 #include <map>
@@ -50,11 +51,19 @@ std::vector<std::string> candidate_paths() {
   c.push_back("libcublasLt.so.13");  // LD_LIBRARY_PATH, ldconfig
   for (const char* home : {(const char*)std::getenv("CUDA_HOME"), (const char*)std::getenv("CUDA_PATH"), "/usr/local/cuda"})
     if (home) c.push_back(std::string(home) + "/lib64/libcublasLt.so.13");
-  // the nvidia-cublas wheel that PyTorch and JAX install
-  for (const char* py : {(const char*)"/opt/torch/.venv/lib/python3.12", "/usr/local/lib/python3.12", "/usr/lib/python3/dist-packages",
-                         "/usr/local/lib/python3.11"}) {
-    c.push_back(std::string(py) + "/site-packages/nvidia/cu13/lib/libcublasLt.so.13");
-    c.push_back(std::string(py) + "/dist-packages/nvidia/cu13/lib/libcublasLt.so.13");
+  // the nvidia-cublas wheel that pip installs with PyTorch or JAX: system, user and virtualenv
+  // site-packages of any Python 3 (patterns, not one machine's paths)
+  const std::string home = std::getenv("HOME") ? std::getenv("HOME") : "";
+  const std::string wheel = "/nvidia/cu13/lib/libcublasLt.so.13";
+  for (const std::string& pattern :
+       {std::string("/usr/local/lib/python3*/*-packages") + wheel, std::string("/usr/lib/python3*/*-packages") + wheel,
+        std::string("/usr/lib/python3/dist-packages") + wheel, std::string("/opt/*/lib/python3*/site-packages") + wheel,
+        std::string("/opt/*/.venv/lib/python3*/site-packages") + wheel,
+        home + "/.local/lib/python3*/site-packages" + wheel}) {
+    glob_t g{};
+    if (glob(pattern.c_str(), 0, nullptr, &g) == 0)
+      for (size_t i = 0; i < g.gl_pathc; i++) c.push_back(g.gl_pathv[i]);
+    globfree(&g);
   }
   return c;
 }
