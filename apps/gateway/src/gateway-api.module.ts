@@ -8,6 +8,7 @@ import { DATA_SOURCE, EVENT_BUS, LOGGER, METRICS } from '@anvil/service-kit';
 import { SessionAuthenticator } from './auth/session-auth';
 import { CallRecorder } from './capture/call-recorder';
 import { CaptureStore } from './capture/capture-store';
+import { OutboxRelay } from './capture/outbox-relay';
 import { RecordCommitter } from './capture/record-committer';
 import { CallService } from './chat/call-service';
 import type { GatewayConfig } from './config';
@@ -26,7 +27,7 @@ import { SCHEMA_GATE, SchemaGate } from './sessions/schema-gate';
 import { SessionLookups } from './sessions/session-lookups';
 import { SessionStore } from './sessions/session-store';
 import { StalenessGate } from './sessions/staleness-gate';
-import { CALL_SERVICE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT, INFERENCE_CLIENT, MODEL_REGISTRY, POLICY_VERSIONS, SESSION_AUTH, SESSION_STORE, SQL_CLIENT } from './tokens';
+import { CALL_SERVICE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT, INFERENCE_CLIENT, MODEL_REGISTRY, OUTBOX_RELAY, POLICY_VERSIONS, SESSION_AUTH, SESSION_STORE, SQL_CLIENT } from './tokens';
 
 /**
  * The gateway's own providers and controllers, on top of whatever supplies EVENT_BUS,
@@ -51,11 +52,22 @@ export class GatewayApiModule {
         { provide: SESSION_AUTH, inject: [SESSION_STORE, SQL_CLIENT], useFactory: (s: SessionStore, sql: SqlClient) => new SessionAuthenticator(s, new SessionLookups(sql)) },
         { provide: POLICY_VERSIONS, inject: [DATA_SOURCE], useFactory: (ds: DataSource) => new PolicyVersionStore(ds, config.INITIAL_POLICY_VERSION) },
         {
+          provide: OUTBOX_RELAY,
+          inject: [SQL_CLIENT, EVENT_BUS, SCHEMA_GATE, GATEWAY_METRICS, LOGGER],
+          useFactory: (sql: SqlClient, bus: MessageBus, schema: SchemaGate, metrics: GatewayMetrics, logger: Logger) =>
+            new OutboxRelay(sql, bus, {
+              isReady: () => schema.isReady,
+              onPublished: (n, via) => metrics.outboxPublished.inc({ via }, n),
+              onBacklog: (n) => metrics.outboxBacklog.set(n),
+              warn: (msg, fields) => logger.warn(msg, fields),
+            }),
+        },
+        {
           provide: CALL_SERVICE,
-          inject: [DATA_SOURCE, SQL_CLIENT, EVENT_BUS, SESSION_STORE, POLICY_VERSIONS, INFERENCE_CLIENT, MODEL_REGISTRY, GATEWAY_METRICS, LOGGER],
-          useFactory: (ds: DataSource, sql: SqlClient, bus: MessageBus, sessions: SessionStore, versions: PolicyVersionStore, client: InferenceProxyClient, registry: ModelRegistry, metrics: GatewayMetrics, logger: Logger) => {
+          inject: [DATA_SOURCE, SQL_CLIENT, OUTBOX_RELAY, SESSION_STORE, POLICY_VERSIONS, INFERENCE_CLIENT, MODEL_REGISTRY, GATEWAY_METRICS, LOGGER],
+          useFactory: (ds: DataSource, sql: SqlClient, relay: OutboxRelay, sessions: SessionStore, versions: PolicyVersionStore, client: InferenceProxyClient, registry: ModelRegistry, metrics: GatewayMetrics, logger: Logger) => {
             const captures = new CaptureStore(sql);
-            const committer = new RecordCommitter(sql, bus, { onForgetFailed: (err) => logger.warn('could not remove the capture rows of unrecorded calls', { err }) });
+            const committer = new RecordCommitter(sql, relay);
             return new CallService({
               config,
               registry,

@@ -340,22 +340,53 @@ describe('gateway (in-process, official OpenAI SDK)', () => {
       await expect(sdk(h, s.apiKey).chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'still fine' }], max_tokens: 8 })).resolves.toBeTruthy();
     });
 
-    it('answers an error, not the reply, when the record cannot be made durable', async () => {
+    it('keeps answering through a broker outage: the records wait in the outbox and are published once it is back, each once', async () => {
       const s = await h.createSession();
       const client = sdk(h, s.apiKey);
       const before = h.records.length;
       h.flaky.failPublish = true;
       try {
+        const a = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 });
+        const b = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: a.choices[0].message.content }, { role: 'user', content: 'again' }], max_tokens: 8 });
+        expect(b.choices[0].message.content).toBeTruthy();
+        const [{ n }] = (await h.ds.query(`SELECT count(*)::int AS "n" FROM "gateway_outbox" WHERE "session_id" = $1`, [s.sessionId])) as { n: number }[];
+        expect(n).toBe(2);
+        expect(h.records.length).toBe(before);
+      } finally {
+        h.flaky.failPublish = false;
+      }
+      const deadline = Date.now() + 10_000;
+      while (h.records.filter((r) => r.payload.sessionId === s.sessionId).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 200));
+      const mine = h.records.filter((r) => r.payload.sessionId === s.sessionId);
+      expect(mine.map((r) => r.payload.turnIndex)).toEqual([0, 1]);
+      expect(mine[1].payload.parentCallId).toBe(mine[0].payload.callId);
+      const [{ n }] = (await h.ds.query(`SELECT count(*)::int AS "n" FROM "gateway_outbox" WHERE "session_id" = $1`, [s.sessionId])) as { n: number }[];
+      expect(n).toBe(0);
+    });
+
+    it('answers an error, not the reply, when the record cannot be made durable (the database refuses it)', async () => {
+      const s = await h.createSession();
+      const client = sdk(h, s.apiKey);
+      const before = h.records.length;
+      await h.ds.query(`ALTER TABLE "gateway_outbox" RENAME TO "gateway_outbox_away"`);
+      try {
         await expect(client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 })).rejects.toMatchObject({ status: 503, code: 'record_unavailable' });
         const stream = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, stream: true });
         await expect((async () => {
           for await (const _ of stream) void _;
-        })()).rejects.toThrow(/recorded durably/);
+        })()).rejects.toThrow(/recorded durably|could not be recorded/);
       } finally {
-        h.flaky.failPublish = false;
+        await h.ds.query(`ALTER TABLE "gateway_outbox_away" RENAME TO "gateway_outbox"`);
       }
       await new Promise((r) => setTimeout(r, 100));
       expect(h.records.length).toBe(before);
+      // Nothing of the refused calls was kept: the session's next call is its first turn.
+      const ok = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 });
+      expect(ok.choices[0].message.content).toBeTruthy();
+      const deadline = Date.now() + 5_000;
+      while (!h.records.some((r) => r.payload.sessionId === s.sessionId) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(h.records.filter((r) => r.payload.sessionId === s.sessionId).map((r) => r.payload.turnIndex)).toEqual([0]);
     });
   });
 });

@@ -26,11 +26,12 @@ export interface AnsweredCall {
 
 /**
  * Makes answered calls durable BEFORE they are answered: one llm_call.recorded per choice,
- * published with acks=all, keyed by rollout id so a rollout's calls stay ordered, and the
- * capture state the next call extends (see RecordCommitter: both are group-committed with
- * other calls finishing at the same time). A crash after the answer therefore loses no record;
- * a crash before it loses only an unanswered call (the agent sees an error and retries). The
- * event id is the call id, so a redelivered record is deduplicated by every consumer.
+ * keyed by rollout id so a rollout's calls stay ordered, and the capture state the next call
+ * extends, committed together to PostgreSQL (the event through the outbox, published to Kafka
+ * right after; see RecordCommitter and OutboxRelay: all of it is group-committed with other
+ * calls finishing at the same time). A crash after the answer therefore loses no record; a
+ * crash before it loses only an unanswered call (the agent sees an error and retries). The
+ * event id is the call id, so a record published twice is deduplicated by every consumer.
  */
 export class CallRecorder {
   constructor(
@@ -39,6 +40,7 @@ export class CallRecorder {
     private readonly producer: string,
   ) {}
 
+  /** The calls' events, with turn indexes counted from `firstTurn`. */
   events(session: GatewaySession, model: string, calls: readonly AnsweredCall[], firstTurn: number): EventEnvelope<'llm_call.recorded'>[] {
     return calls.map((c, i) =>
       createEvent(
@@ -68,19 +70,19 @@ export class CallRecorder {
   }
 
   /**
-   * Records the calls (throws RecordNotDurableError when the database or the broker does not
-   * take them); null when the session was closed meanwhile (nothing recorded). `parent` is the
+   * Records the calls (throws RecordNotDurableError when the database does not take them);
+   * null when the session was closed meanwhile (nothing recorded). `parent` is the
    * state the calls extend (their capture rows are stored relative to it).
    */
   async record(session: GatewaySession, model: string, calls: readonly AnsweredCall[], opts: { newBranches: number; parent: CaptureState | null }): Promise<{ firstTurn: number } | null> {
-    // The batch is published from whichever call's turn it is: each event keeps its own call's trace.
+    // The batch is published later, from the relay: each event keeps its own call's trace.
     const trace = context.active();
     const result = await this.committer.commit({
       sessionId: session.id,
       calls: calls.length,
       newBranches: opts.newBranches,
       captures: calls.flatMap((c, turn) => (c.capture ? [{ turn, row: storedCapture({ ...c.capture, turnIndex: 0 }, opts.parent) }] : [])),
-      events: (firstTurn) => this.events(session, model, calls, firstTurn).map((e) => bindTraceContext(e, trace)),
+      records: this.events(session, model, calls, 0).map((e) => bindTraceContext(e, trace)),
     });
     if (result) calls.forEach((c, i) => c.capture && this.captures.remember({ ...c.capture, turnIndex: result.firstTurn + i }));
     return result;

@@ -1,14 +1,27 @@
 import { describe, expect, it } from 'vitest';
-import type { EventEnvelope } from '@anvil/contracts';
+import { decodeEvent, encodeEvent, sampleLlmCallEvent, type EventEnvelope } from '@anvil/contracts';
 import type { MessageBus } from '@anvil/messaging';
 import type { SqlClient } from '../db/sql-client';
 import type { StoredCapture } from './capture-store';
+import { OutboxRelay, type OutboxRelayOptions } from './outbox-relay';
 import { RecordCommitter, RecordNotDurableError, type CommitRequest } from './record-committer';
 
-/** A database that answers the commit statement like PostgreSQL would, after `delayMs`, and records what it was sent. */
+interface OutboxRow {
+  event_id: string;
+  session_id: string;
+  turn_index: number;
+  frame: Buffer;
+  created_at: number;
+}
+
+/**
+ * A database that answers the gateway's statements the way PostgreSQL would (turn reservation
+ * of open sessions, outbox inserts and deletes, the stale-row query), after `delayMs`.
+ */
 class FakeSql {
   readonly statements: { name: string; values: unknown[] }[] = [];
   readonly callCount = new Map<string, number>();
+  readonly outbox = new Map<string, OutboxRow>();
   closed = new Set<string>();
   fail = false;
   delayMs = 5;
@@ -16,46 +29,87 @@ class FakeSql {
     this.statements.push({ name, values });
     await new Promise((r) => setTimeout(r, this.delayMs));
     if (this.fail) throw new Error('connection refused');
+    if (name === 'gw_outbox_delete') {
+      for (const id of values[0] as string[]) this.outbox.delete(id);
+      return [];
+    }
+    if (name === 'gw_outbox_stale') {
+      const [ageS, limit] = values as [number, number];
+      return [...this.outbox.values()].filter((r) => r.created_at <= Date.now() - ageS * 1000).slice(0, limit) as R[];
+    }
     if (name !== 'gw_commit_calls') return [];
     const [ids, calls] = values as [string[], number[]];
-    return ids.flatMap((id, i) => {
+    const first = new Map<string, number>();
+    const out = ids.flatMap((id, i) => {
       if (this.closed.has(id)) return [];
       const before = this.callCount.get(id) ?? 0;
       this.callCount.set(id, before + calls[i]);
+      first.set(id, before);
       return [{ id, first_turn: before } as R];
     });
+    const [eventIds, sessions, ks, frames, deleted] = values.slice(17) as [string[], string[], number[], Buffer[], string[]];
+    eventIds.forEach((id, i) => {
+      const f = first.get(sessions[i]);
+      if (f !== undefined) this.outbox.set(id, { event_id: id, session_id: sessions[i], turn_index: f + ks[i], frame: frames[i], created_at: Date.now() });
+    });
+    for (const id of deleted) this.outbox.delete(id);
+    return out;
   }
 }
 
+/** A broker whose publish can be held (a slow acks=all) or refused. */
 class FakeBus {
   readonly publishes: EventEnvelope[][] = [];
   fail = false;
+  private held: (() => void)[] = [];
+  hold = false;
   async publish(events: EventEnvelope | readonly EventEnvelope[]): Promise<void> {
-    await new Promise((r) => setTimeout(r, 5));
+    await new Promise((r) => setTimeout(r, 2));
+    if (this.hold) await new Promise<void>((r) => this.held.push(r));
     if (this.fail) throw new Error('broker unavailable');
-    this.publishes.push([events].flat());
+    this.publishes.push([events].flat().map((e) => structuredClone(e)));
+  }
+  release(): void {
+    this.hold = false;
+    for (const r of this.held.splice(0)) r();
+  }
+  turns(): string[] {
+    return this.publishes.flat().map((e) => `${e.id}@${(e as EventEnvelope<'llm_call.recorded'>).payload.turnIndex}`);
   }
 }
 
+const record = (id: string, turn: number): EventEnvelope<'llm_call.recorded'> => {
+  const e = sampleLlmCallEvent({ promptTokens: 4, outputTokens: 2, turnIndex: turn });
+  return { ...e, id, payload: { ...e.payload, callId: id } };
+};
 const row = (callId: string, sessionId: string) => ({ callId, sessionId }) as StoredCapture;
 const request = (sessionId: string, callIds: string[]): CommitRequest => ({
   sessionId,
   calls: callIds.length,
   newBranches: 1,
   captures: callIds.map((id, turn) => ({ turn, row: row(id, sessionId) })),
-  events: (first) => callIds.map((id, i) => ({ payload: { deployment: `${id}@${first + i}` } }) as unknown as EventEnvelope),
+  records: callIds.map((id, turn) => record(id, turn)),
 });
 
-const setup = () => {
+const setup = (opts: OutboxRelayOptions = {}) => {
   const sql = new FakeSql();
   const bus = new FakeBus();
-  const committer = new RecordCommitter(sql as unknown as SqlClient, bus as unknown as MessageBus);
-  return { sql, bus, committer };
+  const relay = new OutboxRelay(sql as unknown as SqlClient, bus as unknown as MessageBus, { retryMinMs: 5, retryMaxMs: 20, deleteDelayMs: 10, ...opts });
+  const committer = new RecordCommitter(sql as unknown as SqlClient, relay);
+  return { sql, bus, relay, committer };
 };
 
-describe('RecordCommitter (group commit)', () => {
-  it('commits calls that arrive while a batch is in flight together: one statement, one publish, turns numbered per session', async () => {
-    const { sql, bus, committer } = setup();
+const until = async (cond: () => boolean, ms = 2_000) => {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error('condition not reached');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+};
+
+describe('RecordCommitter (group commit through the outbox)', () => {
+  it('commits calls that arrive while a batch is in flight together: one statement, turns numbered per session, events published in order', async () => {
+    const { sql, bus, relay, committer } = setup();
     const first = committer.commit(request('s1', ['a']));
     await new Promise((r) => setTimeout(r, 1));
     const rest = [committer.commit(request('s1', ['b', 'c'])), committer.commit(request('s2', ['d'])), committer.commit(request('s1', ['e']))];
@@ -63,42 +117,132 @@ describe('RecordCommitter (group commit)', () => {
     expect(await Promise.all(rest)).toEqual([{ firstTurn: 1 }, { firstTurn: 0 }, { firstTurn: 3 }]);
     const commits = sql.statements.filter((s) => s.name === 'gw_commit_calls');
     expect(commits).toHaveLength(2);
-    // The second statement: sessions aggregated, rows numbered by their offset within the session.
+    // The second statement: sessions aggregated, rows and outbox events numbered by their offset within the session.
     expect(commits[1].values.slice(0, 3)).toEqual([['s1', 's2'], [3, 1], [2, 1]]);
     expect(commits[1].values[3]).toEqual(['b', 'c', 'd', 'e']);
     expect(commits[1].values[7]).toEqual([0, 1, 0, 2]);
-    expect(bus.publishes.map((p) => p.length)).toEqual([1, 4]);
-    expect(bus.publishes[1].map((e) => (e.payload as { deployment: string }).deployment)).toEqual(['b@1', 'c@2', 'd@0', 'e@3']);
+    expect(commits[1].values[17]).toEqual(['b', 'c', 'd', 'e']);
+    expect(commits[1].values[19]).toEqual([0, 1, 0, 2]);
+    // The stored frames decode to the events, turn relative to their request (the row holds the absolute one).
+    expect((commits[1].values[20] as Buffer[]).map((f) => (decodeEvent(f) as EventEnvelope<'llm_call.recorded'>).payload.turnIndex)).toEqual([0, 1, 0, 0]);
+    await until(() => relay.backlog === 0 && bus.publishes.flat().length === 5);
+    expect(bus.turns()).toEqual(['a@0', 'b@1', 'c@2', 'd@0', 'e@3']);
+    // Published rows are deleted (here by the relay's own delete: no later statement came).
+    await until(() => sql.outbox.size === 0);
     await committer.whenIdle();
     expect(committer.pending).toBe(0);
   });
 
-  it('answers null for a session closed meanwhile and publishes nothing for it', async () => {
-    const { sql, bus, committer } = setup();
+  it('answers as soon as the statement commits, before the broker acknowledges; the next statement deletes the published rows', async () => {
+    const { sql, bus, relay, committer } = setup({ deleteDelayMs: 10_000 });
+    bus.hold = true;
+    expect(await committer.commit(request('s1', ['a']))).toEqual({ firstTurn: 0 });
+    expect(bus.publishes).toHaveLength(0);
+    expect(sql.outbox.has('a')).toBe(true);
+    expect(relay.backlog).toBe(1);
+    bus.release();
+    await until(() => bus.publishes.length === 1 && relay.backlog === 0);
+    expect(sql.outbox.has('a')).toBe(true); // deleted with the next write, not by a statement of its own
+    expect(await committer.commit(request('s1', ['b']))).toEqual({ firstTurn: 1 });
+    const last = sql.statements.filter((s) => s.name === 'gw_commit_calls').at(-1);
+    expect(last?.values[21]).toEqual(['a']);
+    expect(sql.outbox.has('a')).toBe(false);
+    expect(sql.statements.some((s) => s.name === 'gw_outbox_delete')).toBe(false);
+  });
+
+  it('answers null for a session closed meanwhile, and neither stores nor publishes its record', async () => {
+    const { sql, bus, relay, committer } = setup();
     sql.closed.add('gone');
     const [a, b] = await Promise.all([committer.commit(request('gone', ['x'])), committer.commit(request('open', ['y']))]);
     expect(a).toBeNull();
     expect(b).toEqual({ firstTurn: 0 });
-    expect(bus.publishes.flat().map((e) => (e.payload as { deployment: string }).deployment)).toEqual(['y@0']);
+    await until(() => relay.backlog === 0 && bus.publishes.length > 0);
+    expect(bus.turns()).toEqual(['y@0']);
+    expect(sql.outbox.has('x')).toBe(false);
   });
 
-  it('fails every call of a batch whose publish fails, and removes their capture rows', async () => {
-    const { sql, bus, committer } = setup();
+  it('keeps answering through a broker outage: records wait in the outbox and are published, in order, once it is back', async () => {
+    const warnings: string[] = [];
+    const { sql, bus, relay, committer } = setup({ warn: (m) => warnings.push(m) });
     bus.fail = true;
-    const results = await Promise.allSettled([committer.commit(request('s1', ['a'])), committer.commit(request('s2', ['b']))]);
-    for (const r of results) expect(r.status === 'rejected' && r.reason instanceof RecordNotDurableError).toBe(true);
-    await committer.whenIdle();
-    const forget = sql.statements.filter((s) => s.name === 'gw_capture_forget');
-    expect(forget.flatMap((s) => s.values[0] as string[]).sort()).toEqual(['a', 'b']);
-    // The next batch goes through once the broker is back.
+    expect(await committer.commit(request('s1', ['a']))).toEqual({ firstTurn: 0 });
+    expect(await committer.commit(request('s1', ['b']))).toEqual({ firstTurn: 1 });
+    await new Promise((r) => setTimeout(r, 60));
+    expect(bus.publishes).toHaveLength(0);
+    expect(relay.backlog).toBe(2);
+    expect([...sql.outbox.keys()].sort()).toEqual(['a', 'b']);
+    expect(warnings[0]).toMatch(/stay in the outbox/);
     bus.fail = false;
-    expect(await committer.commit(request('s1', ['c']))).toEqual({ firstTurn: 1 });
+    await until(() => relay.backlog === 0);
+    expect(bus.turns()).toEqual(['a@0', 'b@1']);
+    await until(() => sql.outbox.size === 0);
   });
 
-  it('fails the batch without publishing when the database refuses the statement', async () => {
-    const { sql, bus, committer } = setup();
+  it('refuses the batch (not answered) when the database refuses the statement, and keeps the pending deletes for later', async () => {
+    const { sql, bus, relay, committer } = setup({ deleteDelayMs: 10_000 });
+    await committer.commit(request('s1', ['a']));
+    await until(() => bus.publishes.length === 1);
     sql.fail = true;
-    await expect(committer.commit(request('s1', ['a']))).rejects.toBeInstanceOf(RecordNotDurableError);
-    expect(bus.publishes).toHaveLength(0);
+    await expect(committer.commit(request('s1', ['b']))).rejects.toBeInstanceOf(RecordNotDurableError);
+    expect(bus.turns()).toEqual(['a@0']);
+    sql.fail = false;
+    expect(relay.takePublished()).toEqual(['a']);
+  });
+
+  it('refuses a call whose record the contract rejects, before touching the database', async () => {
+    const { sql, committer } = setup();
+    const bad = request('s1', ['a']);
+    (bad.records[0].payload as { outputLogprobs: Float32Array }).outputLogprobs = new Float32Array(5); // 2 output ids, 5 logprobs
+    await expect(committer.commit(bad)).rejects.toThrow(/record is invalid/);
+    expect(sql.statements).toHaveLength(0);
+  });
+});
+
+describe('OutboxRelay sweeper', () => {
+  const stale = (sql: FakeSql, id: string, turn: number, session = 's9') => {
+    sql.outbox.set(id, { event_id: id, session_id: session, turn_index: turn, frame: encodeEvent(record(id, 0)), created_at: Date.now() - 60_000 });
+  };
+
+  it('publishes rows a stopped gateway left behind, with their reserved turns, then deletes them', async () => {
+    const { sql, bus, relay } = setup();
+    stale(sql, 'p', 4);
+    stale(sql, 'q', 5);
+    sql.outbox.set('young', { event_id: 'young', session_id: 's9', turn_index: 6, frame: encodeEvent(record('young', 0)), created_at: Date.now() });
+    expect(await relay.sweep()).toBe(2);
+    expect(bus.turns()).toEqual(['p@4', 'q@5']);
+    expect([...sql.outbox.keys()]).toEqual(['young']);
+  });
+
+  it('leaves rows this gateway is still publishing to it, and an undecodable row in place', async () => {
+    const warnings: string[] = [];
+    const { sql, bus, relay, committer } = setup({ staleAfterMs: 0, warn: (m) => warnings.push(m) });
+    bus.fail = true;
+    await committer.commit(request('s1', ['mine']));
+    sql.outbox.set('junk', { event_id: 'junk', session_id: 's9', turn_index: 0, frame: Buffer.from('not a frame'), created_at: Date.now() - 60_000 });
+    bus.fail = false;
+    bus.hold = true; // the relay's own publish of `mine` is in flight while the sweep runs
+    await new Promise((r) => setTimeout(r, 30));
+    const swept = relay.sweep();
+    await new Promise((r) => setTimeout(r, 20));
+    bus.release();
+    expect(await swept).toBe(0);
+    expect(warnings.some((w) => /cannot be decoded/.test(w))).toBe(true);
+    await until(() => relay.backlog === 0);
+    expect(bus.turns()).toEqual(['mine@0']);
+    expect(sql.outbox.has('junk')).toBe(true);
+  });
+
+  it('drain: publishes what is queued, and gives up at the deadline while the broker is down (rows stay for the next sweeper)', async () => {
+    const { sql, bus, relay, committer } = setup();
+    await committer.commit(request('s1', ['a']));
+    expect(await relay.drain(1_000)).toBe(true);
+    expect(sql.outbox.size).toBe(0);
+
+    const second = setup();
+    second.bus.fail = true;
+    await second.committer.commit(request('s1', ['b']));
+    expect(await second.relay.drain(50)).toBe(false);
+    expect(second.sql.outbox.has('b')).toBe(true);
+    expect(bus.turns()).toEqual(['a@0']);
   });
 });

@@ -1,9 +1,9 @@
-import type { EventEnvelope } from '@anvil/contracts';
-import type { MessageBus } from '@anvil/messaging';
+import { encodeEvent, type EventEnvelope } from '@anvil/contracts';
 import type { SqlClient } from '../db/sql-client';
 import type { StoredCapture } from './capture-store';
+import type { OutboxRelay } from './outbox-relay';
 
-/** The call could not be made durable (database or broker): it must not be answered. */
+/** The call could not be made durable (the database refused it): it must not be answered. */
 export class RecordNotDurableError extends Error {
   override readonly name = 'RecordNotDurableError';
 }
@@ -17,8 +17,11 @@ export interface CommitRequest {
   newBranches: number;
   /** Capture rows, with `turn` = the choice's position (0..calls-1). */
   captures: readonly { turn: number; row: StoredCapture }[];
-  /** The llm_call.recorded events once the first turn index is known. */
-  events(firstTurn: number): EventEnvelope[];
+  /**
+   * The llm_call.recorded events, one per choice, with `turnIndex` = the choice's position
+   * (0..calls-1): the committer adds the first turn it reserves.
+   */
+  records: readonly EventEnvelope<'llm_call.recorded'>[];
 }
 
 /** null: the session was closed meanwhile (nothing recorded, nothing to answer). */
@@ -30,39 +33,38 @@ interface Pending {
   reject(err: Error): void;
   /** Offset of this request's turns among its session's calls in the same batch. */
   offset: number;
-  firstTurn?: number;
 }
 
 /**
  * Group commit of answered calls (DESIGN.md: no answer before its record is durable). Calls
- * that finish while a batch is being written wait and go together in the next one:
- *  1. ONE SQL statement per batch reserves the turn indexes of every call (only while its
- *     session is open) and inserts their capture rows;
- *  2. ONE acks=all publish per batch makes their llm_call.recorded events durable in Kafka;
- *  3. only then is each call released to answer. A failed publish fails every call of the batch
- *     (each gets an error, none is answered) and their capture rows are removed again.
- * The two stages overlap (a batch publishes while the next one's statement runs), and batches
- * keep their order, so a rollout's records reach Kafka in the order its calls were reserved.
- * Under light load a batch is a single call and nothing waits; under heavy load the per-call
- * cost of both round trips is shared by everything that finished meanwhile.
+ * that finish while a batch is being written wait and go together in the next one, as ONE SQL
+ * statement per batch that
+ *  - reserves the turn indexes of every call (only while its session is open),
+ *  - inserts their capture rows,
+ *  - inserts their llm_call.recorded events into the outbox (gateway_outbox), and
+ *  - deletes the outbox rows of events published since the previous statement.
+ * Once it commits, the records are durable and each call is released to answer at once; the
+ * OutboxRelay then publishes the events to Kafka in commit order and has their rows deleted. A
+ * gateway that dies between the two leaves its rows to another gateway's (or its own next
+ * start's) sweeper, so a crash after answering loses no record. Under light load a batch is a
+ * single call and nothing waits; under heavy load everything that finished meanwhile shares
+ * one round trip and one WAL flush.
  */
 export class RecordCommitter {
   private waiting: Pending[] = [];
   private writing = false;
-  private toPublish: Pending[] = [];
-  private publishing = false;
   private inFlight = 0;
   private idle: (() => void)[] = [];
 
   constructor(
     private readonly sql: SqlClient,
-    private readonly bus: MessageBus,
-    private readonly opts: { maxBatch?: number; onForgetFailed?: (err: unknown) => void; onRowsWritten?: (reqs: CommitRequest[]) => void } = {},
+    private readonly relay: OutboxRelay,
+    private readonly opts: { maxBatch?: number; onRowsWritten?: (reqs: CommitRequest[]) => void } = {},
   ) {}
 
-  /** Calls queued or being recorded. */
+  /** Calls queued or being written. */
   get pending(): number {
-    return this.waiting.length + this.toPublish.length + this.inFlight;
+    return this.waiting.length + this.inFlight;
   }
 
   commit(req: CommitRequest): Promise<CommitResult> {
@@ -72,7 +74,7 @@ export class RecordCommitter {
     });
   }
 
-  /** Resolves once nothing is queued or in flight (graceful shutdown). */
+  /** Resolves once nothing is queued or being written (graceful shutdown; the relay drains separately). */
   whenIdle(): Promise<void> {
     if (this.pending === 0) return Promise.resolve();
     return new Promise((r) => this.idle.push(r));
@@ -91,28 +93,11 @@ export class RecordCommitter {
       this.writing = false;
       this.inFlight -= batch.length;
       this.pumpWrites();
-      this.checkIdle();
+      if (this.pending === 0) for (const r of this.idle.splice(0)) r();
     });
   }
 
-  private pumpPublishes(): void {
-    if (this.publishing || this.toPublish.length === 0) return;
-    const batch = this.toPublish.splice(0, this.maxBatch);
-    this.publishing = true;
-    this.inFlight += batch.length;
-    void this.publish(batch).finally(() => {
-      this.publishing = false;
-      this.inFlight -= batch.length;
-      this.pumpPublishes();
-      this.checkIdle();
-    });
-  }
-
-  private checkIdle(): void {
-    if (this.pending === 0) for (const r of this.idle.splice(0)) r();
-  }
-
-  /** Stage 1: reserve turns and insert capture rows, for the whole batch in one statement. */
+  /** The whole batch in one statement; answers are released as soon as it commits. */
   private async write(batch: Pending[]): Promise<void> {
     const sessions = new Map<string, { calls: number; branches: number }>();
     for (const p of batch) {
@@ -123,6 +108,16 @@ export class RecordCommitter {
       sessions.set(p.req.sessionId, s);
     }
     const rows = batch.flatMap((p) => p.req.captures.map((c) => ({ k: p.offset + c.turn, row: c.row })));
+    let outbox: { id: string; sessionId: string; k: number; frame: Buffer }[];
+    try {
+      // Encoding validates each event: one the bus would refuse must not be answered either.
+      outbox = batch.flatMap((p) => p.req.records.map((e) => ({ id: e.id, sessionId: p.req.sessionId, k: p.offset + e.payload.turnIndex, frame: encodeEvent(e) })));
+    } catch (err) {
+      const e = new RecordNotDurableError(`the call's record is invalid: ${(err as Error).message}`, { cause: err });
+      for (const p of batch) p.reject(e);
+      return;
+    }
+    const published = this.relay.takePublished();
     let reserved: { id: string; first_turn: number }[];
     try {
       reserved = await this.sql.query('gw_commit_calls', COMMIT_SQL, [
@@ -143,52 +138,44 @@ export class RecordCommitter {
         rows.map((r) => r.row.outputIds),
         rows.map((r) => r.row.promptPrefixTokens),
         rows.map((r) => r.row.messagesPrefixCount),
+        outbox.map((o) => o.id),
+        outbox.map((o) => o.sessionId),
+        outbox.map((o) => o.k),
+        outbox.map((o) => o.frame),
+        published,
       ]);
     } catch (err) {
+      this.relay.returnPublished(published);
       const e = new RecordNotDurableError(`the call could not be recorded: ${(err as Error).message}`, { cause: err });
       for (const p of batch) p.reject(e);
       return;
     }
     const firstTurn = new Map(reserved.map((r) => [r.id, Number(r.first_turn)]));
+    const toPublish: EventEnvelope[] = [];
     for (const p of batch) {
       const first = firstTurn.get(p.req.sessionId);
-      if (first === undefined) p.resolve(null);
-      else {
-        p.firstTurn = first + p.offset;
-        this.toPublish.push(p);
+      if (first === undefined) {
+        p.resolve(null);
+        continue;
       }
+      const callFirst = first + p.offset;
+      for (const e of p.req.records) {
+        e.payload.turnIndex += callFirst;
+        toPublish.push(e);
+      }
+      p.resolve({ firstTurn: callFirst });
     }
     this.opts.onRowsWritten?.(batch.map((p) => p.req));
-    this.pumpPublishes();
-  }
-
-  /** Stage 2: the records of the batch in one acks=all publish; answers are released only after it. */
-  private async publish(batch: Pending[]): Promise<void> {
-    let events: EventEnvelope[];
-    try {
-      events = batch.flatMap((p) => p.req.events(p.firstTurn as number));
-      await this.bus.publish(events);
-    } catch (err) {
-      const e = new RecordNotDurableError(`the call could not be recorded durably: ${(err as Error).message}`, { cause: err });
-      for (const p of batch) p.reject(e);
-      // Their capture rows describe calls nobody was answered: a later request must not extend them.
-      const ids = batch.flatMap((p) => p.req.captures.map((c) => c.row.callId));
-      await this.forget(ids).catch((error: unknown) => this.opts.onForgetFailed?.(error));
-      return;
-    }
-    for (const p of batch) p.resolve({ firstTurn: p.firstTurn as number });
-  }
-
-  private forget(ids: string[]): Promise<unknown> {
-    if (ids.length === 0) return Promise.resolve();
-    return this.sql.query('gw_capture_forget', `DELETE FROM "gateway_calls" WHERE "id" = ANY($1::varchar[])`, [ids]);
+    this.relay.enqueue(toPublish);
   }
 }
 
 /**
  * Reserves turns for each session of the batch (v: session, calls, new branches; an UPDATE
- * only of open sessions) and inserts the capture rows of the sessions it reserved for (a row
- * of a closed session finds no `r` and is dropped), numbering each row first_turn + k.
+ * only of open sessions), inserts the capture rows and outbox events of the sessions it
+ * reserved for (a row of a closed session finds no `r` and is dropped), numbering each
+ * first_turn + k, and deletes the outbox rows of published events ($22). Data-modifying CTEs
+ * run whether or not the final SELECT reads them.
  */
 const COMMIT_SQL = `WITH "v" AS (
     SELECT * FROM unnest($1::varchar[], $2::int[], $3::int[]) AS v("session_id", "calls", "branches")
@@ -204,5 +191,12 @@ const COMMIT_SQL = `WITH "v" AS (
       $13::text[], $14::bytea[], $15::bytea[], $16::int[], $17::int[])
       AS c("id", "session_id", "branch_id", "parent_call_id", "k", "fp", "mj", "am", "tj", "ej", "pi", "oi", "ppt", "mpc")
     JOIN "r" ON r."id" = c."session_id"
+  ), "ob" AS (
+    INSERT INTO "gateway_outbox" ("event_id", "session_id", "turn_index", "frame")
+    SELECT o."id", o."session_id", r."first_turn" + o."k", o."frame"
+    FROM unnest($18::varchar[], $19::varchar[], $20::int[], $21::bytea[]) AS o("id", "session_id", "k", "frame")
+    JOIN "r" ON r."id" = o."session_id"
+  ), "del" AS (
+    DELETE FROM "gateway_outbox" WHERE "event_id" = ANY($22::varchar[])
   )
   SELECT "id", "first_turn" FROM "r"`;

@@ -3,17 +3,21 @@ import type { Logger } from '@anvil/observability';
 import { LOGGER, ReadinessRegistry } from '@anvil/service-kit';
 import type { GatewayConfig } from '../config';
 import { SCHEMA_GATE, type SchemaGate } from '../sessions/schema-gate';
-import { GATEWAY_CONFIG, IN_FLIGHT } from '../tokens';
+import type { OutboxRelay } from '../capture/outbox-relay';
+import { GATEWAY_CONFIG, IN_FLIGHT, OUTBOX_RELAY } from '../tokens';
 import type { InFlightCalls } from './in-flight';
 
 /**
- * Readiness of the gateway's tables, and graceful shutdown: before the HTTP server and then the
- * bus and the database close, running calls finish and publish their records (new ones get 503).
+ * Readiness of the gateway's tables, the outbox relay's sweeper, and graceful shutdown: before
+ * the HTTP server and then the bus and the database close, running calls finish and their
+ * records are published (new calls get 503); records the broker does not take in time stay in
+ * the outbox for the next gateway's sweeper.
  */
 @Injectable()
 export class GatewayLifecycle implements OnModuleInit, OnModuleDestroy, BeforeApplicationShutdown {
   constructor(
     @Inject(IN_FLIGHT) private readonly inFlight: InFlightCalls,
+    @Inject(OUTBOX_RELAY) private readonly outbox: OutboxRelay,
     @Inject(SCHEMA_GATE) private readonly schema: SchemaGate,
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
     @Inject(LOGGER) private readonly logger: Logger,
@@ -27,6 +31,7 @@ export class GatewayLifecycle implements OnModuleInit, OnModuleDestroy, BeforeAp
         if (!this.schema.isReady) throw new Error('database schema not ready yet');
       },
     });
+    this.outbox.start();
   }
 
   /**
@@ -43,5 +48,7 @@ export class GatewayLifecycle implements OnModuleInit, OnModuleDestroy, BeforeAp
     if (running > 0) this.logger.info('finishing in-flight calls before shutdown', { running });
     const drained = await this.inFlight.drain(Math.max(1_000, this.config.SHUTDOWN_TIMEOUT_MS - 3_000));
     if (!drained) this.logger.warn('in-flight calls still running at the shutdown deadline', { running: this.inFlight.size });
+    const backlog = this.outbox.backlog;
+    if (!(await this.outbox.drain(2_000))) this.logger.warn('recorded calls left unpublished in the outbox at shutdown; the next gateway publishes them', { backlog });
   }
 }

@@ -1,6 +1,7 @@
 import { InitialSchema1795987110915 } from './1795987110915-initial-schema';
 import { GatewaySessions1796100000000 } from './1796100000000-gateway-sessions';
 import { GatewayCallDeltas1796200000000 } from './1796200000000-gateway-call-deltas';
+import { GatewayOutbox1796300000000 } from './1796300000000-gateway-outbox';
 
 /** Every migration, in order, registered explicitly (no globs: works from src and dist alike). */
-export const MIGRATIONS = [InitialSchema1795987110915, GatewaySessions1796100000000, GatewayCallDeltas1796200000000];
+export const MIGRATIONS = [InitialSchema1795987110915, GatewaySessions1796100000000, GatewayCallDeltas1796200000000, GatewayOutbox1796300000000];

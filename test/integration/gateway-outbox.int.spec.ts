@@ -1,0 +1,128 @@
+import { randomBytes } from 'node:crypto';
+import { Client } from 'pg';
+import type { DataSource } from 'typeorm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sampleLlmCallEvent, TOPICS, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
+import { createBus, stderrLogger, type KafkaConsumerTuning, type MessageBus } from '@anvil/messaging';
+import { createDataSource, runMigrations } from '@anvil/persistence';
+import { waitFor } from '@anvil/testing';
+import { OutboxRelay } from '../../apps/gateway/src/capture/outbox-relay';
+import { RecordCommitter, type CommitRequest } from '../../apps/gateway/src/capture/record-committer';
+import { SqlClient } from '../../apps/gateway/src/db/sql-client';
+
+/**
+ * The gateway's outbox on the real server and broker: a call is answered once its statement
+ * commits; a gateway that "dies" between that commit and the publish (its broker never
+ * acknowledges, and it is abandoned without draining) loses no record: another relay's
+ * sweeper publishes every row, with the turn its statement reserved, and deletes it.
+ */
+const serverUrl = process.env.DATABASE_URL;
+if (!serverUrl) throw new Error('DATABASE_URL is not set (npm test starts a server)');
+const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
+if (brokers.length === 0) throw new Error('KAFKA_BROKERS is not set (npm test starts a broker)');
+
+const database = `anvil_outbox_${randomBytes(6).toString('hex')}`;
+const urlOf = (name: string) => Object.assign(new URL(serverUrl), { pathname: `/${name}` }).toString();
+async function onServer(sql: string): Promise<void> {
+  const client = new Client({ connectionString: serverUrl });
+  await client.connect();
+  try {
+    await client.query(sql);
+  } finally {
+    await client.end();
+  }
+}
+
+const fastGroups: KafkaConsumerTuning = { sessionTimeoutMs: 6_000, heartbeatIntervalMs: 500, rebalanceTimeoutMs: 10_000, maxWaitTimeMs: 200 };
+const ns = `anvoutbox.${Date.now().toString(36)}.`;
+let ds: DataSource;
+let sql: SqlClient;
+const buses: MessageBus[] = [];
+const openBus = () => {
+  const bus = createBus({ kind: 'kafka', brokers, clientId: 'outbox-int', topicPrefix: ns, consumer: fastGroups, logger: stderrLogger('error'), partitions: 1 });
+  buses.push(bus);
+  return bus;
+};
+
+beforeAll(async () => {
+  await onServer(`CREATE DATABASE "${database}"`);
+  ds = createDataSource({ url: urlOf(database), poolSize: 5 });
+  await ds.initialize();
+  await runMigrations(ds);
+  sql = new SqlClient(ds);
+});
+
+afterAll(async () => {
+  await Promise.all(buses.map((b) => b.close()));
+  await ds?.destroy();
+  await onServer(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+});
+
+const openSession = async (id: string) =>
+  ds.query(`INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "status") VALUES ($1, $2, $3, 'g', 't', 'anvil-tiny', 'open')`, [id, randomBytes(16).toString('hex'), `rollout-${id}`]);
+
+/** A request of `n` choices whose events carry turns 0..n-1 (the committer adds the reserved first turn). */
+const request = (sessionId: string, n: number): CommitRequest => ({
+  sessionId,
+  calls: n,
+  newBranches: 1,
+  captures: [],
+  records: Array.from({ length: n }, (_, i) => {
+    const e = sampleLlmCallEvent({ promptTokens: 300, outputTokens: 20, turnIndex: i, rolloutId: `rollout-${sessionId}`, seed: randomBytes(4).readUInt32LE() });
+    return { ...e, id: e.payload.callId, payload: { ...e.payload, sessionId } };
+  }),
+});
+
+const outboxCount = async () => Number(((await ds.query(`SELECT count(*) AS "n" FROM "gateway_outbox"`)) as { n: string }[])[0].n);
+
+async function consumeRecords(group: string, into: EventEnvelope<'llm_call.recorded'>[]) {
+  return openBus().subscribe({ group, topics: [TOPICS.llmCalls], fromBeginning: true, handler: async (e: AnyEventEnvelope) => void (e.type === 'llm_call.recorded' && into.push(e)) });
+}
+
+describe('gateway outbox (real PostgreSQL and Kafka)', () => {
+  it('publishes right after the commit and deletes the rows', async () => {
+    await openSession('s-fast');
+    const relay = new OutboxRelay(sql, openBus(), { deleteDelayMs: 10 });
+    const committer = new RecordCommitter(sql, relay);
+    const reqs = [request('s-fast', 2), request('s-fast', 1)];
+    expect(await Promise.all(reqs.map((r) => committer.commit(r)))).toEqual([{ firstTurn: 0 }, { firstTurn: 2 }]);
+    const got: EventEnvelope<'llm_call.recorded'>[] = [];
+    const sub = await consumeRecords('outbox-fast', got);
+    await waitFor('three records', async () => (got.filter((e) => e.payload.sessionId === 's-fast').length >= 3 ? true : undefined), 30_000);
+    expect(got.filter((e) => e.payload.sessionId === 's-fast').map((e) => e.payload.turnIndex)).toEqual([0, 1, 2]);
+    await waitFor('rows deleted', async () => ((await outboxCount()) === 0 ? true : undefined), 5_000);
+    expect(await relay.drain(1_000)).toBe(true);
+    await sub.stop();
+  });
+
+  it('a gateway that dies between commit and publish loses nothing: the sweeper publishes its rows once, with their turns', async () => {
+    await openSession('s-crash');
+    // The dying gateway: its broker never acknowledges, and it is abandoned without draining.
+    const hung: MessageBus = { ...openBus(), publish: () => new Promise<void>(() => undefined) } as MessageBus;
+    const dying = new RecordCommitter(sql, new OutboxRelay(sql, hung));
+    const sent = [request('s-crash', 1), request('s-crash', 3)];
+    expect(await dying.commit(sent[0])).toEqual({ firstTurn: 0 });
+    expect(await dying.commit(sent[1])).toEqual({ firstTurn: 1 });
+    expect(await outboxCount()).toBe(4);
+
+    const got: EventEnvelope<'llm_call.recorded'>[] = [];
+    const sub = await consumeRecords('outbox-crash', got);
+    const survivor = new OutboxRelay(sql, openBus(), { staleAfterMs: 0 });
+    expect(await survivor.sweep()).toBe(4);
+    expect(await outboxCount()).toBe(0);
+    await waitFor('four records', async () => (got.filter((e) => e.payload.sessionId === 's-crash').length >= 4 ? true : undefined), 30_000);
+    await new Promise((r) => setTimeout(r, 500));
+    const mine = got.filter((e) => e.payload.sessionId === 's-crash');
+    expect(mine.map((e) => e.payload.turnIndex)).toEqual([0, 1, 2, 3]);
+    // Token-exact: what reached Kafka is what was committed.
+    const byId = new Map(sent.flatMap((r) => r.records).map((e) => [e.id, e]));
+    for (const e of mine) {
+      const original = byId.get(e.id);
+      expect(original).toBeDefined();
+      expect(Array.from(e.payload.promptIds)).toEqual(Array.from(original?.payload.promptIds ?? []));
+      expect(Array.from(e.payload.outputLogprobs)).toEqual(Array.from(original?.payload.outputLogprobs ?? []));
+    }
+    expect(await survivor.sweep()).toBe(0);
+    await sub.stop();
+  });
+});
