@@ -7,6 +7,7 @@ import { revertAllMigrations, runMigrations, schemaDrift } from '../migrate';
 export const SCHEMA_TABLES = [
   'checkpoints',
   'gateway_calls',
+  'gateway_outbox',
   'gateway_policy_state',
   'gateway_sessions',
   'llm_calls',
