@@ -1,11 +1,12 @@
 import { Body, Controller, Get, HttpCode, Inject, Post, Res } from '@nestjs/common';
 import type { FastifyReply } from 'fastify';
-import { generateRequestSchema, type GenerateStreamLine } from '@anvil/contracts';
+import type { GenerateStreamLine } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
 import { LOGGER } from '@anvil/service-kit';
 import type { RuntimeHandle } from '../runtime.provider';
 import { INFERENCE_RUNTIME } from '../tokens';
 import { ApiError } from './api-error';
+import { parseGenerateRequest } from './generate-request';
 
 /**
  * The token-level internal API the gateway calls.
@@ -24,7 +25,7 @@ export class GenerateController {
 
   @Post('generate')
   async generate(@Body() body: unknown, @Res() reply: FastifyReply): Promise<void> {
-    const parsed = generateRequestSchema.safeParse(body ?? undefined);
+    const parsed = parseGenerateRequest(body ?? undefined);
     if (!parsed.success) return this.fail(reply, ApiError.fromZod(parsed.error));
     const runtime = this.handle.runtime;
     if (!runtime) return this.fail(reply, new ApiError(503, 'server_error', this.handle.unavailable ?? 'no inference backend', 'backend_unavailable'));
