@@ -1,6 +1,5 @@
 import type { GenerateRequest, GenerateResponse } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
-import { linkAbort } from '@anvil/service-kit';
 import { BackendRequestError, type FinishReason, type TopLogprobs } from '../backends/backend';
 import type { InferenceMetrics } from '../metrics';
 import type { HealthMonitor } from '../routing/health-monitor';
@@ -9,6 +8,7 @@ import { NoReplicaAvailableError, type Router } from '../routing/router';
 import type { AdmissionGate } from '../weights/admission-gate';
 import type { PolicyVersionState } from '../weights/policy-version';
 import type { ActiveAttempt, ActiveAttempts } from './active-attempts';
+import { RequestStop } from './request-stop';
 
 export interface StampedChunk {
   ids: number[];
@@ -53,10 +53,22 @@ export class GenerationService {
     private readonly options: GenerationServiceOptions,
   ) {}
 
-  async generate(req: GenerateRequest, opts: { signal?: AbortSignal; onChunk?: (chunk: StampedChunk) => void } = {}): Promise<GenerateResponse> {
+  /**
+   * `signal` or `stop` (the caller's own switch, cheaper than a signal: no AbortController or
+   * listener) abort the generation; either way it resolves with the tokens so far, finishReason
+   * 'abort'.
+   */
+  async generate(req: GenerateRequest, opts: { signal?: AbortSignal; stop?: RequestStop; onChunk?: (chunk: StampedChunk) => void } = {}): Promise<GenerateResponse> {
     if (this.shuttingDown) throw new ServiceShuttingDownError('the inference-proxy is shutting down');
-    const stopLink = linkAbort([opts.signal, this.shutdownSignal.signal], this.options.requestTimeoutMs);
-    const stop = stopLink.signal;
+    // The caller, shutdown and the deadline stop the request (see RequestStop for why this is
+    // not linkAbort): at most one listener (on the caller's signal), none on a shared signal.
+    const stop = opts.stop ?? new RequestStop();
+    stop.arm(this.options.requestTimeoutMs);
+    const clientSignal = opts.signal;
+    const onClientAbort = () => stop.abort();
+    if (clientSignal?.aborted) stop.abort();
+    else clientSignal?.addEventListener('abort', onClientAbort, { once: true });
+    this.running.add(stop);
     const ids: number[] = [];
     const logprobs: number[] = [];
     const versions: number[] = [];
@@ -83,7 +95,7 @@ export class GenerationService {
         // that closes the gate either sees this attempt as active or makes it wait.
         while (!this.gate.isOpen) {
           try {
-            await this.gate.wait(stop);
+            await this.gate.wait(stop.signal);
           } catch {
             return finish('abort');
           }
@@ -99,13 +111,14 @@ export class GenerationService {
           throw err;
         }
         const version = this.versions.current;
-        const interrupt = new AbortController();
+        // Aborted by the request stopping or by a weight swap interrupting this attempt.
+        const attemptAbort = stop.beginAttempt();
         let interrupted = false;
         const attempt: ActiveAttempt = {
           replicaId: replica.id,
           interruptForSwap: () => {
             interrupted = true;
-            interrupt.abort();
+            attemptAbort.abort();
           },
         };
         this.active.add(attempt);
@@ -115,7 +128,6 @@ export class GenerationService {
         const producedBefore = ids.length;
         const prompt = producedBefore ? [...req.promptIds, ...ids] : req.promptIds;
         let result;
-        const attemptLink = linkAbort([stop, interrupt.signal]);
         try {
           result = await replica.backend.generate(
             {
@@ -124,7 +136,7 @@ export class GenerationService {
               sampling: { maxTokens: remaining, temperature: req.temperature, topP: req.topP, topK: req.topK, seed: req.seed, stopIds: req.stopIds, topLogprobs: req.topLogprobs },
             },
             {
-              signal: attemptLink.signal,
+              signal: attemptAbort.signal,
               onTokens: (chunk) => {
                 if (firstTokenMs === null && chunk.ids.length > 0) firstTokenMs = Math.round((performance.now() - startedAt) * 1000) / 1000;
                 const stamped = chunk.ids.map(() => version);
@@ -155,7 +167,7 @@ export class GenerationService {
           }
           continue;
         } finally {
-          attemptLink.dispose();
+          stop.endAttempt(attemptAbort);
           this.active.remove(attempt);
           this.metrics.inFlight.dec({ replica: replica.id });
         }
@@ -175,11 +187,14 @@ export class GenerationService {
       this.metrics.requests.inc({ outcome: 'error' });
       throw err;
     } finally {
-      stopLink.dispose();
+      stop.dispose();
+      clientSignal?.removeEventListener('abort', onClientAbort);
+      this.running.delete(stop);
     }
   }
 
-  private readonly shutdownSignal = new AbortController();
+  /** The stop switches of the generations running now, for shutdown to abort. */
+  private readonly running = new Set<RequestStop>();
 
   /**
    * Graceful shutdown: refuse new generations, let running ones finish within `graceMs`, then
@@ -191,7 +206,7 @@ export class GenerationService {
     const drained = await this.active.whenIdle(graceMs);
     if (!drained) {
       this.logger.warn('shutdown: aborting generations still running', { count: this.active.count });
-      this.shutdownSignal.abort();
+      for (const stop of this.running) stop.abort();
       await this.active.whenIdle(5_000);
     }
   }

@@ -4,6 +4,7 @@ import type { GenerateStreamLine } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
 import { LOGGER } from '@anvil/service-kit';
 import type { RuntimeHandle } from '../runtime.provider';
+import { RequestStop } from '../generation/request-stop';
 import { INFERENCE_RUNTIME } from '../tokens';
 import { ApiError } from './api-error';
 import { parseGenerateRequest } from './generate-request';
@@ -31,16 +32,20 @@ export class GenerateController {
     if (!runtime) return this.fail(reply, new ApiError(503, 'server_error', this.handle.unavailable ?? 'no inference backend', 'backend_unavailable'));
     const req = parsed.data;
 
-    // The response's socket closing before we finished = the client went away.
-    const disconnect = new AbortController();
+    // The response's socket closing before we finished = the client went away: stop the
+    // generation (a RequestStop, not an AbortController: see request-stop.ts).
+    const stop = new RequestStop();
+    let clientGone = false;
     reply.raw.on('close', () => {
-      if (!reply.raw.writableFinished) disconnect.abort();
+      if (reply.raw.writableFinished) return;
+      clientGone = true;
+      stop.abort();
     });
 
     if (!req.stream) {
       try {
-        const response = await runtime.generation.generate(req, { signal: disconnect.signal });
-        if (!disconnect.signal.aborted) await reply.status(200).send(response);
+        const response = await runtime.generation.generate(req, { stop });
+        if (!clientGone) await reply.status(200).send(response);
       } catch (err) {
         this.fail(reply, ApiError.from(err));
       }
@@ -61,7 +66,7 @@ export class GenerateController {
     };
     try {
       const response = await runtime.generation.generate(req, {
-        signal: disconnect.signal,
+        stop,
         onChunk: (c) => write({ type: 'tokens', ids: c.ids, logprobs: c.logprobs, versions: c.versions, ...(c.topLogprobs ? { topLogprobs: c.topLogprobs } : {}) }),
       });
       write({ type: 'done', response });
