@@ -6,6 +6,7 @@ import { sampleLlmCallEvent, TOPICS, type AnyEventEnvelope, type EventEnvelope }
 import { createBus, stderrLogger, type KafkaConsumerTuning, type MessageBus } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
 import { waitFor } from '@anvil/testing';
+import { CaptureStore, storedCapture, type CaptureState } from '../../apps/gateway/src/capture/capture-store';
 import { OutboxRelay } from '../../apps/gateway/src/capture/outbox-relay';
 import { RecordCommitter, type CommitRequest } from '../../apps/gateway/src/capture/record-committer';
 import { SqlClient } from '../../apps/gateway/src/db/sql-client';
@@ -73,7 +74,7 @@ const request = (sessionId: string, n: number): CommitRequest => ({
   }),
 });
 
-const outboxCount = async () => Number(((await ds.query(`SELECT count(*) AS "n" FROM "gateway_outbox"`)) as { n: string }[])[0].n);
+const outboxCount = async (sessionId: string) => Number(((await ds.query(`SELECT count(*) AS "n" FROM "gateway_outbox" WHERE "session_id" = $1`, [sessionId])) as { n: string }[])[0].n);
 
 async function consumeRecords(group: string, into: EventEnvelope<'llm_call.recorded'>[]) {
   return openBus().subscribe({ group, topics: [TOPICS.llmCalls], fromBeginning: true, handler: async (e: AnyEventEnvelope) => void (e.type === 'llm_call.recorded' && into.push(e)) });
@@ -90,8 +91,46 @@ describe('gateway outbox (real PostgreSQL and Kafka)', () => {
     const sub = await consumeRecords('outbox-fast', got);
     await waitFor('three records', async () => (got.filter((e) => e.payload.sessionId === 's-fast').length >= 3 ? true : undefined), 30_000);
     expect(got.filter((e) => e.payload.sessionId === 's-fast').map((e) => e.payload.turnIndex)).toEqual([0, 1, 2]);
-    await waitFor('rows deleted', async () => ((await outboxCount()) === 0 ? true : undefined), 5_000);
+    await waitFor('rows deleted', async () => ((await outboxCount('s-fast')) === 0 ? true : undefined), 5_000);
     expect(await relay.drain(1_000)).toBe(true);
+    await sub.stop();
+  });
+
+  it('rebuilds the prompts of captured calls (stored as deltas) when a sweeper publishes them', async () => {
+    await openSession('s-delta');
+    const hung: MessageBus = { ...openBus(), publish: () => new Promise<void>(() => undefined) } as MessageBus;
+    const dying = new RecordCommitter(sql, new OutboxRelay(sql, hung));
+    // Two chat turns: the second extends the first, so its capture row is a delta of it.
+    const [first, second] = [request('s-delta', 1), request('s-delta', 1)];
+    const e1 = first.records[0];
+    const e2 = second.records[0];
+    const state = (e: EventEnvelope<'llm_call.recorded'>, parentCallId: string | null): CaptureState => ({
+      callId: e.id, sessionId: 's-delta', branchId: 'b', parentCallId, turnIndex: 0, replyFingerprint: `fp-${e.id}`, messages: [{ role: 'user', content: e.id }],
+      assistantMessage: { role: 'assistant', content: 'ok' }, tools: null, templateExtra: {}, promptIds: Array.from(e.payload.promptIds), outputIds: Array.from(e.payload.outputIds),
+    });
+    const s1 = state(e1, null);
+    e2.payload.promptIds = Int32Array.from([...e1.payload.promptIds, ...e1.payload.outputIds, 7, 8, 9]);
+    e2.payload.reusedPromptTokens = e1.payload.promptIds.length + e1.payload.outputIds.length;
+    e2.payload.parentCallId = e1.id;
+    const s2 = state(e2, e1.id);
+    (first as { captures: CommitRequest['captures'] }).captures = [{ turn: 0, row: storedCapture(s1, null) }];
+    (second as { captures: CommitRequest['captures'] }).captures = [{ turn: 0, row: storedCapture(s2, s1) }];
+    expect(second.captures[0].row.promptPrefixTokens).toBe(e2.payload.reusedPromptTokens);
+    await dying.commit(first);
+    await dying.commit(second);
+    const stored = (await ds.query(`SELECT "event_id", "prompt_from_capture", length("frame") AS "bytes" FROM "gateway_outbox" WHERE "session_id" = 's-delta' ORDER BY "turn_index"`)) as { prompt_from_capture: boolean; bytes: number }[];
+    expect(stored.map((r) => r.prompt_from_capture)).toEqual([true, true]);
+
+    const got: EventEnvelope<'llm_call.recorded'>[] = [];
+    const sub = await consumeRecords('outbox-delta', got);
+    const fresh = new CaptureStore(sql); // another gateway: nothing cached, the chain is read back
+    const survivor = new OutboxRelay(sql, openBus(), { staleAfterMs: 0, promptOf: (id) => fresh.promptIdsOf(id) });
+    expect(await survivor.sweep()).toBe(2);
+    await waitFor('two records', async () => (got.filter((e) => e.payload.sessionId === 's-delta').length >= 2 ? true : undefined), 30_000);
+    const mine = got.filter((e) => e.payload.sessionId === 's-delta');
+    expect(mine.map((e) => Array.from(e.payload.promptIds))).toEqual([Array.from(e1.payload.promptIds), Array.from(e2.payload.promptIds)]);
+    expect(mine.map((e) => e.payload.reusedPromptTokens)).toEqual([e1.payload.reusedPromptTokens, e2.payload.reusedPromptTokens]);
+    expect(mine.map((e) => e.payload.turnIndex)).toEqual([0, 1]);
     await sub.stop();
   });
 
@@ -103,13 +142,13 @@ describe('gateway outbox (real PostgreSQL and Kafka)', () => {
     const sent = [request('s-crash', 1), request('s-crash', 3)];
     expect(await dying.commit(sent[0])).toEqual({ firstTurn: 0 });
     expect(await dying.commit(sent[1])).toEqual({ firstTurn: 1 });
-    expect(await outboxCount()).toBe(4);
+    expect(await outboxCount('s-crash')).toBe(4);
 
     const got: EventEnvelope<'llm_call.recorded'>[] = [];
     const sub = await consumeRecords('outbox-crash', got);
     const survivor = new OutboxRelay(sql, openBus(), { staleAfterMs: 0 });
     expect(await survivor.sweep()).toBe(4);
-    expect(await outboxCount()).toBe(0);
+    expect(await outboxCount('s-crash')).toBe(0);
     await waitFor('four records', async () => (got.filter((e) => e.payload.sessionId === 's-crash').length >= 4 ? true : undefined), 30_000);
     await new Promise((r) => setTimeout(r, 500));
     const mine = got.filter((e) => e.payload.sessionId === 's-crash');

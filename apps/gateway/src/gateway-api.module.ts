@@ -27,7 +27,7 @@ import { SCHEMA_GATE, SchemaGate } from './sessions/schema-gate';
 import { SessionLookups } from './sessions/session-lookups';
 import { SessionStore } from './sessions/session-store';
 import { StalenessGate } from './sessions/staleness-gate';
-import { CALL_SERVICE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT, INFERENCE_CLIENT, MODEL_REGISTRY, OUTBOX_RELAY, POLICY_VERSIONS, SESSION_AUTH, SESSION_STORE, SQL_CLIENT } from './tokens';
+import { CALL_SERVICE, CAPTURE_STORE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT, INFERENCE_CLIENT, MODEL_REGISTRY, OUTBOX_RELAY, POLICY_VERSIONS, SESSION_AUTH, SESSION_STORE, SQL_CLIENT } from './tokens';
 
 /**
  * The gateway's own providers and controllers, on top of whatever supplies EVENT_BUS,
@@ -51,11 +51,13 @@ export class GatewayApiModule {
         { provide: SESSION_STORE, inject: [DATA_SOURCE, SQL_CLIENT], useFactory: (ds: DataSource, sql: SqlClient) => new SessionStore(ds, sql) },
         { provide: SESSION_AUTH, inject: [SESSION_STORE, SQL_CLIENT], useFactory: (s: SessionStore, sql: SqlClient) => new SessionAuthenticator(s, new SessionLookups(sql)) },
         { provide: POLICY_VERSIONS, inject: [DATA_SOURCE], useFactory: (ds: DataSource) => new PolicyVersionStore(ds, config.INITIAL_POLICY_VERSION) },
+        { provide: CAPTURE_STORE, inject: [SQL_CLIENT], useFactory: (sql: SqlClient) => new CaptureStore(sql) },
         {
           provide: OUTBOX_RELAY,
-          inject: [SQL_CLIENT, EVENT_BUS, SCHEMA_GATE, GATEWAY_METRICS, LOGGER],
-          useFactory: (sql: SqlClient, bus: MessageBus, schema: SchemaGate, metrics: GatewayMetrics, logger: Logger) =>
+          inject: [SQL_CLIENT, EVENT_BUS, CAPTURE_STORE, SCHEMA_GATE, GATEWAY_METRICS, LOGGER],
+          useFactory: (sql: SqlClient, bus: MessageBus, captures: CaptureStore, schema: SchemaGate, metrics: GatewayMetrics, logger: Logger) =>
             new OutboxRelay(sql, bus, {
+              promptOf: (callId) => captures.promptIdsOf(callId),
               isReady: () => schema.isReady,
               onPublished: (n, via) => metrics.outboxPublished.inc({ via }, n),
               onBacklog: (n) => metrics.outboxBacklog.set(n),
@@ -64,9 +66,8 @@ export class GatewayApiModule {
         },
         {
           provide: CALL_SERVICE,
-          inject: [DATA_SOURCE, SQL_CLIENT, OUTBOX_RELAY, SESSION_STORE, POLICY_VERSIONS, INFERENCE_CLIENT, MODEL_REGISTRY, GATEWAY_METRICS, LOGGER],
-          useFactory: (ds: DataSource, sql: SqlClient, relay: OutboxRelay, sessions: SessionStore, versions: PolicyVersionStore, client: InferenceProxyClient, registry: ModelRegistry, metrics: GatewayMetrics, logger: Logger) => {
-            const captures = new CaptureStore(sql);
+          inject: [DATA_SOURCE, SQL_CLIENT, OUTBOX_RELAY, CAPTURE_STORE, SESSION_STORE, POLICY_VERSIONS, INFERENCE_CLIENT, MODEL_REGISTRY, GATEWAY_METRICS, LOGGER],
+          useFactory: (ds: DataSource, sql: SqlClient, relay: OutboxRelay, captures: CaptureStore, sessions: SessionStore, versions: PolicyVersionStore, client: InferenceProxyClient, registry: ModelRegistry, metrics: GatewayMetrics, logger: Logger) => {
             const committer = new RecordCommitter(sql, relay);
             return new CallService({
               config,

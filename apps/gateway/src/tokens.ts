@@ -10,3 +10,4 @@ export const IN_FLIGHT = Symbol('IN_FLIGHT');
 export const POLICY_VERSIONS = Symbol('POLICY_VERSIONS');
 export const SQL_CLIENT = Symbol('SQL_CLIENT');
 export const OUTBOX_RELAY = Symbol('OUTBOX_RELAY');
+export const CAPTURE_STORE = Symbol('CAPTURE_STORE');

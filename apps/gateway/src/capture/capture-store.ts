@@ -165,6 +165,14 @@ export class CaptureStore {
     if (callIds.length) await this.sql.query('gw_capture_forget', `DELETE FROM "gateway_calls" WHERE "id" = ANY($1::varchar[])`, [callIds]);
   }
 
+  /** The prompt ids of an answered call (rebuilt from its capture chain); null when its row or chain is gone. */
+  async promptIdsOf(callId: string): Promise<readonly number[] | null> {
+    const cached = this.cache.get(callId);
+    if (cached) return cached.promptIds;
+    const [row] = await this.sql.query<CaptureRow>('gw_capture_by_id', `SELECT ${CAPTURE_COLUMNS} FROM "gateway_calls" WHERE "id" = $1`, [callId]);
+    return row ? ((await this.resolve(row))?.promptIds ?? null) : null;
+  }
+
   /**
    * The answered call whose (messages + reply) fingerprint is the longest prefix of a request's
    * message fingerprints (`prefixFingerprints[k]` = first k messages), or null. Among equal

@@ -14,6 +14,8 @@ export interface OutboxRelayOptions {
   sweepIntervalMs?: number;
   /** A row this old is nobody's in-memory work any more (its gateway died, or it was restarted). */
   staleAfterMs?: number;
+  /** The prompt ids of a call from its capture row (rows stored with prompt_from_capture); null when it cannot be rebuilt. */
+  promptOf?: (callId: string) => Promise<readonly number[] | null>;
   /** false while the schema is not migrated yet (the sweeper waits). */
   isReady?: () => boolean;
   onPublished?: (count: number, via: 'direct' | 'sweep') => void;
@@ -25,9 +27,11 @@ interface OutboxRow {
   event_id: string;
   turn_index: number;
   frame: Buffer;
+  prompt_from_capture: boolean;
+  reused_prompt_tokens: number;
 }
 
-const STALE_SQL = `SELECT "event_id", "turn_index", "frame" FROM "gateway_outbox"
+const STALE_SQL = `SELECT "event_id", "turn_index", "frame", "prompt_from_capture", "reused_prompt_tokens" FROM "gateway_outbox"
   WHERE "created_at" < now() - make_interval(secs => $1::float8)
   ORDER BY "created_at", "session_id", "turn_index" LIMIT $2`;
 
@@ -192,9 +196,10 @@ export class OutboxRelay {
       for (const r of rows) {
         if (mine.has(r.event_id) || skip.has(r.event_id)) continue;
         try {
-          events.push(withTurn(decodeEvent(r.frame), Number(r.turn_index)));
+          events.push(await this.rebuild(r));
         } catch (err) {
-          // Unreadable by this version (e.g. a contract version it no longer supports): kept for an operator, not retried here.
+          // Unreadable by this version (e.g. a contract version it no longer supports), or its
+          // capture row is gone: kept for an operator, not retried by this sweep.
           skip.add(r.event_id);
           this.opts.warn?.('outbox row cannot be decoded; left in place', { eventId: r.event_id, err });
         }
@@ -207,11 +212,22 @@ export class OutboxRelay {
       if (rows.length < limit + skip.size) return total;
     }
   }
-}
 
-/** The stored frame carries the turn relative to its request; the row holds the reserved absolute turn. */
-function withTurn(event: EventEnvelope, turnIndex: number): EventEnvelope {
-  if (event.type !== 'llm_call.recorded') return event;
-  const e = event as EventEnvelope<'llm_call.recorded'>;
-  return { ...e, payload: { ...e.payload, turnIndex } };
+  /**
+   * The event a row stores: its frame carries the turn relative to its request (the row holds
+   * the reserved absolute turn) and, with prompt_from_capture, no prompt ids (rebuilt from the
+   * call's capture chain, see the migration).
+   */
+  private async rebuild(r: OutboxRow): Promise<EventEnvelope> {
+    const event = decodeEvent(r.frame);
+    if (event.type !== 'llm_call.recorded') return event;
+    const payload = { ...event.payload, turnIndex: Number(r.turn_index) };
+    if (r.prompt_from_capture) {
+      const prompt = await this.opts.promptOf?.(r.event_id);
+      if (!prompt) throw new Error(`the prompt of ${r.event_id} cannot be rebuilt from its capture row`);
+      payload.promptIds = Int32Array.from(prompt);
+      payload.reusedPromptTokens = Number(r.reused_prompt_tokens);
+    }
+    return { ...event, payload };
+  }
 }

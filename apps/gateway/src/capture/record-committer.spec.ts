@@ -11,6 +11,8 @@ interface OutboxRow {
   session_id: string;
   turn_index: number;
   frame: Buffer;
+  prompt_from_capture: boolean;
+  reused_prompt_tokens: number;
   created_at: number;
 }
 
@@ -47,10 +49,10 @@ class FakeSql {
       first.set(id, before);
       return [{ id, first_turn: before } as R];
     });
-    const [eventIds, sessions, ks, frames, deleted] = values.slice(17) as [string[], string[], number[], Buffer[], string[]];
+    const [eventIds, sessions, ks, frames, fromCapture, reused, deleted] = values.slice(17) as [string[], string[], number[], Buffer[], boolean[], number[], string[]];
     eventIds.forEach((id, i) => {
       const f = first.get(sessions[i]);
-      if (f !== undefined) this.outbox.set(id, { event_id: id, session_id: sessions[i], turn_index: f + ks[i], frame: frames[i], created_at: Date.now() });
+      if (f !== undefined) this.outbox.set(id, { event_id: id, session_id: sessions[i], turn_index: f + ks[i], frame: frames[i], prompt_from_capture: fromCapture[i], reused_prompt_tokens: reused[i], created_at: Date.now() });
     });
     for (const id of deleted) this.outbox.delete(id);
     return out;
@@ -145,7 +147,7 @@ describe('RecordCommitter (group commit through the outbox)', () => {
     expect(sql.outbox.has('a')).toBe(true); // deleted with the next write, not by a statement of its own
     expect(await committer.commit(request('s1', ['b']))).toEqual({ firstTurn: 1 });
     const last = sql.statements.filter((s) => s.name === 'gw_commit_calls').at(-1);
-    expect(last?.values[21]).toEqual(['a']);
+    expect(last?.values[23]).toEqual(['a']);
     expect(sql.outbox.has('a')).toBe(false);
     expect(sql.statements.some((s) => s.name === 'gw_outbox_delete')).toBe(false);
   });
@@ -200,17 +202,44 @@ describe('RecordCommitter (group commit through the outbox)', () => {
 
 describe('OutboxRelay sweeper', () => {
   const stale = (sql: FakeSql, id: string, turn: number, session = 's9') => {
-    sql.outbox.set(id, { event_id: id, session_id: session, turn_index: turn, frame: encodeEvent(record(id, 0)), created_at: Date.now() - 60_000 });
+    sql.outbox.set(id, { event_id: id, session_id: session, turn_index: turn, frame: encodeEvent(record(id, 0)), prompt_from_capture: false, reused_prompt_tokens: 0, created_at: Date.now() - 60_000 });
   };
 
   it('publishes rows a stopped gateway left behind, with their reserved turns, then deletes them', async () => {
     const { sql, bus, relay } = setup();
     stale(sql, 'p', 4);
     stale(sql, 'q', 5);
-    sql.outbox.set('young', { event_id: 'young', session_id: 's9', turn_index: 6, frame: encodeEvent(record('young', 0)), created_at: Date.now() });
+    sql.outbox.set('young', { event_id: 'young', session_id: 's9', turn_index: 6, frame: encodeEvent(record('young', 0)), prompt_from_capture: false, reused_prompt_tokens: 0, created_at: Date.now() });
     expect(await relay.sweep()).toBe(2);
     expect(bus.turns()).toEqual(['p@4', 'q@5']);
     expect([...sql.outbox.keys()]).toEqual(['young']);
+  });
+
+  it('stores a captured call without its prompt, and the sweeper rebuilds it from the capture row', async () => {
+    const prompts = new Map<string, readonly number[]>();
+    const { sql, bus } = setup({ staleAfterMs: 0 });
+    const hung = { publish: () => new Promise<void>(() => undefined) } as unknown as MessageBus;
+    const dying = new RecordCommitter(sql as unknown as SqlClient, new OutboxRelay(sql as unknown as SqlClient, hung));
+    const req = request('s1', ['c1', 'c2']);
+    req.records.forEach((e) => {
+      e.payload.reusedPromptTokens = 3;
+      prompts.set(e.id, Array.from(e.payload.promptIds));
+    });
+    const noCapture = request('s1', ['plain']);
+    (noCapture as { captures: CommitRequest['captures'] }).captures = [];
+    await dying.commit(req);
+    await dying.commit(noCapture);
+    const rows = [...sql.outbox.values()];
+    expect(rows.map((r) => [r.event_id, r.prompt_from_capture, r.reused_prompt_tokens])).toEqual([['c1', true, 3], ['c2', true, 3], ['plain', false, 0]]);
+    expect(rows.map((r) => (decodeEvent(r.frame) as EventEnvelope<'llm_call.recorded'>).payload.promptIds.length)).toEqual([0, 0, 4]);
+    const sweeper = new OutboxRelay(sql as unknown as SqlClient, bus as unknown as MessageBus, { staleAfterMs: 0, promptOf: async (id) => prompts.get(id) ?? null });
+    expect(await sweeper.sweep()).toBe(3);
+    const out = bus.publishes.flat() as EventEnvelope<'llm_call.recorded'>[];
+    expect(out.map((e) => [e.id, e.payload.turnIndex, Array.from(e.payload.promptIds), e.payload.reusedPromptTokens])).toEqual([
+      ['c1', 0, prompts.get('c1'), 3],
+      ['c2', 1, prompts.get('c2'), 3],
+      ['plain', 2, Array.from(noCapture.records[0].payload.promptIds), 0],
+    ]);
   });
 
   it('leaves rows this gateway is still publishing to it, and an undecodable row in place', async () => {
@@ -218,7 +247,7 @@ describe('OutboxRelay sweeper', () => {
     const { sql, bus, relay, committer } = setup({ staleAfterMs: 0, warn: (m) => warnings.push(m) });
     bus.fail = true;
     await committer.commit(request('s1', ['mine']));
-    sql.outbox.set('junk', { event_id: 'junk', session_id: 's9', turn_index: 0, frame: Buffer.from('not a frame'), created_at: Date.now() - 60_000 });
+    sql.outbox.set('junk', { event_id: 'junk', session_id: 's9', turn_index: 0, frame: Buffer.from('not a frame'), prompt_from_capture: false, reused_prompt_tokens: 0, created_at: Date.now() - 60_000 });
     bus.fail = false;
     bus.hold = true; // the relay's own publish of `mine` is in flight while the sweep runs
     await new Promise((r) => setTimeout(r, 30));

@@ -108,10 +108,9 @@ export class RecordCommitter {
       sessions.set(p.req.sessionId, s);
     }
     const rows = batch.flatMap((p) => p.req.captures.map((c) => ({ k: p.offset + c.turn, row: c.row })));
-    let outbox: { id: string; sessionId: string; k: number; frame: Buffer }[];
+    let outbox: OutboxEntry[];
     try {
-      // Encoding validates each event: one the bus would refuse must not be answered either.
-      outbox = batch.flatMap((p) => p.req.records.map((e) => ({ id: e.id, sessionId: p.req.sessionId, k: p.offset + e.payload.turnIndex, frame: encodeEvent(e) })));
+      outbox = batch.flatMap((p) => outboxEntries(p.req, p.offset));
     } catch (err) {
       const e = new RecordNotDurableError(`the call's record is invalid: ${(err as Error).message}`, { cause: err });
       for (const p of batch) p.reject(e);
@@ -142,6 +141,8 @@ export class RecordCommitter {
         outbox.map((o) => o.sessionId),
         outbox.map((o) => o.k),
         outbox.map((o) => o.frame),
+        outbox.map((o) => o.promptFromCapture),
+        outbox.map((o) => o.reusedPromptTokens),
         published,
       ]);
     } catch (err) {
@@ -170,11 +171,37 @@ export class RecordCommitter {
   }
 }
 
+interface OutboxEntry {
+  id: string;
+  sessionId: string;
+  k: number;
+  frame: Buffer;
+  promptFromCapture: boolean;
+  reusedPromptTokens: number;
+}
+
+/**
+ * A request's outbox rows. A call with a capture row (every chat call) stores its event without
+ * the prompt ids, which that row already holds as a delta of its parent (see the migration:
+ * whole prompts here would grow with the square of a session's length). Encoding validates
+ * each event: one the bus would refuse must not be answered either.
+ */
+function outboxEntries(req: CommitRequest, offset: number): OutboxEntry[] {
+  const captured = new Set(req.captures.map((c) => c.row.callId));
+  return req.records.map((e) => {
+    const promptFromCapture = captured.has(e.id);
+    const stored = promptFromCapture ? { ...e, payload: { ...e.payload, promptIds: EMPTY_PROMPT, reusedPromptTokens: 0 } } : e;
+    return { id: e.id, sessionId: req.sessionId, k: offset + e.payload.turnIndex, frame: encodeEvent(stored), promptFromCapture, reusedPromptTokens: e.payload.reusedPromptTokens };
+  });
+}
+
+const EMPTY_PROMPT = new Int32Array(0);
+
 /**
  * Reserves turns for each session of the batch (v: session, calls, new branches; an UPDATE
  * only of open sessions), inserts the capture rows and outbox events of the sessions it
  * reserved for (a row of a closed session finds no `r` and is dropped), numbering each
- * first_turn + k, and deletes the outbox rows of published events ($22). Data-modifying CTEs
+ * first_turn + k, and deletes the outbox rows of published events ($24). Data-modifying CTEs
  * run whether or not the final SELECT reads them.
  */
 const COMMIT_SQL = `WITH "v" AS (
@@ -192,11 +219,11 @@ const COMMIT_SQL = `WITH "v" AS (
       AS c("id", "session_id", "branch_id", "parent_call_id", "k", "fp", "mj", "am", "tj", "ej", "pi", "oi", "ppt", "mpc")
     JOIN "r" ON r."id" = c."session_id"
   ), "ob" AS (
-    INSERT INTO "gateway_outbox" ("event_id", "session_id", "turn_index", "frame")
-    SELECT o."id", o."session_id", r."first_turn" + o."k", o."frame"
-    FROM unnest($18::varchar[], $19::varchar[], $20::int[], $21::bytea[]) AS o("id", "session_id", "k", "frame")
+    INSERT INTO "gateway_outbox" ("event_id", "session_id", "turn_index", "frame", "prompt_from_capture", "reused_prompt_tokens")
+    SELECT o."id", o."session_id", r."first_turn" + o."k", o."frame", o."pfc", o."rpt"
+    FROM unnest($18::varchar[], $19::varchar[], $20::int[], $21::bytea[], $22::bool[], $23::int[]) AS o("id", "session_id", "k", "frame", "pfc", "rpt")
     JOIN "r" ON r."id" = o."session_id"
   ), "del" AS (
-    DELETE FROM "gateway_outbox" WHERE "event_id" = ANY($22::varchar[])
+    DELETE FROM "gateway_outbox" WHERE "event_id" = ANY($24::varchar[])
   )
   SELECT "id", "first_turn" FROM "r"`;

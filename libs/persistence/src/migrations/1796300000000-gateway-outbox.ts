@@ -10,6 +10,11 @@ import type { MigrationInterface, QueryRunner } from 'typeorm';
  *  - `frame`: the event as the bus stores it (ANV1), with `turnIndex` relative to the request's
  *    first turn; `turn_index` is the absolute turn the statement reserved (set into the event
  *    when a sweeper publishes it).
+ *  - `prompt_from_capture`: the frame's prompt ids are left out (and its reusedPromptTokens is
+ *    0, kept in `reused_prompt_tokens`) because the call's gateway_calls row, written by the
+ *    same statement, holds them as a delta of its parent. Storing every call's whole prompt
+ *    here would make a long session write the square of its length to the WAL, which the
+ *    delta capture rows exist to avoid; a sweeper rebuilds the prompt from the capture chain.
  *  - Rows live seconds, so `frame` is stored uncompressed (STORAGE EXTERNAL): compressing
  *    token arrays costs PostgreSQL CPU for bytes that are deleted moments later.
  * Raw SQL only (apps/gateway/src/capture): no TypeORM entity, so the schema builder ignores it.
@@ -23,6 +28,8 @@ export class GatewayOutbox1796300000000 implements MigrationInterface {
       "session_id" character varying(128) NOT NULL,
       "turn_index" integer NOT NULL,
       "frame" bytea NOT NULL,
+      "prompt_from_capture" boolean NOT NULL DEFAULT false,
+      "reused_prompt_tokens" integer NOT NULL DEFAULT 0,
       "created_at" TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
       CONSTRAINT "pk_gateway_outbox" PRIMARY KEY ("event_id"))`);
     await queryRunner.query(`ALTER TABLE "gateway_outbox" ALTER COLUMN "frame" SET STORAGE EXTERNAL`);
