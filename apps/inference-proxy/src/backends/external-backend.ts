@@ -9,7 +9,7 @@ import {
   type LoadWeightsRequest,
   type TopLogprobs,
 } from './backend';
-import { openStream, sseData, trimSlash } from './http-stream';
+import { openStream, readSse, trimSlash } from './http-stream';
 
 export interface ExternalBackendOptions {
   /** Base URL of the engine's HTTP server, e.g. http://10.0.0.5:8000 */
@@ -28,6 +28,14 @@ export interface StreamStep {
   topLogprobs?: TopLogprobs[];
   finishReason?: FinishReason;
   cachedPromptTokens?: number;
+}
+
+/** Per-request parsing state. */
+export interface StreamState {
+  /** Tokens received so far. */
+  received: number;
+  /** The request asked for top logprobs (k > 0). */
+  readonly wantTop: boolean;
 }
 
 /**
@@ -57,8 +65,11 @@ export abstract class ExternalBackend implements InferenceBackend {
 
   protected abstract streamPath: string;
   protected abstract requestBody(req: BackendGenerateRequest): unknown;
-  /** Parses one `data:` payload; `state` is per request (for cumulative formats). */
-  protected abstract parseEvent(data: unknown, state: { received: number }): StreamStep;
+  /**
+   * Parses one `data:` payload; `state` is per request (`received` for cumulative formats;
+   * `wantTop`: whether the request asked for alternatives, so they need not be parsed otherwise).
+   */
+  protected abstract parseEvent(data: unknown, state: StreamState): StreamStep;
   /** Called (fire-and-forget) after the connection of an aborted request was closed. */
   protected onAbort(_requestId: string): Promise<void> {
     return Promise.resolve();
@@ -82,30 +93,30 @@ export abstract class ExternalBackend implements InferenceBackend {
     this.running.set(req.requestId, controller);
     try {
       const body = await openStream(this.id, `${this.baseUrl}${this.streamPath}`, this.requestBody(req), controller.signal);
-      const state = { received: 0 };
+      const state: StreamState = { received: 0, wantTop };
       let finishReason: FinishReason | undefined;
       // Read to the end of the response even after [DONE] (the server ends it there): leaving a
       // body early destroys it, which costs an error object and the keep-alive connection.
       let done = false;
-      for await (const data of sseData(body)) {
+      await readSse(body, (data) => {
         if (done || data === '[DONE]') {
           done = true;
-          continue;
+          return;
         }
         const step = this.parseEvent(JSON.parse(data), state);
         if (step.cachedPromptTokens !== undefined) cachedPromptTokens = step.cachedPromptTokens;
         if (step.ids.length) {
           state.received += step.ids.length;
-          outputIds.push(...step.ids);
-          logprobs.push(...step.logprobs);
+          pushAll(outputIds, step.ids);
+          pushAll(logprobs, step.logprobs);
           if (wantTop) {
             if (step.topLogprobs?.length !== step.ids.length) throw new BackendUnavailableError(this.id, `asked for top logprobs, got ${step.topLogprobs?.length ?? 0} entries for ${step.ids.length} tokens`);
-            topLogprobs.push(...step.topLogprobs);
+            pushAll(topLogprobs, step.topLogprobs);
           }
-          opts.onTokens?.({ ids: step.ids, logprobs: step.logprobs, ...(wantTop ? { topLogprobs: step.topLogprobs } : {}) });
+          opts.onTokens?.(wantTop ? { ids: step.ids, logprobs: step.logprobs, topLogprobs: step.topLogprobs } : { ids: step.ids, logprobs: step.logprobs });
         }
         if (step.finishReason) finishReason = step.finishReason;
-      }
+      });
       if (!finishReason) throw new BackendUnavailableError(this.id, `stream ended after ${outputIds.length} tokens without a finish reason`);
       return result(finishReason);
     } catch (err) {
@@ -134,4 +145,9 @@ export abstract class ExternalBackend implements InferenceBackend {
       return { ok: false, detail: `GET ${path} failed: ${(err as Error).message}` };
     }
   }
+}
+
+/** Appends `items` without spreading them into arguments (a chunk is usually one token). */
+function pushAll<T>(target: T[], items: readonly T[]): void {
+  for (let i = 0; i < items.length; i++) target.push(items[i]);
 }

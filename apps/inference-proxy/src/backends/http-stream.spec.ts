@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { sseData } from './http-stream';
+import { Readable } from 'node:stream';
+import { readSse, SseParser, sseData } from './http-stream';
 
 const stream = (...parts: string[]) =>
   new ReadableStream<Uint8Array>({
@@ -14,6 +15,61 @@ describe('sseData', () => {
     const out: string[] = [];
     for await (const d of sseData(stream(': keep-alive\n\ndata: {"a"', ':1}\r\n\r\nevent: x\ndata: line1\ndata: line2\n\n', 'data: [DONE]\n\n'))) out.push(d);
     expect(out).toEqual(['{"a":1}', 'line1\nline2', '[DONE]']);
+  });
+});
+
+/** A stream that delivers only what the test pushes. */
+const pending = () => new Readable({ read: () => undefined });
+
+describe('readSse', () => {
+  const SAMPLE = [': keep-alive\n\ndata: {"a"', ':1}\r\n\r\nevent: x\ndata: line1\ndata: line2\n\n', 'data: [DONE]\n\n'];
+
+  it('calls back with the same payloads sseData yields', async () => {
+    const out: string[] = [];
+    await readSse(Readable.from(SAMPLE), (d) => out.push(d));
+    expect(out).toEqual(['{"a":1}', 'line1\nline2', '[DONE]']);
+  });
+
+  it('decodes a multi-byte character split across Buffer chunks; an event not closed by a blank line ends it, as in sseData', async () => {
+    const bytes = Buffer.from('data: é\n\ndata: tail\n');
+    const parts = () => [bytes.subarray(0, 7), bytes.subarray(7)];
+    const out: string[] = [];
+    await readSse(Readable.from(parts()), (d) => out.push(d));
+    expect(out).toEqual(['é', 'tail']);
+    const reference: string[] = [];
+    for await (const d of sseData(Readable.from(parts()))) reference.push(d);
+    expect(out).toEqual(reference);
+  });
+
+  it('rejects with the stream error, and destroys the stream when the callback throws', async () => {
+    const broken = pending();
+    const failed = readSse(broken, () => undefined);
+    broken.destroy(new Error('connection reset'));
+    await expect(failed).rejects.toThrow('connection reset');
+
+    const body = pending();
+    body.push('data: 1\n\n');
+    await expect(
+      readSse(body, () => {
+        throw new Error('bad event');
+      }),
+    ).rejects.toThrow('bad event');
+    expect(body.destroyed).toBe(true);
+  });
+
+  it('rejects a stream that closes before its end, or was destroyed before reading', async () => {
+    const body = pending();
+    const reading = readSse(body, () => undefined);
+    body.destroy();
+    await expect(reading).rejects.toThrow('premature close');
+    await expect(readSse(body, () => undefined)).rejects.toThrow('premature close');
+  });
+
+  it('SseParser keeps a line split across chunks', () => {
+    const parser = new SseParser();
+    const out: string[] = [];
+    for (const part of ['da', 'ta: x', '\r', '\n', '\n']) parser.push(part, (d) => out.push(d));
+    expect(out).toEqual(['x']);
   });
 });
 

@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import { StringDecoder } from 'node:string_decoder';
 import { Agent, request, type Dispatcher } from 'undici';
 import { BackendRequestError, BackendUnavailableError } from './backend';
 
@@ -24,28 +25,116 @@ export async function postJson(backendId: string, url: string, body: unknown, op
   return text ? JSON.parse(text) : null;
 }
 
-/** Yields each `data:` payload of an SSE stream (multi-line data joined with \n). */
-export async function* sseData(body: AsyncIterable<Uint8Array | string>): AsyncGenerator<string> {
-  const decoder = new TextDecoder();
-  let buffer = '';
-  let data: string[] = [];
-  for await (const bytes of body) {
-    buffer += typeof bytes === 'string' ? bytes : decoder.decode(bytes, { stream: true });
+/**
+ * Splits an SSE byte stream into `data:` payloads (multi-line data joined with \n), fed one
+ * decoded chunk at a time. Shared by sseData (async iteration) and readSse (callbacks).
+ */
+export class SseParser {
+  private buffer = '';
+  private data: string[] = [];
+
+  /** Feeds one chunk; calls onData for each event it completes. */
+  push(text: string, onData: (data: string) => void): void {
+    const buffer = this.buffer + text;
+    // Scan with an offset and slice the remainder once per chunk (re-slicing the buffer after
+    // every line copies the rest of the chunk once per line).
+    let start = 0;
     let nl: number;
-    while ((nl = buffer.indexOf('\n')) >= 0) {
-      const line = buffer.charCodeAt(nl - 1) === 13 ? buffer.slice(0, nl - 1) : buffer.slice(0, nl);
-      buffer = buffer.slice(nl + 1);
-      if (line === '') {
-        if (data.length) yield data.length === 1 ? data[0] : data.join('\n');
-        data = [];
-      } else if (line.startsWith('data:')) {
-        data.push(line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5));
+    while ((nl = buffer.indexOf('\n', start)) >= 0) {
+      const end = nl > start && buffer.charCodeAt(nl - 1) === 13 ? nl - 1 : nl;
+      const lineStart = start;
+      start = nl + 1;
+      if (end === lineStart) {
+        if (this.data.length) {
+          const data = this.data;
+          this.data = [];
+          onData(data.length === 1 ? data[0] : data.join('\n'));
+        }
+      } else if (buffer.startsWith('data:', lineStart)) {
+        const from = buffer.charCodeAt(lineStart + 5) === 32 ? lineStart + 6 : lineStart + 5;
+        this.data.push(buffer.slice(from, end));
       }
       // Comments (":") and other fields (event, id, retry) carry nothing we use.
     }
+    this.buffer = start === 0 ? buffer : buffer.slice(start);
   }
-  if (data.length) yield data.join('\n');
+
+  /** At the end of the stream: the last event when it was not closed by a blank line. */
+  finish(onData: (data: string) => void): void {
+    if (this.data.length) onData(this.data.join('\n'));
+    this.data = [];
+  }
 }
+
+/** Yields each `data:` payload of an SSE stream (multi-line data joined with \n). */
+export async function* sseData(body: AsyncIterable<Uint8Array | string>): AsyncGenerator<string> {
+  const decoder = new TextDecoder();
+  const parser = new SseParser();
+  const ready: string[] = [];
+  const collect = (data: string) => ready.push(data);
+  for await (const bytes of body) {
+    parser.push(typeof bytes === 'string' ? bytes : decoder.decode(bytes, { stream: true }), collect);
+    yield* ready.splice(0);
+  }
+  parser.finish(collect);
+  yield* ready;
+}
+
+/**
+ * Reads an SSE response body to its end, calling onData for each `data:` payload as its
+ * chunk arrives. Event-driven ('data' listeners) rather than an async iterator: a stream of
+ * tokens is many small chunks, and each iterator step costs promises and ticks. Rejects when
+ * the stream errors (an abort destroys it), closes before its end, or onData throws; the
+ * stream is destroyed then, as leaving a for-await loop early would.
+ */
+export function readSse(body: Readable, onData: (data: string) => void): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const parser = new SseParser();
+    // openStream sets utf8, so chunks are strings; a Buffer (encoding not set) is decoded
+    // statefully so a character split across chunks survives.
+    let decoder: StringDecoder | undefined;
+    let settled = false;
+    const settle = (err?: unknown) => {
+      if (settled) return;
+      settled = true;
+      body.off('data', onChunk);
+      body.off('end', onEnd);
+      body.off('error', onError);
+      body.off('close', onClose);
+      if (err === undefined) resolve();
+      else reject(err);
+    };
+    const fail = (err: unknown) => {
+      settle(err);
+      body.destroy();
+    };
+    const onChunk = (chunk: string | Buffer) => {
+      try {
+        parser.push(typeof chunk === 'string' ? chunk : (decoder ??= new StringDecoder('utf8')).write(chunk), onData);
+      } catch (err) {
+        fail(err);
+      }
+    };
+    const onEnd = () => {
+      try {
+        parser.finish(onData);
+        settle();
+      } catch (err) {
+        fail(err);
+      }
+    };
+    const onError = (err: Error) => settle(err);
+    const onClose = () => settle(prematureClose());
+    // Destroyed before we got to it (an abort between the headers and now): its events are gone.
+    if (body.destroyed) return settle(body.errored ?? prematureClose());
+    body.on('data', onChunk);
+    body.once('end', onEnd);
+    body.once('error', onError);
+    body.once('close', onClose);
+  });
+}
+
+const prematureClose = () => Object.assign(new Error('premature close'), { code: 'ERR_STREAM_PREMATURE_CLOSE' });
 
 /**
  * Keep-alive connections to the engines, shared by every stream: undici's own pool (cheaper per

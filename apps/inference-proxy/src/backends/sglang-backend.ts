@@ -1,5 +1,5 @@
 import { BackendUnavailableError, type BackendGenerateRequest, type BackendHealth, type FinishReason, type LoadWeightsRequest } from './backend';
-import { ExternalBackend, type StreamStep } from './external-backend';
+import { ExternalBackend, type StreamState, type StreamStep } from './external-backend';
 import { postJson } from './http-stream';
 
 /**
@@ -54,7 +54,7 @@ export class SglangBackend extends ExternalBackend {
     };
   }
 
-  protected parseEvent(data: unknown, state: { received: number }): StreamStep {
+  protected parseEvent(data: unknown, state: StreamState): StreamStep {
     const event = data as SglangStreamEvent;
     const meta = event.meta_info ?? {};
     const tuples = meta.output_token_logprobs ?? [];
@@ -65,7 +65,7 @@ export class SglangBackend extends ExternalBackend {
     const step: StreamStep = { ids: fresh.map((t) => t[1]), logprobs: fresh.map((t) => (t[0] === null ? Number.NEGATIVE_INFINITY : t[0])) };
     // output_top_logprobs (with top_logprobs_num): per token a list of [logprob, id, text], cumulative or not like the tokens.
     const top = meta.output_top_logprobs;
-    if (top) {
+    if (top && state.wantTop) {
       const freshTop = cumulative ? top.slice(state.received) : top;
       step.topLogprobs = freshTop.map((alts) => {
         const sorted = [...(alts ?? [])].map((a) => [a[1], a[0] === null ? Number.NEGATIVE_INFINITY : a[0]] as const).sort((a, b) => b[1] - a[1]);

@@ -1,5 +1,5 @@
 import { BackendUnavailableError, type BackendGenerateRequest, type BackendHealth, type FinishReason, type LoadWeightsRequest } from './backend';
-import { ExternalBackend, type ExternalBackendOptions, type StreamStep } from './external-backend';
+import { ExternalBackend, type ExternalBackendOptions, type StreamState, type StreamStep } from './external-backend';
 import { postJson } from './http-stream';
 
 /**
@@ -67,7 +67,7 @@ export class VllmBackend extends ExternalBackend {
     };
   }
 
-  protected parseEvent(data: unknown): StreamStep {
+  protected parseEvent(data: unknown, state: StreamState): StreamStep {
     const event = data as VllmCompletionChunk;
     const step: StreamStep = { ids: [], logprobs: [] };
     const cached = event.usage?.prompt_tokens_details?.cached_tokens;
@@ -82,7 +82,8 @@ export class VllmBackend extends ExternalBackend {
     }
     step.ids = ids;
     step.logprobs = tokenLogprobs.map((x) => (x === null ? Number.NEGATIVE_INFINITY : x));
-    if (lp?.top_logprobs) step.topLogprobs = lp.top_logprobs.map((alts) => this.alternatives(alts));
+    // With k = 0 vLLM still lists the sampled token in top_logprobs; nobody asked for it.
+    if (state.wantTop && lp?.top_logprobs) step.topLogprobs = lp.top_logprobs.map((alts) => this.alternatives(alts));
     if (choice.finish_reason) step.finishReason = mapFinish(choice.finish_reason);
     return step;
   }
@@ -118,10 +119,22 @@ interface VllmCompletionChunk {
   usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } | null;
 }
 
+const TOKEN_ID_PREFIX = 'token_id:';
+
+/** "token_id:<n>" -> n (a plain scan: this runs for every token, and a regex match allocates). */
 function parseTokenId(backendId: string, token: string): number {
-  const m = /^token_id:(\d+)$/.exec(token);
-  if (!m) throw new BackendUnavailableError(backendId, `token ${JSON.stringify(token)} is not "token_id:<n>": is return_tokens_as_token_ids supported by this vLLM?`);
-  return Number(m[1]);
+  if (!isTokenIdText(token)) throw new BackendUnavailableError(backendId, `token ${JSON.stringify(token)} is not "token_id:<n>": is return_tokens_as_token_ids supported by this vLLM?`);
+  return Number(token.slice(TOKEN_ID_PREFIX.length));
+}
+
+/** Whether `token` matches /^token_id:\d+$/ (ASCII digits, at least one). */
+function isTokenIdText(token: unknown): token is string {
+  if (typeof token !== 'string' || token.length <= TOKEN_ID_PREFIX.length || !token.startsWith(TOKEN_ID_PREFIX)) return false;
+  for (let i = TOKEN_ID_PREFIX.length; i < token.length; i++) {
+    const c = token.charCodeAt(i);
+    if (c < 48 || c > 57) return false;
+  }
+  return true;
 }
 
 function mapFinish(reason: string): FinishReason {
