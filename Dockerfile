@@ -52,4 +52,5 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=5 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8080)+'/readyz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
 # sh -c so that $APP (baked in from the build arg) is expanded; exec so that node replaces the
 # shell and receives SIGTERM itself (compose also runs it under an init with `init: true`).
-CMD ["sh", "-c", "exec node \"dist/apps/${APP}/src/main.js\""]
+# The node flags are SERVICE_NODE_FLAGS (libs/config/src/node-flags.ts says why).
+CMD ["sh", "-c", "exec node --max-semi-space-size=64 \"dist/apps/${APP}/src/main.js\""]

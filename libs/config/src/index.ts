@@ -1,2 +1,3 @@
 export * from './load-config';
 export * from './fields';
+export * from './node-flags';

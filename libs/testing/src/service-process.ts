@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { SERVICE_NODE_FLAGS } from '@anvil/config';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -26,7 +27,7 @@ export function builtMain(app: string): string {
 
 /** `nodeArgs`: flags for node itself (e.g. --cpu-prof, which NODE_OPTIONS does not accept). */
 export function runBuilt(app: string, env: NodeJS.ProcessEnv, nodeArgs: readonly string[] = []): { child: ChildProcess; output: () => string; exited: Promise<number | null> } {
-  const child = spawn(process.execPath, [...nodeArgs, builtMain(app)], { cwd: repoRoot, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...nodeArgs, builtMain(app)], { cwd: repoRoot, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   child.stdout?.on('data', (d) => (out += d));
   child.stderr?.on('data', (d) => (out += d));
