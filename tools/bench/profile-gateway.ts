@@ -5,7 +5,8 @@
  * then prints each service's top self-time functions and packages. A development tool beside
  * the gateway bench (`npm run bench -- gateway` has the numbers; this says why).
  *   npx tsx tools/bench/profile-gateway.ts [--capture on|off] [--sessions 256] [--seconds 10] [--top 25] [--token-ms 2] [--profile on|off]
- *     [--fixture-port 39391]   (KAFKA_PORT / PG_PORT pick the infrastructure's ports: default 39192 / 35532)
+ *     [--fixture-port 39391]   (KAFKA_PORT / PG_PORT pick the infrastructure's ports: default 39192 / 35532;
+ *     PROFILE_NODE_ARGS adds node flags to both services, e.g. "--max-semi-space-size=16" to compare GC settings)
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
@@ -68,6 +69,30 @@ const pgrep = (pattern: string): number[] => {
   return r.stdout.split('\n').filter(Boolean).map(Number).filter((p) => p !== process.pid);
 };
 
+/** The pids and every process below them (PostgreSQL's backends, tsx's node child). */
+function withDescendants(roots: number[]): number[] {
+  const parent = new Map<number, number>();
+  for (const d of readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // gone
+    }
+  }
+  const out = new Set(roots.filter(Boolean));
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [pid, ppid] of parent) {
+      if (out.has(ppid) && !out.has(pid)) {
+        out.add(pid);
+        grew = true;
+      }
+    }
+  }
+  return [...out];
+}
+
 interface ProfileNode { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; hitCount?: number }
 
 /** Self time by function and by package (node_modules/<pkg>, our libs/apps, node internals). */
@@ -108,7 +133,7 @@ async function main() {
   try {
     const stack = await startStack({ fresh: true });
     fixture = await startFixture(Number(args['fixture-port']));
-    const nodeArgs = args.profile === 'on' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [];
+    const nodeArgs = [...(args.profile === 'on' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), ...(process.env.PROFILE_NODE_ARGS ?? '').split(' ').filter(Boolean)];
     const common = { ...stack.env, KAFKA_TOPIC_PREFIX: `profgw${Date.now()}.`, LOG_LEVEL: 'info' };
     const proxy = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'prof-gw', MAX_IN_FLIGHT_PER_REPLICA: '100000' }, 60_000, nodeArgs);
     services.push(proxy);
@@ -162,9 +187,10 @@ async function main() {
     const groups: Record<string, () => number[]> = {
       gateway: () => [gw.child.pid ?? 0],
       'inference-proxy': () => [proxy.child.pid ?? 0],
-      'fixture (tsx + node)': () => [fixture?.child.pid ?? 0, ...pgrep('vllm-fixture')],
-      kafka: () => pgrep('kafka.Kafka'),
-      postgres: () => pgrep('postgres'),
+      'fixture (tsx + node)': () => withDescendants([fixture?.child.pid ?? 0]),
+      // This run's own broker and server (another stack may be running on other ports).
+      kafka: () => withDescendants(pgrep(`broker-${process.env.KAFKA_PORT}/server.properties`)),
+      postgres: () => withDescendants(pgrep(`pg/${process.env.PG_PORT}/data`)),
     };
     const before = Object.fromEntries(Object.entries(groups).map(([k, f]) => [k, cpuMs(f())]));
     const outputBefore = Object.fromEntries(services.map((svc) => [svc.app, svc.output().length]));
