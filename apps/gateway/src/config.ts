@@ -47,6 +47,14 @@ export const gatewayEnv = z
      * for measuring the bare hop (npm run bench -- gateway).
      */
     GATEWAY_CAPTURE: z.enum(['on', 'off']).default('on'),
+    /**
+     * Outbox rows this old are published by this gateway's sweeper even though another gateway
+     * wrote them (it died between commit and publish, or was restarted): longer than a publish
+     * normally takes, so live gateways' rows are left to them.
+     */
+    GATEWAY_OUTBOX_STALE_MS: nonNegativeInt(10_000),
+    /** How often the sweeper looks for such rows (and once at start). */
+    GATEWAY_OUTBOX_SWEEP_MS: positiveInt(5_000),
   })
   .superRefine((env, ctx) => {
     if (env.GATEWAY_CHAT_FORMAT === 'hf' && !env.GATEWAY_TOKENIZER_DIR) {

@@ -57,6 +57,8 @@ export class GatewayApiModule {
           inject: [SQL_CLIENT, EVENT_BUS, CAPTURE_STORE, SCHEMA_GATE, GATEWAY_METRICS, LOGGER],
           useFactory: (sql: SqlClient, bus: MessageBus, captures: CaptureStore, schema: SchemaGate, metrics: GatewayMetrics, logger: Logger) =>
             new OutboxRelay(sql, bus, {
+              staleAfterMs: config.GATEWAY_OUTBOX_STALE_MS,
+              sweepIntervalMs: config.GATEWAY_OUTBOX_SWEEP_MS,
               promptOf: (callId) => captures.promptIdsOf(callId),
               isReady: () => schema.isReady,
               onPublished: (n, via) => metrics.outboxPublished.inc({ via }, n),
