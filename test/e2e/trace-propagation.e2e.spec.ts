@@ -4,6 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { encodeEvent, sampleLlmCallEvent, TOPICS } from '@anvil/contracts';
 import { createBus } from '@anvil/messaging';
 import { startService, waitFor } from '@anvil/testing';
+import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';
 
 /**
  * One trace follows a trajectory across services: an llm-call event published with a W3C
@@ -41,8 +42,11 @@ async function startCollector(): Promise<string> {
 }
 
 describe('OpenTelemetry across Kafka', () => {
+  let endpoint = '';
+  const collectorUrl = async () => (endpoint ||= await startCollector());
+
   it('continues the producer trace in the consuming service and exports it over OTLP', async () => {
-    const endpoint = await startCollector();
+    const endpoint = await collectorUrl();
     const topicPrefix = `trace-${process.pid}-${Date.now()}.`;
     const svc = await startService('middleware', { KAFKA_BROKERS, DATABASE_URL, KAFKA_TOPIC_PREFIX: topicPrefix, OTEL_EXPORTER_OTLP_ENDPOINT: endpoint });
     try {
@@ -66,6 +70,43 @@ describe('OpenTelemetry across Kafka', () => {
       expect(ours.some((s) => /insert|pg\.query|INSERT/i.test(s.name))).toBe(true);
     } finally {
       await svc.stop('SIGKILL');
+    }
+  });
+
+  it('an agent call traced into the gateway continues through the inference-proxy and into its llm_call.recorded', async () => {
+    const endpoint = await collectorUrl();
+    const topicPrefix = `trace-gw-${process.pid}-${Date.now()}.`;
+    const fixture = await startVllmFixture({ vocabSize: 272, eosId: 100_000, tokenLatencyMs: 0, weights: 'trace-e2e' });
+    const common = { KAFKA_BROKERS, DATABASE_URL, KAFKA_TOPIC_PREFIX: topicPrefix, OTEL_EXPORTER_OTLP_ENDPOINT: endpoint };
+    const proxy = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'trace-e2e' });
+    const admin = 'trace-e2e-admin-token-0123456789abcdefghijkl';
+    const gateway = await startService('gateway', { ...common, GATEWAY_ADMIN_TOKEN: admin, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_MODEL_NAME: 'anvil-tiny' });
+    const bus = createBus({ kind: 'kafka', brokers: KAFKA_BROKERS.split(','), clientId: 'trace-gw-test', topicPrefix });
+    try {
+      for (const svc of [proxy, gateway]) await waitFor(`${svc.app} ready`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 60_000);
+      const recordTraces: string[] = [];
+      const sub = await bus.subscribeRaw({ group: 'trace-gw-records', topics: [TOPICS.llmCalls], fromBeginning: true, handler: async (m) => void recordTraces.push(m.headers.traceparent ?? '') });
+      const opened = await fetch(`${gateway.baseUrl}/admin/v1/sessions`, { method: 'POST', headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' }, body: JSON.stringify({ rolloutId: 'trace-r1', groupId: 'g', taskId: 't', model: 'anvil-tiny' }) });
+      const { apiKey } = (await opened.json()) as { apiKey: string };
+      const traceId = randomBytes(16).toString('hex');
+      const res = await fetch(`${gateway.baseUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', traceparent: `00-${traceId}-${randomBytes(8).toString('hex')}-01` },
+        body: JSON.stringify({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+      });
+      expect(res.status).toBe(200);
+      await waitFor('the record', async () => (recordTraces.length > 0 ? true : undefined), 30_000);
+      await sub.stop();
+      expect(recordTraces[0]).toContain(traceId);
+      expect(await gateway.stop('SIGTERM')).toBe(0);
+      expect(await proxy.stop('SIGTERM')).toBe(0);
+      const services = new Set(spans.filter((s) => s.traceId === traceId).map((s) => s.service));
+      expect(services, `spans exported: ${JSON.stringify(spans.slice(-20))}`).toEqual(new Set(['gateway', 'inference-proxy']));
+    } finally {
+      await bus.close();
+      await gateway.stop('SIGKILL');
+      await proxy.stop('SIGKILL');
+      await fixture.close();
     }
   });
 });

@@ -134,7 +134,7 @@ async function main() {
     const stack = await startStack({ fresh: true });
     fixture = await startFixture(Number(args['fixture-port']));
     const nodeArgs = [...(args.profile === 'on' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), ...(process.env.PROFILE_NODE_ARGS ?? '').split(' ').filter(Boolean)];
-    const common = { ...stack.env, KAFKA_TOPIC_PREFIX: `profgw${Date.now()}.`, LOG_LEVEL: 'info' };
+    const common = { ...stack.env, KAFKA_TOPIC_PREFIX: `profgw${Date.now()}.`, LOG_LEVEL: 'info', ...(process.env.OTEL_SDK_DISABLED ? { OTEL_SDK_DISABLED: process.env.OTEL_SDK_DISABLED } : {}) };
     const proxy = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'prof-gw', MAX_IN_FLIGHT_PER_REPLICA: '100000' }, 60_000, nodeArgs);
     services.push(proxy);
     const gw = await startService('gateway', { ...common, GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_MODEL_NAME: MODEL, GATEWAY_MAX_CONTEXT_TOKENS: '4096', GATEWAY_CAPTURE: args.capture }, 60_000, nodeArgs);

@@ -1,3 +1,4 @@
+import { context, propagation } from '@opentelemetry/api';
 import { Agent, request, type Dispatcher } from 'undici';
 import { apiErrorBodySchema, type ApiErrorBody, type GenerateRequestInput, type GenerateResponse, type GenerateTokenChunk } from '@anvil/contracts';
 import { parseGenerateResponse, parseStreamLine } from './wire';
@@ -139,7 +140,10 @@ export class InferenceProxyClient {
   private async post(path: string, body: unknown, callerSignal?: AbortSignal): Promise<{ body: ResponseBody; done(): void }> {
     const { signal, done } = this.signal(callerSignal);
     const payload = JSON.stringify(body);
-    const send = () => request(`${this.baseUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: payload, signal, dispatcher: this.dispatcher });
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    // undici is not instrumented: the caller's trace (when there is one) goes on by hand.
+    propagation.inject(context.active(), headers);
+    const send = () => request(`${this.baseUrl}${path}`, { method: 'POST', headers, body: payload, signal, dispatcher: this.dispatcher });
     try {
       let res: Dispatcher.ResponseData;
       try {

@@ -16,8 +16,14 @@ let active: Telemetry | null = null;
 /**
  * Starts OpenTelemetry. Must run before Nest, pg or kafkajs are required: the
  * instrumentations patch modules at require time, so main.ts imports the file that calls
- * this first. Without an OTLP endpoint the SDK still runs (trace context is created and
- * propagated through HTTP and Kafka headers) but nothing is exported.
+ * this first.
+ *
+ * Without an OTLP endpoint nothing is exported, so the HTTP, pg and kafkajs instrumentations
+ * are not registered: the HTTP one alone cost about 15% of the gateway's and the
+ * inference-proxy's CPU per call (tools/bench/profile-gateway.ts) for spans nobody would see.
+ * The SDK still runs (context manager, W3C propagator), so contexts that arrive in Kafka
+ * headers are continued and the API calls in our code work; a request then simply starts no
+ * trace of its own. Configure the endpoint on every service whose spans you want.
  */
 export function startTelemetry(opts: { serviceName: string; otlpEndpoint?: string; version?: string }): Telemetry {
   if (active) return active;
@@ -39,7 +45,7 @@ export function startTelemetry(opts: { serviceName: string; otlpEndpoint?: strin
     // localhost whose final flush stalls shutdown for seconds when no collector listens.
     metricReaders: [],
     logRecordProcessors: [],
-    instrumentations: [
+    instrumentations: spanProcessors.length === 0 ? [] : [
       new HttpInstrumentation({ ignoreIncomingRequestHook: (req) => /^\/(healthz|readyz|metrics)/.test(req.url ?? '') }),
       new PgInstrumentation(),
       new KafkaJsInstrumentation(),
