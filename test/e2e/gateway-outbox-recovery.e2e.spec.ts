@@ -1,11 +1,9 @@
-import { randomBytes } from 'node:crypto';
-import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sampleLlmCallEvent, TOPICS, type EventEnvelope } from '@anvil/contracts';
 import { createBus, type MessageBus, type Subscription } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
-import { startService, waitFor, type ServiceProcess } from '@anvil/testing';
+import { createScratchDatabase, startService, waitFor, type ScratchDatabase, type ServiceProcess } from '@anvil/testing';
 import { storedCapture, type CaptureState } from '../../apps/gateway/src/capture/capture-store';
 import { OutboxRelay } from '../../apps/gateway/src/capture/outbox-relay';
 import { RecordCommitter, type CommitRequest } from '../../apps/gateway/src/capture/record-committer';
@@ -27,19 +25,7 @@ const KAFKA_BROKERS = process.env.KAFKA_BROKERS;
 const SERVER_URL = process.env.DATABASE_URL;
 if (!KAFKA_BROKERS || !SERVER_URL) throw new Error('KAFKA_BROKERS and DATABASE_URL must be set (npm test starts the stack)');
 const topicPrefix = `e2e-gwoutbox-${process.pid}.`;
-const database = `anvil_e2e_outbox_${randomBytes(5).toString('hex')}`;
-const DATABASE_URL = Object.assign(new URL(SERVER_URL), { pathname: `/${database}` }).toString();
-
-async function onServer(sql: string): Promise<void> {
-  const client = new Client({ connectionString: SERVER_URL });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
-}
-
+let db: ScratchDatabase;
 let ds: DataSource;
 let gateway: ServiceProcess | undefined;
 let bus: MessageBus;
@@ -48,8 +34,8 @@ const records = new Map<string, EventEnvelope<'llm_call.recorded'>>();
 let deliveries = 0;
 
 beforeAll(async () => {
-  await onServer(`CREATE DATABASE "${database}"`);
-  ds = createDataSource({ url: DATABASE_URL, poolSize: 4 });
+  db = await createScratchDatabase(SERVER_URL, 'anvil_e2e_outbox');
+  ds = createDataSource({ url: db.url, poolSize: 4 });
   await ds.initialize();
   await runMigrations(ds);
   bus = createBus({ kind: 'kafka', brokers: KAFKA_BROKERS.split(','), clientId: 'e2e-gateway-outbox', topicPrefix });
@@ -70,7 +56,7 @@ afterAll(async () => {
   await sub?.stop();
   await bus?.close();
   await ds?.destroy();
-  await onServer(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+  await db?.drop();
 });
 
 const event = (sessionId: string, seed: number, turn: number) => {
@@ -112,7 +98,7 @@ describe('gateway outbox recovery (built gateway, real Kafka and PostgreSQL)', (
 
     gateway = await startService('gateway', {
       KAFKA_BROKERS,
-      DATABASE_URL,
+      DATABASE_URL: db.url,
       KAFKA_TOPIC_PREFIX: topicPrefix,
       LOG_LEVEL: 'info',
       GATEWAY_ADMIN_TOKEN: 'e2e-gateway-outbox-admin-token-0123456789abc',

@@ -1,11 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sampleLlmCallEvent, TOPICS, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
 import { createBus, stderrLogger, type KafkaConsumerTuning, type MessageBus } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
-import { waitFor } from '@anvil/testing';
+import { createScratchDatabase, waitFor, type ScratchDatabase } from '@anvil/testing';
 import { CaptureStore, storedCapture, type CaptureState } from '../../apps/gateway/src/capture/capture-store';
 import { OutboxRelay } from '../../apps/gateway/src/capture/outbox-relay';
 import { RecordCommitter, type CommitRequest } from '../../apps/gateway/src/capture/record-committer';
@@ -22,20 +21,9 @@ if (!serverUrl) throw new Error('DATABASE_URL is not set (npm test starts a serv
 const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
 if (brokers.length === 0) throw new Error('KAFKA_BROKERS is not set (npm test starts a broker)');
 
-const database = `anvil_outbox_${randomBytes(6).toString('hex')}`;
-const urlOf = (name: string) => Object.assign(new URL(serverUrl), { pathname: `/${name}` }).toString();
-async function onServer(sql: string): Promise<void> {
-  const client = new Client({ connectionString: serverUrl });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
-}
-
 const fastGroups: KafkaConsumerTuning = { sessionTimeoutMs: 6_000, heartbeatIntervalMs: 500, rebalanceTimeoutMs: 10_000, maxWaitTimeMs: 200 };
 const ns = `anvoutbox.${Date.now().toString(36)}.`;
+let db: ScratchDatabase;
 let ds: DataSource;
 let sql: SqlClient;
 const buses: MessageBus[] = [];
@@ -46,8 +34,8 @@ const openBus = () => {
 };
 
 beforeAll(async () => {
-  await onServer(`CREATE DATABASE "${database}"`);
-  ds = createDataSource({ url: urlOf(database), poolSize: 5 });
+  db = await createScratchDatabase(serverUrl, 'anvil_outbox');
+  ds = createDataSource({ url: db.url, poolSize: 5 });
   await ds.initialize();
   await runMigrations(ds);
   sql = new SqlClient(ds);
@@ -56,7 +44,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(buses.map((b) => b.close()));
   await ds?.destroy();
-  await onServer(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+  await db?.drop();
 });
 
 const openSession = async (id: string) =>

@@ -1,8 +1,7 @@
-import { randomBytes } from 'node:crypto';
-import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDataSource, EventStore, LlmCall, MIGRATIONS, runMigrations } from '@anvil/persistence';
+import { createScratchDatabase, type ScratchDatabase } from '@anvil/testing';
 import { llmCall, newRolloutIds, redeliver } from '../../libs/persistence/src/testing/events';
 import { describeMigrationBehaviour } from '../../libs/persistence/src/testing/migration-behaviour.suite';
 import { describeStoreBehaviour } from '../../libs/persistence/src/testing/store-behaviour.suite';
@@ -13,34 +12,18 @@ const serverUrl = process.env.DATABASE_URL;
 if (!serverUrl) throw new Error('DATABASE_URL is not set; start a server with `node tools/infra/postgres.mjs start`');
 
 /** A database of this file's own on the server, so the migration tests start from empty. */
-const database = `anvil_test_${randomBytes(6).toString('hex')}`;
-const urlOf = (name: string) => {
-  const url = new URL(serverUrl);
-  url.pathname = `/${name}`;
-  return url.toString();
-};
-
-async function onServer(sql: string): Promise<void> {
-  const client = new Client({ connectionString: serverUrl });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
-}
-
+let db: ScratchDatabase;
 let ds: DataSource;
 
 beforeAll(async () => {
-  await onServer(`CREATE DATABASE "${database}"`);
-  ds = createDataSource({ url: urlOf(database), poolSize: 10 });
+  db = await createScratchDatabase(serverUrl, 'anvil_test');
+  ds = createDataSource({ url: db.url, poolSize: 10 });
   await ds.initialize();
 });
 
 afterAll(async () => {
   await ds?.destroy();
-  await onServer(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+  await db?.drop();
 });
 
 describe('migrations on PostgreSQL', () => {
@@ -61,16 +44,15 @@ describe('PostgreSQL specifics', () => {
   });
 
   it('lets several services migrate one database at the same time: each migration runs once', async () => {
-    const raced = `${database}_race`;
-    await onServer(`CREATE DATABASE "${raced}"`);
-    const services = Array.from({ length: 3 }, () => createDataSource({ url: urlOf(raced), poolSize: 2 }));
+    const raced = await createScratchDatabase(serverUrl, 'anvil_test_race');
+    const services = Array.from({ length: 3 }, () => createDataSource({ url: raced.url, poolSize: 2 }));
     try {
       await Promise.all(services.map((s) => s.initialize()));
       const applied = await Promise.all(services.map((s) => runMigrations(s)));
       expect(applied.flat()).toEqual(MIGRATIONS.map((m) => m.name));
     } finally {
       await Promise.all(services.map((s) => (s.isInitialized ? s.destroy() : undefined)));
-      await onServer(`DROP DATABASE IF EXISTS "${raced}" WITH (FORCE)`);
+      await raced.drop();
     }
   });
 });

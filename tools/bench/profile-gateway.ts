@@ -8,13 +8,14 @@
  *     [--fixture-port 39391]   (KAFKA_PORT / PG_PORT pick the infrastructure's ports: default 39192 / 35532;
  *     PROFILE_NODE_ARGS adds node flags to both services, e.g. "--max-semi-space-size=16" to compare GC settings)
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { repoRoot, startService, waitFor, type ServiceProcess } from '@anvil/testing';
+import { startService, waitFor, type ServiceProcess } from '@anvil/testing';
+import { spawnVllmFixture } from './fixtures/spawn-vllm-fixture';
 
 const { values: args } = parseArgs({ options: { capture: { type: 'string', default: 'on' }, sessions: { type: 'string', default: '256' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' }, profile: { type: 'string', default: 'on' }, 'token-ms': { type: 'string', default: '2' }, 'fixture-port': { type: 'string', default: '39391' } } });
 process.env.KAFKA_PORT ??= '39192';
@@ -22,21 +23,6 @@ process.env.PG_PORT ??= '35532';
 process.env.ANVIL_INFRA_QUIET ??= '1';
 const ADMIN = 'profile-gateway-admin-token-0123456789abcdef';
 const MODEL = 'anvil-tiny';
-
-function startFixture(port: number): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(join(repoRoot, 'node_modules', '.bin', 'tsx'), ['tools/bench/fixtures/vllm-fixture.ts', '--port', String(port), '--latency-ms', String(args['token-ms']), '--vocab-size', '256'], { cwd: repoRoot, env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  return new Promise((resolve, reject) => {
-    const onData = (d: Buffer) => {
-      out += d;
-      const m = /vllm fixture on (\S+)/.exec(out);
-      if (m) resolve({ child, url: m[1] });
-    };
-    child.stdout?.on('data', onData);
-    child.stderr?.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`fixture exited ${code}: ${out}`)));
-  });
-}
 
 function post(agent: Agent, url: URL, headers: Record<string, string>, body: string): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -132,7 +118,7 @@ async function main() {
   const loadWindow: [number, number] = [0, 0];
   try {
     const stack = await startStack({ fresh: true });
-    fixture = await startFixture(Number(args['fixture-port']));
+    fixture = await spawnVllmFixture({ port: Number(args['fixture-port']), latencyMs: Number(args['token-ms']) });
     const nodeArgs = [...(args.profile === 'on' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), ...(process.env.PROFILE_NODE_ARGS ?? '').split(' ').filter(Boolean)];
     const common = { ...stack.env, KAFKA_TOPIC_PREFIX: `profgw${Date.now()}.`, LOG_LEVEL: 'info', ...(process.env.OTEL_SDK_DISABLED ? { OTEL_SDK_DISABLED: process.env.OTEL_SDK_DISABLED } : {}) };
     const proxy = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'prof-gw', MAX_IN_FLIGHT_PER_REPLICA: '100000' }, 60_000, nodeArgs);

@@ -24,6 +24,7 @@ import { join } from 'node:path';
 import { createGenerator, Model, setThreads, type ModelConfigInput } from '@anvil/engine';
 import { repoRoot, startService, waitFor, type ServiceProcess } from '@anvil/testing';
 import { tinyChatFormat } from '@anvil/tokenizer';
+import { spawnVllmFixture } from '../fixtures/spawn-vllm-fixture';
 import { percentile, printTable, sleep } from './bench-kit';
 
 process.env.KAFKA_PORT ??= '39192';
@@ -97,25 +98,6 @@ async function engineDecode(): Promise<EngineRow[]> {
 }
 
 // ---------------------------------------------------------------- processes
-
-function startFixture(): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(join(repoRoot, 'node_modules', '.bin', 'tsx'), ['tools/bench/fixtures/vllm-fixture.ts', '--port', String(FIXTURE_PORT), '--latency-ms', String(TOKEN_MS), '--vocab-size', '256'], {
-    cwd: repoRoot,
-    env: { PATH: process.env.PATH },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  return new Promise((resolve, reject) => {
-    const onData = (d: Buffer) => {
-      out += d;
-      const m = /vllm fixture on (\S+)/.exec(out);
-      if (m) resolve({ child, url: m[1] });
-    };
-    child.stdout?.on('data', onData);
-    child.stderr?.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`vllm fixture exited with ${code}:\n${out}`)));
-  });
-}
 
 function nginxBinary(): string {
   const found = ['/usr/sbin/nginx', '/usr/local/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
@@ -308,7 +290,7 @@ async function main() {
   const services: ServiceProcess[] = [];
   try {
     const stack = await startStack({ fresh: true });
-    fixture = await startFixture();
+    fixture = await spawnVllmFixture({ port: FIXTURE_PORT, latencyMs: TOKEN_MS });
     nginx = await startNginx(FIXTURE_PORT);
     const common = { ...stack.env, KAFKA_TOPIC_PREFIX: `benchgw${Date.now()}.`, LOG_LEVEL: 'info' };
     const proxy = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'bench-gw', MAX_IN_FLIGHT_PER_REPLICA: '100000' });
