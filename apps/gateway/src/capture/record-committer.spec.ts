@@ -198,6 +198,23 @@ describe('RecordCommitter (group commit through the outbox)', () => {
     await expect(committer.commit(bad)).rejects.toThrow(/record is invalid/);
     expect(sql.statements).toHaveLength(0);
   });
+
+  it('fails only the call with the invalid record; the others of its batch are written and numbered without it', async () => {
+    const { sql, bus, relay, committer } = setup();
+    const first = committer.commit(request('s0', ['z'])); // holds the writer, so the next three form one batch
+    await new Promise((r) => setTimeout(r, 1));
+    const bad = request('s1', ['a']);
+    (bad.records[0].payload as { outputLogprobs: Float32Array }).outputLogprobs = new Float32Array(5);
+    const results = await Promise.allSettled([committer.commit(request('s1', ['b'])), committer.commit(bad), committer.commit(request('s1', ['c']))]);
+    await first;
+    expect(results.map((r) => (r.status === 'fulfilled' ? r.value : 'rejected'))).toEqual([{ firstTurn: 0 }, 'rejected', { firstTurn: 1 }]);
+    const batchStatement = sql.statements.filter((s) => s.name === 'gw_commit_calls')[1];
+    expect(batchStatement.values[3]).toEqual(['b', 'c']);
+    expect(batchStatement.values[17]).toEqual(['b', 'c']);
+    expect(batchStatement.values[19]).toEqual([0, 1]);
+    await until(() => relay.backlog === 0 && bus.publishes.flat().length === 3);
+    expect(bus.turns()).toEqual(['z@0', 'b@0', 'c@1']);
+  });
 });
 
 describe('OutboxRelay sweeper', () => {

@@ -98,7 +98,19 @@ export class RecordCommitter {
   }
 
   /** The whole batch in one statement; answers are released as soon as it commits. */
-  private async write(batch: Pending[]): Promise<void> {
+  private async write(all: Pending[]): Promise<void> {
+    // A record the contract rejects fails its own call only, not the others written with it.
+    const encoded = new Map<Pending, OutboxEntry[]>();
+    const batch: Pending[] = [];
+    for (const p of all) {
+      try {
+        encoded.set(p, outboxEntries(p.req));
+        batch.push(p);
+      } catch (err) {
+        p.reject(new RecordNotDurableError(`the call's record is invalid: ${(err as Error).message}`, { cause: err }));
+      }
+    }
+    if (batch.length === 0) return;
     const sessions = new Map<string, { calls: number; branches: number }>();
     for (const p of batch) {
       const s = sessions.get(p.req.sessionId) ?? { calls: 0, branches: 0 };
@@ -108,14 +120,7 @@ export class RecordCommitter {
       sessions.set(p.req.sessionId, s);
     }
     const rows = batch.flatMap((p) => p.req.captures.map((c) => ({ k: p.offset + c.turn, row: c.row })));
-    let outbox: OutboxEntry[];
-    try {
-      outbox = batch.flatMap((p) => outboxEntries(p.req, p.offset));
-    } catch (err) {
-      const e = new RecordNotDurableError(`the call's record is invalid: ${(err as Error).message}`, { cause: err });
-      for (const p of batch) p.reject(e);
-      return;
-    }
+    const outbox = batch.flatMap((p) => (encoded.get(p) ?? []).map((o) => ({ ...o, k: p.offset + o.k })));
     const published = this.relay.takePublished();
     let reserved: { id: string; first_turn: number }[];
     try {
@@ -174,6 +179,7 @@ export class RecordCommitter {
 interface OutboxEntry {
   id: string;
   sessionId: string;
+  /** Turn offset: within the request from outboxEntries, within the session's calls of the batch in the statement. */
   k: number;
   frame: Buffer;
   promptFromCapture: boolean;
@@ -186,12 +192,12 @@ interface OutboxEntry {
  * whole prompts here would grow with the square of a session's length). Encoding validates
  * each event: one the bus would refuse must not be answered either.
  */
-function outboxEntries(req: CommitRequest, offset: number): OutboxEntry[] {
+function outboxEntries(req: CommitRequest): OutboxEntry[] {
   const captured = new Set(req.captures.map((c) => c.row.callId));
   return req.records.map((e) => {
     const promptFromCapture = captured.has(e.id);
     const stored = promptFromCapture ? { ...e, payload: { ...e.payload, promptIds: EMPTY_PROMPT, reusedPromptTokens: 0 } } : e;
-    return { id: e.id, sessionId: req.sessionId, k: offset + e.payload.turnIndex, frame: encodeEvent(stored), promptFromCapture, reusedPromptTokens: e.payload.reusedPromptTokens };
+    return { id: e.id, sessionId: req.sessionId, k: e.payload.turnIndex, frame: encodeEvent(stored), promptFromCapture, reusedPromptTokens: e.payload.reusedPromptTokens };
   });
 }
 
