@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ContractError } from './errors';
-import { createEvent, decodeEvent, encodeEvent } from './envelope';
+import { createEvent, createEventAt, decodeEvent, encodeEvent } from './envelope';
 import { encodeFrame } from './codec/binary-frame';
 import { EVENTS, EVENT_TYPES } from './events/registry';
 import { MAX_EVENT_BYTES } from './topics';
@@ -14,7 +14,10 @@ const validEvents = () => [
   createEvent('rollout.started', { rolloutId: 'r1', groupId: 'g1', taskId: 't1', taskSetId: 's1', sampleIndex: 0, groupSize: 8, agent: { kind: 'black-box', name: 'example' }, policyVersionAtStart: 3, startedAt: now }, { key: 'r1', producer: 'test' }),
   createEvent('rollout.completed', { rolloutId: 'r1', groupId: 'g1', taskId: 't1', finishReason: 'max_context', outcomeReward: 0.5, processRewards: [{ callId: 'c1', value: -0.25, label: 'format' }], numCalls: 4, error: null, completedAt: now }, { key: 'r1', producer: 'test' }),
   createEvent('trajectory.ready', { trajectoryId: 'tr1', rolloutId: 'r1', groupId: 'g1', taskId: 't1', callIds: ['c1', 'c2'], finishReason: 'completed', reward: 1, advantage: 0.7, lossMasked: false, minPolicyVersion: 2, maxPolicyVersion: 3, promptTokens: 100, outputTokens: 20, readyAt: now }, { key: 'r1', producer: 'test' }),
-  createEvent('train_batch.created', { batchId: 'b1', step: 4, trajectoryIds: ['tr1'], samples: [{ sampleId: 'c1', trajectoryId: 'tr1', groupId: 'g1', promptIds: Int32Array.of(1, 2, 3), outputIds: Int32Array.of(4, 5), behaviourLogprobs: Float32Array.of(-0.1, -2.5), outputVersions: Uint32Array.of(3, 3), advantage: 0.7, lossWeight: 1 }], policyVersion: 3, createdAt: now }, { key: 'b1', producer: 'test' }),
+  createEventAt('train_batch.created', 1, { batchId: 'b1', step: 4, trajectoryIds: ['tr1'], samples: [{ sampleId: 'c1', trajectoryId: 'tr1', groupId: 'g1', promptIds: Int32Array.of(1, 2, 3), outputIds: Int32Array.of(4, 5), behaviourLogprobs: Float32Array.of(-0.1, -2.5), outputVersions: Uint32Array.of(3, 3), advantage: 0.7, lossWeight: 1 }], policyVersion: 3, createdAt: now }, { key: 'b1', producer: 'test' }),
+  createEvent('train_batch.created', { batchId: 'b2', step: 5, runId: null, trajectoryIds: ['tr1'], groupIds: ['g1'], samples: [{ sampleId: 'c1', trajectoryId: 'tr1', groupId: 'g1', advantage: 0.7, lossWeight: 1 }], blob: { store: 'postgres', sha256: 'b'.repeat(64), bytes: 900, layout: 'anvil-prefix-tree/1', nodes: 5 }, stats: { trajectories: 1, samples: 1, groups: 1, totalTokens: 5, uniqueTokens: 5, outputTokens: 2, sharing: 0, staleness: { k: 2, mean: 0, max: 0, shareOlderThanK: 0 }, positionLag: { mean: 0, max: 0 }, outOfOrder: { mean: 0, max: 0 }, difficulty: { batchMean: null, populationMean: null }, lossMasked: 0, trainerWaitMs: null }, policyVersion: 3, createdAt: now }, { key: 'b2', producer: 'test' }),
+  createEventAt('llm_call.recorded', 1, { callId: 'c9', sessionId: 's9', rolloutId: 'r9', groupId: 'g1', taskId: 't1', branchId: 'b0', parentCallId: null, turnIndex: 0, model: 'm', promptIds: Int32Array.of(1, 2), reusedPromptTokens: 0, outputIds: Int32Array.of(3), outputLogprobs: Float32Array.of(-1), outputVersions: Uint32Array.of(1), finishReason: 'stop', sampling: { temperature: 1, topP: 1, topK: 0, seed: null }, timings: { receivedAt: now, firstTokenAt: null, finishedAt: now } }, { key: 'r9', producer: 'test' }),
+  createEvent('rollout_group.settled', { groupId: 'g1', taskId: 't1', status: 'dropped', reason: 'zero_variance', trajectoryIds: [], retryRolloutIds: ['r3'] }, { key: 'g1', producer: 'test' }),
   createEvent('weights.published', { version: 4, parentVersion: 3, step: 4, checkpointId: 'ck4', checkpointUri: 'file:///ckpt/4', format: 'hf-safetensors', sha256: 'a'.repeat(64), publishedAt: now }, { key: 'v4', producer: 'test' }),
   createEvent('policy_version.activated', { version: 4, deployment: 'embedded', swapPolicy: 'drain-then-swap', activatedAt: now }, { key: 'embedded', producer: 'test' }),
 ];
@@ -45,7 +48,7 @@ describe('event envelope', () => {
     expect(buf.length).toBeLessThan(256 * 1024 * 16 + 4096);
     const decoded = decodeEvent(buf);
     if (decoded.type !== 'llm_call.recorded') throw new Error('wrong type');
-    expect(Buffer.compare(Buffer.from(decoded.payload.promptIds.buffer), Buffer.from(event.payload.promptIds.buffer))).toBe(0);
+    expect(Buffer.compare(Buffer.from(decoded.payload.promptDeltaIds.buffer), Buffer.from(event.payload.promptDeltaIds.buffer))).toBe(0);
     expect(Buffer.compare(Buffer.from(decoded.payload.outputLogprobs.buffer), Buffer.from(event.payload.outputLogprobs.buffer))).toBe(0);
   });
 
@@ -73,7 +76,7 @@ describe('event envelope', () => {
 
   it('rejects number arrays where typed arrays are required', () => {
     const event = sampleLlmCallEvent({ promptTokens: 2, outputTokens: 1 });
-    (event.payload as unknown as { promptIds: number[] }).promptIds = [1, 2];
+    (event.payload as unknown as { promptDeltaIds: number[] }).promptDeltaIds = [1, 2];
     expect(captureError(() => encodeEvent(event)).message).toContain('expected Int32Array');
   });
 

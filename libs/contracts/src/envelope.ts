@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { decodeFrame, encodeFrame, isFrame } from './codec/binary-frame';
 import { ContractError } from './errors';
-import { EVENTS, isEventType, type EventPayload, type EventType } from './events/registry';
+import { EVENTS, isEventType, type EventPayload, type EventPayloadAt, type EventType, type EventVersion } from './events/registry';
 import { MAX_EVENT_BYTES } from './topics';
 
 /**
@@ -34,6 +34,19 @@ export function createEvent<T extends EventType>(
     producer: opts.producer,
     payload,
   };
+}
+
+/**
+ * An event of an explicit (older) version, for tests of readers and for producers that have
+ * not moved on yet. Typed by the version's own schema.
+ */
+export function createEventAt<T extends EventType, V extends EventVersion<T>>(
+  type: T,
+  version: V,
+  payload: EventPayloadAt<T, V>,
+  opts: { key: string; producer: string; id?: string; occurredAt?: number },
+): Omit<EventEnvelope<T>, 'payload'> & { payload: EventPayloadAt<T, V> } {
+  return { id: opts.id ?? randomUUID(), type, version, occurredAt: opts.occurredAt ?? Date.now(), key: opts.key, producer: opts.producer, payload };
 }
 
 export function topicOf(type: EventType): string {

@@ -2,6 +2,7 @@ export * from './errors';
 export * from './topics';
 export * from './codec/binary-frame';
 export * from './codec/typed-array-schemas';
+export * from './codec/prefix-tree-blob';
 export * from './events/llm-call';
 export * from './events/rollout';
 export * from './events/trajectory';

@@ -23,3 +23,20 @@ export const trajectoryReadyV1 = z.object({
   readyAt: timestampMs(),
 });
 export type TrajectoryReadyV1 = z.infer<typeof trajectoryReadyV1>;
+
+/**
+ * A rollout group the Data Pool has settled: every rollout completed or was dropped. 'ready':
+ * its trajectories were scored and published (trajectory.ready); 'dropped': none of it will be
+ * trained (reason: zero_variance, all_env_error, timeout: ...). retryRolloutIds: rollouts that
+ * failed in the environment and should be retried. The rollout-manager releases staleness
+ * capacity on it. Keyed by group id, on the trajectories topic.
+ */
+export const rolloutGroupSettledV1 = z.object({
+  groupId: id(),
+  taskId: id(),
+  status: z.enum(['ready', 'dropped']),
+  reason: z.string().max(2_000).nullable(),
+  trajectoryIds: z.array(id()),
+  retryRolloutIds: z.array(id()),
+});
+export type RolloutGroupSettledV1 = z.infer<typeof rolloutGroupSettledV1>;
