@@ -1,2 +1,3 @@
 export * from './trie';
 export * from './budget';
+export * from './tree';
