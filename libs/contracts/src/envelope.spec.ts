@@ -20,6 +20,9 @@ const validEvents = () => [
   createEvent('rollout_group.settled', { groupId: 'g1', taskId: 't1', status: 'dropped', reason: 'zero_variance', trajectoryIds: [], retryRolloutIds: ['r3'] }, { key: 'g1', producer: 'test' }),
   createEvent('weights.published', { version: 4, parentVersion: 3, step: 4, checkpointId: 'ck4', checkpointUri: 'file:///ckpt/4', format: 'hf-safetensors', sha256: 'a'.repeat(64), publishedAt: now }, { key: 'v4', producer: 'test' }),
   createEvent('policy_version.activated', { version: 4, deployment: 'embedded', swapPolicy: 'drain-then-swap', activatedAt: now }, { key: 'embedded', producer: 'test' }),
+  createEvent('evaluation.requested', { evalId: 'e1', taskSetId: 's1', policyVersion: 4, samplesPerTask: 1, requestedAt: now }, { key: 'e1', producer: 'test' }),
+  createEvent('evaluation.completed', { evalId: 'e1', taskSetId: 's1', policyVersion: 4, results: [{ taskId: 't1', rolloutId: 'eval:g.0', reward: 0.8, success: true, finishReason: 'completed' }], successRate: 1, meanReward: 0.8, versionDrift: 0, startedAt: now, completedAt: now }, { key: 'e1', producer: 'test' }),
+  createEvent('rollout.started', { rolloutId: 'r2', groupId: 'eval:g2', taskId: 't1', taskSetId: 's1', sampleIndex: 0, groupSize: 1, agent: { kind: 'white-box', name: 'loop' }, policyVersionAtStart: 4, startedAt: now, queuePosition: 17, purpose: 'eval', evalId: 'e1' }, { key: 'r2', producer: 'test' }),
 ];
 
 describe('event envelope', () => {

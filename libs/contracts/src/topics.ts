@@ -11,6 +11,7 @@ export const TOPICS = {
   trainBatches: 'anvil.train-batches.v1',
   weights: 'anvil.weights.v1',
   policyVersions: 'anvil.policy-versions.v1',
+  evaluations: 'anvil.evaluations.v1',
 } as const;
 export type TopicName = (typeof TOPICS)[keyof typeof TOPICS];
 

@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import { TOPICS } from '../topics';
 import { llmCallRecordedV1, llmCallRecordedV2 } from './llm-call';
+import { evaluationCompletedV1, evaluationRequestedV1 } from './evaluation';
 import { rolloutCompletedV1, rolloutStartedV1 } from './rollout';
 import { rolloutGroupSettledV1, trajectoryReadyV1 } from './trajectory';
 import { trainBatchV1, trainBatchV2 } from './train-batch';
@@ -17,6 +18,8 @@ export const EVENTS = {
   'trajectory.ready': { topic: TOPICS.trajectories, current: 1, versions: { 1: trajectoryReadyV1 } },
   'rollout_group.settled': { topic: TOPICS.trajectories, current: 1, versions: { 1: rolloutGroupSettledV1 } },
   'train_batch.created': { topic: TOPICS.trainBatches, current: 2, versions: { 1: trainBatchV1, 2: trainBatchV2 } },
+  'evaluation.requested': { topic: TOPICS.evaluations, current: 1, versions: { 1: evaluationRequestedV1 } },
+  'evaluation.completed': { topic: TOPICS.evaluations, current: 1, versions: { 1: evaluationCompletedV1 } },
   'weights.published': { topic: TOPICS.weights, current: 1, versions: { 1: weightsPublishedV1 } },
   'policy_version.activated': { topic: TOPICS.policyVersions, current: 1, versions: { 1: policyVersionActivatedV1 } },
 } as const;

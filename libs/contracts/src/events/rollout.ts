@@ -15,6 +15,15 @@ export const rolloutStartedV1 = z.object({
   agent: z.object({ kind: z.enum(['white-box', 'black-box']), name: z.string().min(1) }),
   policyVersionAtStart: policyVersion(),
   startedAt: timestampMs(),
+  /**
+   * Submission order of the rollout (strictly increasing per rollout manager database; the
+   * Windowed FIFO orders by it). Optional so events written before it existed stay valid.
+   */
+  queuePosition: z.number().int().nonnegative().optional(),
+  /** 'eval' rollouts are never scheduled for training (absent = 'train'). */
+  purpose: z.enum(['train', 'eval']).optional(),
+  /** The evaluation this rollout belongs to (purpose 'eval'). */
+  evalId: id().optional(),
 });
 export type RolloutStartedV1 = z.infer<typeof rolloutStartedV1>;
 
@@ -36,5 +45,11 @@ export const rolloutCompletedV1 = z.object({
   numCalls: z.number().int().nonnegative(),
   error: z.string().max(10_000).nullable(),
   completedAt: timestampMs(),
+  /** Current policy version when the rollout ended (optional: absent in older events). */
+  policyVersionAtEnd: policyVersion().optional(),
+  /** Policy versions activated between the rollout's start and end, both counted (1 = never crossed a weight update). */
+  versionsSpanned: z.number().int().positive().optional(),
+  /** Whether the verifier judged the task solved (null when it never ran). */
+  success: z.boolean().nullable().optional(),
 });
 export type RolloutCompletedV1 = z.infer<typeof rolloutCompletedV1>;
