@@ -1,11 +1,12 @@
 import type { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDataSource, EventStore, LlmCall, MIGRATIONS, runMigrations } from '@anvil/persistence';
+import { createDataSource, LlmCall, MIGRATIONS, runMigrations } from '@anvil/persistence';
 import { createScratchDatabase, type ScratchDatabase } from '@anvil/testing';
-import { llmCall, newRolloutIds, redeliver } from '../../libs/persistence/src/testing/events';
 import { describeMigrationBehaviour } from '../../libs/persistence/src/testing/migration-behaviour.suite';
-import { describeStoreBehaviour } from '../../libs/persistence/src/testing/store-behaviour.suite';
-import { describeBatchBehaviour } from '../../libs/persistence/src/testing/batch-behaviour.suite';
+import { EventStore } from '../../apps/middleware/src/data-pool/projections';
+import { llmCall, newRolloutIds, redeliver } from '../../apps/middleware/src/data-pool/projections/testing/events';
+import { describeStoreBehaviour } from '../../apps/middleware/src/data-pool/projections/testing/store-behaviour.suite';
+import { describeBatchBehaviour } from '../../apps/middleware/src/data-pool/projections/testing/batch-behaviour.suite';
 
 // Real server: `node tools/infra/postgres.mjs start` prints DATABASE_URL (the test runner does it).
 const serverUrl = process.env.DATABASE_URL;

@@ -9,7 +9,8 @@ describe('migrations on PGlite', () => {
   beforeAll(async () => {
     ds = createDataSource();
     await ds.initialize();
-  });
+    // PGlite compiles its WebAssembly on first use: slow on a loaded machine.
+  }, 120_000);
   afterAll(async () => {
     await ds?.destroy();
   });

@@ -1,6 +1,7 @@
 import type { DataSource } from 'typeorm';
 import type { AnyEventEnvelope } from '@anvil/contracts';
-import { EventStore, ProcessedEventStore } from '@anvil/persistence';
+import { ProcessedEventStore } from '@anvil/persistence';
+import { EventStore } from './projections';
 
 /**
  * The Data Pool's write path, free of Nest so benchmarks and the embedded host use the very

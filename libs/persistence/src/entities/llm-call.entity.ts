@@ -97,7 +97,7 @@ export class LlmCall {
   @CreateDateColumn({ ...timeColumn, name: 'recorded_at' })
   recordedAt!: Date;
 
-  @ManyToOne(() => Rollout, (rollout) => rollout.calls, { createForeignKeyConstraints: false })
+  @ManyToOne(() => Rollout, { createForeignKeyConstraints: false })
   @JoinColumn({ name: 'rollout_id' })
   rollout?: Relation<Rollout>;
 }

@@ -42,7 +42,7 @@ export class Reward {
   @CreateDateColumn({ ...timeColumn, name: 'recorded_at' })
   recordedAt!: Date;
 
-  @ManyToOne(() => Rollout, (rollout) => rollout.rewards, { onDelete: 'CASCADE' })
+  @ManyToOne(() => Rollout, { onDelete: 'CASCADE' })
   @JoinColumn({ name: 'rollout_id', foreignKeyConstraintName: 'fk_rewards_rollout' })
   rollout?: Relation<Rollout>;
 }

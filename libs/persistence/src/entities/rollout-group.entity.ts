@@ -1,6 +1,5 @@
-import { Column, CreateDateColumn, Entity, Index, JoinColumn, ManyToOne, OneToMany, PrimaryColumn, type Relation } from 'typeorm';
+import { Column, CreateDateColumn, Entity, Index, JoinColumn, ManyToOne, PrimaryColumn, type Relation } from 'typeorm';
 import { idColumn, timeColumn } from './columns';
-import { Rollout } from './rollout.entity';
 import { Task } from './task.entity';
 
 /** G rollouts of one task; group-relative advantages are computed over its members. */
@@ -22,7 +21,4 @@ export class RolloutGroup {
   @ManyToOne(() => Task)
   @JoinColumn({ name: 'task_id', foreignKeyConstraintName: 'fk_rollout_groups_task' })
   task?: Relation<Task>;
-
-  @OneToMany(() => Rollout, (rollout) => rollout.group)
-  rollouts?: Relation<Rollout[]>;
 }

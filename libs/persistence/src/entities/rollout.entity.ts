@@ -1,8 +1,6 @@
-import { Column, CreateDateColumn, Entity, Index, JoinColumn, ManyToOne, OneToMany, PrimaryColumn, Unique, type Relation } from 'typeorm';
+import { Column, CreateDateColumn, Entity, Index, JoinColumn, ManyToOne, PrimaryColumn, Unique, type Relation } from 'typeorm';
 import type { RolloutFinishReason } from '@anvil/contracts';
 import { idColumn, timeColumn } from './columns';
-import { LlmCall } from './llm-call.entity';
-import { Reward } from './reward.entity';
 import { RolloutGroup } from './rollout-group.entity';
 
 export type RolloutStatus = 'running' | 'completed';
@@ -66,13 +64,7 @@ export class Rollout {
   @CreateDateColumn({ ...timeColumn, name: 'recorded_at' })
   recordedAt!: Date;
 
-  @ManyToOne(() => RolloutGroup, (group) => group.rollouts, { onDelete: 'CASCADE' })
+  @ManyToOne(() => RolloutGroup, { onDelete: 'CASCADE' })
   @JoinColumn({ name: 'group_id', foreignKeyConstraintName: 'fk_rollouts_group' })
   group?: Relation<RolloutGroup>;
-
-  @OneToMany(() => Reward, (reward) => reward.rollout)
-  rewards?: Relation<Reward[]>;
-
-  @OneToMany(() => LlmCall, (call) => call.rollout)
-  calls?: Relation<LlmCall[]>;
 }

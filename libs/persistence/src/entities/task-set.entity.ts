@@ -1,6 +1,5 @@
-import { Column, CreateDateColumn, Entity, OneToMany, PrimaryColumn, type Relation } from 'typeorm';
+import { Column, CreateDateColumn, Entity, PrimaryColumn } from 'typeorm';
 import { idColumn, timeColumn, type JsonObject } from './columns';
-import { Task } from './task.entity';
 
 /** A named collection of tasks (a dataset split, a benchmark) that rollout groups draw from. */
 @Entity({ name: 'task_sets' })
@@ -17,7 +16,4 @@ export class TaskSet {
 
   @CreateDateColumn({ ...timeColumn, name: 'created_at' })
   createdAt!: Date;
-
-  @OneToMany(() => Task, (task) => task.taskSet)
-  tasks?: Relation<Task[]>;
 }

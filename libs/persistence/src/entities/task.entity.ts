@@ -19,7 +19,7 @@ export class Task {
   @CreateDateColumn({ ...timeColumn, name: 'created_at' })
   createdAt!: Date;
 
-  @ManyToOne(() => TaskSet, (set) => set.tasks, { onDelete: 'CASCADE' })
+  @ManyToOne(() => TaskSet, { onDelete: 'CASCADE' })
   @JoinColumn({ name: 'task_set_id', foreignKeyConstraintName: 'fk_tasks_task_set' })
   taskSet?: Relation<TaskSet>;
 }

@@ -1,6 +1,5 @@
-import { Column, CreateDateColumn, Entity, Index, OneToMany, PrimaryColumn, Unique, type Relation } from 'typeorm';
+import { Column, CreateDateColumn, Entity, Index, PrimaryColumn, Unique } from 'typeorm';
 import { idColumn, timeColumn } from './columns';
-import { Trajectory } from './trajectory.entity';
 
 /**
  * A batch cut by the Windowed-FIFO scheduler (train_batch.created). The samples themselves
@@ -41,7 +40,4 @@ export class TrainBatch {
 
   @CreateDateColumn({ ...timeColumn, name: 'recorded_at' })
   recordedAt!: Date;
-
-  @OneToMany(() => Trajectory, (trajectory) => trajectory.trainBatch)
-  trajectories?: Relation<Trajectory[]>;
 }

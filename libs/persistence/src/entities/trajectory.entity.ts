@@ -75,7 +75,7 @@ export class Trajectory {
   @JoinColumn({ name: 'rollout_id' })
   rollout?: Relation<Rollout>;
 
-  @ManyToOne(() => TrainBatch, (batch) => batch.trajectories, { onDelete: 'SET NULL' })
+  @ManyToOne(() => TrainBatch, { onDelete: 'SET NULL' })
   @JoinColumn({ name: 'train_batch_id', foreignKeyConstraintName: 'fk_trajectories_train_batch' })
   trainBatch?: Relation<TrainBatch>;
 }

@@ -16,7 +16,8 @@ describe('PGlite driver', () => {
   beforeAll(async () => {
     ds = createDataSource();
     await ds.initialize();
-  });
+    // PGlite compiles its WebAssembly on first use: slow on a loaded machine.
+  }, 120_000);
   afterAll(async () => {
     await ds?.destroy();
   });

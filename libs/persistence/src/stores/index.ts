@@ -1,6 +1,2 @@
-export { EventStore } from './event-store';
 export { ProcessedEventStore } from './processed-event-store';
-export { DataPoolStore } from './data-pool-store';
-export { TaskStore, type TaskDefinition, type TaskSetDefinition } from './task-store';
-export { UnknownRolloutError } from './errors';
 export { inTransaction, insertIgnoringDuplicates, upsertRows } from './transaction';

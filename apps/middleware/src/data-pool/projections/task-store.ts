@@ -1,8 +1,5 @@
 import type { DataSource, EntityManager } from 'typeorm';
-import { Task } from '../entities/task.entity';
-import { TaskSet } from '../entities/task-set.entity';
-import type { JsonObject } from '../entities/columns';
-import { upsertRows } from './transaction';
+import { Task, TaskSet, upsertRows, type JsonObject } from '@anvil/persistence';
 
 export interface TaskSetDefinition {
   id: string;

@@ -1,11 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import type { DataSource } from 'typeorm';
 import { In } from 'typeorm';
-import { LlmCall } from '../entities/llm-call.entity';
-import { ProcessedEvent } from '../entities/processed-event.entity';
-import { Rollout } from '../entities/rollout.entity';
-import { EventStore } from '../stores/event-store';
-import { ProcessedEventStore } from '../stores/processed-event-store';
+import { LlmCall, ProcessedEvent, ProcessedEventStore, Rollout } from '@anvil/persistence';
+import { EventStore } from '../event-store';
 import { llmCall, newRolloutIds, redeliver, rolloutCompleted, rolloutStarted, uid } from './events';
 
 /**

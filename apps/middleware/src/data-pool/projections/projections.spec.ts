@@ -1,9 +1,8 @@
 import { afterAll, beforeAll } from 'vitest';
 import type { DataSource } from 'typeorm';
-import { createDataSource } from '../data-source';
-import { runMigrations } from '../migrate';
-import { describeStoreBehaviour } from '../testing/store-behaviour.suite';
-import { describeBatchBehaviour } from '../testing/batch-behaviour.suite';
+import { createDataSource, runMigrations } from '@anvil/persistence';
+import { describeStoreBehaviour } from './testing/store-behaviour.suite';
+import { describeBatchBehaviour } from './testing/batch-behaviour.suite';
 
 let ds: DataSource;
 
@@ -11,7 +10,8 @@ beforeAll(async () => {
   ds = createDataSource();
   await ds.initialize();
   await runMigrations(ds);
-});
+  // PGlite compiles its WebAssembly on first use: slow on a loaded machine.
+}, 120_000);
 
 afterAll(async () => {
   await ds?.destroy();

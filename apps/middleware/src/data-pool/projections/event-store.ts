@@ -1,18 +1,7 @@
 import { In, IsNull, type DataSource, type EntityManager } from 'typeorm';
 import type { AnyEventEnvelope, EventEnvelope } from '@anvil/contracts';
-import { Checkpoint } from '../entities/checkpoint.entity';
-import { LlmCall } from '../entities/llm-call.entity';
-import { PolicyActivation } from '../entities/policy-activation.entity';
-import { PolicyVersion } from '../entities/policy-version.entity';
-import { Reward } from '../entities/reward.entity';
-import { Rollout } from '../entities/rollout.entity';
-import { RolloutGroup } from '../entities/rollout-group.entity';
-import { Task } from '../entities/task.entity';
-import { TaskSet } from '../entities/task-set.entity';
-import { TrainBatch } from '../entities/train-batch.entity';
-import { Trajectory } from '../entities/trajectory.entity';
+import { Checkpoint, LlmCall, PolicyActivation, PolicyVersion, Reward, Rollout, RolloutGroup, Task, TaskSet, TrainBatch, Trajectory, inTransaction, insertIgnoringDuplicates } from '@anvil/persistence';
 import { UnknownRolloutError } from './errors';
-import { inTransaction, insertIgnoringDuplicates } from './transaction';
 
 const at = (ms: number) => new Date(ms);
 

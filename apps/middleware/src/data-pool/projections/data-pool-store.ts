@@ -1,9 +1,5 @@
 import type { DataSource, EntityManager } from 'typeorm';
-import { LlmCall } from '../entities/llm-call.entity';
-import { PolicyVersion } from '../entities/policy-version.entity';
-import { Reward } from '../entities/reward.entity';
-import { Rollout } from '../entities/rollout.entity';
-import { Trajectory } from '../entities/trajectory.entity';
+import { LlmCall, PolicyVersion, Reward, Rollout, Trajectory } from '@anvil/persistence';
 
 /** The reads the Data Pool, scheduler and trainer need; each accepts a transaction's manager. */
 export class DataPoolStore {
