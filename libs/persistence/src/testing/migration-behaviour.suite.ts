@@ -15,6 +15,8 @@ export const SCHEMA_TABLES = [
   'policy_versions',
   'processed_events',
   'rewards',
+  'rm_groups',
+  'rm_rollouts',
   'rollout_groups',
   'rollouts',
   'task_sets',
