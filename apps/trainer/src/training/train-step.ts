@@ -1,0 +1,227 @@
+// One optimizer step (or several, with mini-batches) on a batch given as a prefix tree: pack under
+// a token budget, forward every pack once (each shared token computed once), gather per-sample
+// log-probs, compute the loss with libs/rl exactly as unmerged training would, scatter dLoss/dlogp
+// back onto the nodes (a node shared by m samples gets the sum of their coefficients), backward,
+// clip, AdamW. Nothing here knows about Kafka or the database.
+import type { Model } from '@anvil/engine';
+import {
+  computeLoss,
+  mergeSampleValues,
+  mismatchStats,
+  packTree,
+  type LossConfig,
+  type LossSample,
+  type LossStats,
+  type PrefixTree,
+} from '@anvil/rl';
+
+export interface TrainSettings {
+  loss: LossConfig;
+  /** AdamW learning rate of every step. */
+  lr: number;
+  /** Global gradient-norm clip (0 = off). */
+  maxGradNorm: number;
+  /** Nodes per pack at most (the engine's forward budget). */
+  packTokens: number;
+  /** Optimizer steps per batch: the batch's samples are split by group into this many mini-batches. */
+  miniBatches: number;
+  /** Activation bytes one pack may take (refused before allocating when exceeded). */
+  maxPackBytes?: number;
+}
+
+export interface MismatchSplit {
+  /** The split's name, e.g. "context=sliding_window agent=white-box". */
+  key: string;
+  meanAbsDeltaLogp: number;
+  klK3: number;
+  tokens: number;
+}
+
+export interface StepReport {
+  /** Loss value (−J) of the mini-batch; NaN when skipped. */
+  loss: number;
+  gradNorm: number;
+  stats: LossStats | null;
+  /** Recomputed vs recorded log-probs of the tokens the trainer's current weights generated. */
+  mismatch: { meanAbsDeltaLogp: number; klK3: number; tokens: number };
+  mismatchBySplit: MismatchSplit[];
+  samples: number;
+  outputTokens: number;
+  totalTokens: number;
+  uniqueTokens: number;
+  sharing: number;
+  packs: number;
+  seconds: number;
+  /** Why the step was not applied (non-finite loss or gradient); null when it was. */
+  skipped: string | null;
+}
+
+/** A view of the tree restricted to some samples (packTree only places nodes their paths use). */
+function subTree(tree: PrefixTree, indices: number[]): PrefixTree {
+  return { ...tree, samples: indices.map((k) => tree.samples[k]) };
+}
+
+/** Splits sample indices into `parts` mini-batches along group boundaries (a group never straddles two). */
+export function miniBatchesOf(tree: PrefixTree, parts: number): number[][] {
+  if (!Number.isInteger(parts) || parts < 1) throw new RangeError(`miniBatches must be a positive integer, got ${parts}`);
+  const groups = new Map<string, number[]>();
+  tree.samples.forEach((s, k) => {
+    const g = groups.get(s.groupId);
+    if (g) g.push(k);
+    else groups.set(s.groupId, [k]);
+  });
+  const list = [...groups.values()];
+  const n = Math.min(parts, list.length);
+  const out: number[][] = Array.from({ length: n }, () => []);
+  list.forEach((g, i) => out[Math.floor((i * n) / list.length)].push(...g));
+  return out.filter((m) => m.length > 0);
+}
+
+/** What one mini-batch's forward + loss + backward produced (gradients are accumulated in the model). */
+export interface GradientResult {
+  loss: number;
+  stats: LossStats;
+  mismatch: { all: { meanAbsDeltaLogp: number; klK3: number; tokens: number }; splits: MismatchSplit[] };
+  samples: number;
+  outputTokens: number;
+  totalTokens: number;
+  uniqueTokens: number;
+  sharing: number;
+  packs: number;
+  /** False when the loss or a dLoss/dlogp coefficient was not finite: nothing was accumulated. */
+  finite: boolean;
+}
+
+/**
+ * Forward every pack of the samples `members`, compute the loss over all of them with libs/rl, and
+ * accumulate its gradient (zeroGrad first). The loss needs every sample's log-probs before any
+ * coefficient is known (aggregation normalisers, sequence-level corrections), so all packs of a
+ * mini-batch stay alive between forward and backward; maxPackBytes bounds each.
+ */
+export async function lossAndGradients(
+  model: Model,
+  tree: PrefixTree,
+  members: number[],
+  settings: Pick<TrainSettings, 'loss' | 'packTokens' | 'maxPackBytes'>,
+  ctx: { currentVersion: number; splitOf?: (sampleIndex: number) => string },
+): Promise<GradientResult> {
+  const view = subTree(tree, members);
+  const packed = packTree(view, { maxTokens: settings.packTokens });
+  const n = view.samples.length;
+  const lossSamples: LossSample[] = new Array(n);
+  const entropy: Float32Array[] = new Array(n);
+  const handles: Awaited<ReturnType<Model['forward']>>['handle'][] = [];
+  try {
+    for (let p = 0; p < packed.packs.length; p++) {
+      const pack = packed.packs[p];
+      const res = await model.forward(pack, settings.maxPackBytes ? { maxBytes: settings.maxPackBytes } : {});
+      handles.push(res.handle);
+      const nodeOf = packed.nodeOf[p];
+      pack.samples.forEach((k, j) => {
+        const s = view.samples[k];
+        const outs = pack.outputNodes[j];
+        lossSamples[k] = {
+          logp: Float32Array.from(outs, (node) => res.logp[node]),
+          behaviourLogp: Float32Array.from(outs, (node) => tree.behaviourLogp[nodeOf[node]]),
+          versions: Uint32Array.from(outs, (node) => tree.versions[nodeOf[node]]),
+          advantage: s.advantage,
+          weight: s.lossWeight,
+          trajectoryId: s.trajectoryId,
+          groupId: s.groupId,
+        };
+        entropy[k] = Float32Array.from(outs, (node) => res.entropy[node]);
+      });
+    }
+    const mismatch = mismatchOfCurrent(lossSamples, ctx.currentVersion, (k) => (ctx.splitOf ? ctx.splitOf(members[k]) : 'all'));
+    const result = computeLoss(lossSamples, settings.loss, { entropy });
+    const out: GradientResult = {
+      loss: result.loss,
+      stats: result.stats,
+      mismatch,
+      samples: n,
+      outputTokens: lossSamples.reduce((a, s) => a + s.logp.length, 0),
+      totalTokens: packed.totalTokens,
+      uniqueTokens: packed.uniqueTokens,
+      sharing: packed.sharing,
+      packs: packed.packs.length,
+      finite: Number.isFinite(result.loss) && result.dLdlogp.every((d) => d.every(Number.isFinite)),
+    };
+    if (!out.finite) return out;
+    await model.zeroGrad();
+    for (let p = 0; p < packed.packs.length; p++) {
+      const pack = packed.packs[p];
+      await model.backward(handles[p], mergeSampleValues(pack, pack.samples.map((k) => result.dLdlogp[k])));
+    }
+    return out;
+  } finally {
+    for (const h of handles) h.dispose();
+  }
+}
+
+/**
+ * Trains on one batch: one AdamW step per mini-batch. `currentVersion` is the policy version of
+ * the model's weights before the first step (tokens stamped with it measure the engine's own
+ * train/inference mismatch); `splitOf` names the mismatch split of a sample (context-management
+ * mode, agent kind). A non-finite loss or gradient skips that step and leaves the weights alone.
+ */
+export async function trainOnTree(
+  model: Model,
+  tree: PrefixTree,
+  settings: TrainSettings,
+  ctx: { currentVersion: number; splitOf?: (sampleIndex: number) => string },
+): Promise<StepReport[]> {
+  const reports: StepReport[] = [];
+  for (const members of miniBatchesOf(tree, settings.miniBatches)) {
+    const started = performance.now();
+    const g = await lossAndGradients(model, tree, members, settings, ctx);
+    const base = {
+      loss: g.loss,
+      stats: g.stats,
+      mismatch: g.mismatch.all,
+      mismatchBySplit: g.mismatch.splits,
+      samples: g.samples,
+      outputTokens: g.outputTokens,
+      totalTokens: g.totalTokens,
+      uniqueTokens: g.uniqueTokens,
+      sharing: g.sharing,
+      packs: g.packs,
+    };
+    const seconds = () => (performance.now() - started) / 1000;
+    if (!g.finite) {
+      reports.push({ ...base, gradNorm: NaN, seconds: seconds(), skipped: 'non-finite loss or dLoss/dlogp' });
+      continue;
+    }
+    const norm = await model.gradNorm();
+    if (!Number.isFinite(norm)) {
+      await model.zeroGrad();
+      reports.push({ ...base, gradNorm: norm, seconds: seconds(), skipped: 'non-finite gradient norm' });
+      continue;
+    }
+    if (settings.maxGradNorm > 0) await model.clipGradNorm(settings.maxGradNorm);
+    await model.step({ lr: settings.lr });
+    reports.push({ ...base, gradNorm: norm, seconds: seconds(), skipped: null });
+  }
+  return reports;
+}
+
+/** Mismatch of the tokens the current weights generated (recorded version == currentVersion), overall and per split. */
+function mismatchOfCurrent(samples: LossSample[], currentVersion: number, splitOf: (k: number) => string) {
+  const bySplit = new Map<string, { logp: Float32Array; behaviourLogp: Float32Array }[]>();
+  const all: { logp: Float32Array; behaviourLogp: Float32Array }[] = [];
+  samples.forEach((s, k) => {
+    const keep: number[] = [];
+    const v = s.versions as Uint32Array;
+    for (let t = 0; t < v.length; t++) if (v[t] === currentVersion) keep.push(t);
+    if (keep.length === 0) return;
+    const pair = { logp: Float32Array.from(keep, (t) => s.logp[t]), behaviourLogp: Float32Array.from(keep, (t) => s.behaviourLogp[t]) };
+    all.push(pair);
+    const key = splitOf(k);
+    const list = bySplit.get(key);
+    if (list) list.push(pair);
+    else bySplit.set(key, [pair]);
+  });
+  return {
+    all: mismatchStats(all),
+    splits: [...bySplit.entries()].map(([key, pairs]) => ({ key, ...mismatchStats(pairs) })),
+  };
+}
