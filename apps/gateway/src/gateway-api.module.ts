@@ -19,6 +19,7 @@ import { OpenAiErrorFilter } from './http/openai-error.filter';
 import { GatewayLifecycle } from './lifecycle/gateway-lifecycle';
 import { InFlightCalls } from './lifecycle/in-flight';
 import { GatewayMetrics } from './metrics';
+import { InferenceProxyProbe, type VocabularyMismatchError } from './models/inference-proxy-probe';
 import { ModelRegistry } from './models/model-registry';
 import { SqlClient } from './db/sql-client';
 import { PolicyVersionConsumer } from './sessions/policy-version.consumer';
@@ -27,7 +28,13 @@ import { SCHEMA_GATE, SchemaGate } from './sessions/schema-gate';
 import { SessionLookups } from './sessions/session-lookups';
 import { SessionStore } from './sessions/session-store';
 import { StalenessGate } from './sessions/staleness-gate';
-import { CALL_SERVICE, CAPTURE_STORE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT, INFERENCE_CLIENT, MODEL_REGISTRY, OUTBOX_RELAY, POLICY_VERSIONS, SESSION_AUTH, SESSION_STORE, SQL_CLIENT } from './tokens';
+import { CALL_SERVICE, CAPTURE_STORE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT, INFERENCE_CLIENT, INFERENCE_PROBE, MODEL_REGISTRY, OUTBOX_RELAY, POLICY_VERSIONS, SESSION_AUTH, SESSION_STORE, SQL_CLIENT } from './tokens';
+
+/** A served model whose vocabulary disagrees with the tokenizer is a configuration error: exit 78, as for a bad environment. */
+const exitOnMismatch = (logger: Logger) => (error: VocabularyMismatchError) => {
+  logger.error('refusing to serve: model and tokenizer vocabularies disagree', { reason: error.message });
+  process.exit(78);
+};
 
 /**
  * The gateway's own providers and controllers, on top of whatever supplies EVENT_BUS,
@@ -36,7 +43,7 @@ import { CALL_SERVICE, CAPTURE_STORE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT
  */
 @Module({})
 export class GatewayApiModule {
-  static forRoot(config: GatewayConfig, opts: { registry?: ModelRegistry } = {}): DynamicModule {
+  static forRoot(config: GatewayConfig, opts: { registry?: ModelRegistry; onVocabularyMismatch?: (error: VocabularyMismatchError) => void } = {}): DynamicModule {
     return {
       module: GatewayApiModule,
       controllers: [AdminController, OpenAiController],
@@ -44,6 +51,12 @@ export class GatewayApiModule {
         { provide: GATEWAY_CONFIG, useValue: config },
         { provide: MODEL_REGISTRY, useFactory: () => opts.registry ?? ModelRegistry.fromConfig(config) },
         { provide: INFERENCE_CLIENT, useFactory: () => new InferenceProxyClient({ baseUrl: config.INFERENCE_PROXY_URL, timeoutMs: config.GATEWAY_GENERATION_TIMEOUT_MS }) },
+        {
+          provide: INFERENCE_PROBE,
+          inject: [INFERENCE_CLIENT, MODEL_REGISTRY, LOGGER],
+          useFactory: (client: InferenceProxyClient, registry: ModelRegistry, logger: Logger) =>
+            new InferenceProxyProbe(client, registry.list()[0].format.tokenizer, opts.onVocabularyMismatch ?? exitOnMismatch(logger)),
+        },
         { provide: GATEWAY_METRICS, inject: [METRICS], useFactory: (m: ServiceMetrics) => new GatewayMetrics(m) },
         { provide: IN_FLIGHT, useFactory: () => new InFlightCalls() },
         { provide: SCHEMA_GATE, inject: [DATA_SOURCE, LOGGER], useFactory: (ds: DataSource, logger: Logger) => new SchemaGate(ds, config.DB_MIGRATE_ON_START, logger) },

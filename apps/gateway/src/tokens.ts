@@ -11,3 +11,4 @@ export const POLICY_VERSIONS = Symbol('POLICY_VERSIONS');
 export const SQL_CLIENT = Symbol('SQL_CLIENT');
 export const OUTBOX_RELAY = Symbol('OUTBOX_RELAY');
 export const CAPTURE_STORE = Symbol('CAPTURE_STORE');
+export const INFERENCE_PROBE = Symbol('INFERENCE_PROBE');

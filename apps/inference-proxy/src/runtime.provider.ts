@@ -35,7 +35,11 @@ export const runtimeProvider = {
         metrics,
         logger.child({ component: 'inference' }),
       );
-      logger.info('inference backends ready', { backend: config.INFERENCE_BACKEND, replicas: runtime.replicas.map((r) => r.id), swapPolicy: config.WEIGHT_SWAP_POLICY });
+      logger.info('inference backends ready', {
+        backend: config.INFERENCE_BACKEND,
+        replicas: runtime.replicas.map((r) => ({ id: r.id, model: r.backend.model, vocabSize: r.backend.vocabSize })),
+        swapPolicy: config.WEIGHT_SWAP_POLICY,
+      });
       return { runtime, unavailable: null };
     } catch (err) {
       // The embedded engine may not generate yet in this build: keep the service up (ops

@@ -237,11 +237,18 @@ export function ropeInvFreq(c: ModelConfig): Float32Array {
   return out;
 }
 
-/** A ~1M-parameter Llama-style config for tests, examples and the embedded default. */
+/**
+ * The vocabulary of the built-in tiny model: the built-in byte-level tokenizer's
+ * (libs/tokenizer BYTE_VOCAB_SIZE: 256 bytes + 16 added tokens), so every id it samples decodes.
+ * The gateway refuses a served model whose vocabulary differs from its tokenizer's.
+ */
+export const TINY_VOCAB_SIZE = 272;
+
+/** A ~0.9M-parameter Llama-style config for tests, examples and the embedded default, over the byte tokenizer's vocabulary. */
 export function tinyConfig(overrides: Partial<ModelConfig> = {}): ModelConfig {
   return normalizeConfig({
     modelType: 'llama',
-    vocabSize: 2048,
+    vocabSize: TINY_VOCAB_SIZE,
     hiddenSize: 128,
     intermediateSize: 384,
     numHiddenLayers: 4,

@@ -131,6 +131,11 @@ export class Generator {
     return this.model;
   }
 
+  /** Token ids the current model has (its vocab_size): every id it samples is below it. */
+  get vocabSize(): number {
+    return this.model.config.vocabSize;
+  }
+
   private makeNative(): NativeGenerator {
     const { addon } = loadBackend(this.model.backend); // the addon that owns the model
     return new addon.NativeGenerator(this.model.nat(), this.maxPositions, this.cacheBytes);

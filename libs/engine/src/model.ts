@@ -170,7 +170,7 @@ export class Model {
     return m;
   }
 
-  /** The built-in ~1M-parameter model (random init). */
+  /** The built-in ~0.9M-parameter model over the byte tokenizer's vocabulary (random init). */
   static tiny(opts: CreateOptions & { config?: Partial<ModelConfig> } = {}): Model {
     return Model.create(tinyConfig(opts.config), opts);
   }

@@ -37,7 +37,19 @@ export interface ReplicasReport {
   policyVersion?: number;
   swapPolicy?: string;
   swapping?: boolean;
-  replicas: { id: string; healthy: boolean; routable: boolean; inFlight: number; weightsVersion: number | null; prefixCacheHitRate: number; [k: string]: unknown }[];
+  replicas: {
+    id: string;
+    healthy: boolean;
+    routable: boolean;
+    inFlight: number;
+    weightsVersion: number | null;
+    prefixCacheHitRate: number;
+    /** What the replica serves (checkpoint directory, model name, or the built-in tiny model). */
+    model?: string;
+    /** Token ids of the served model; null when the engine does not report it. */
+    vocabSize?: number | null;
+    [k: string]: unknown;
+  }[];
   [k: string]: unknown;
 }
 

@@ -1,21 +1,32 @@
-import { Inject, Injectable, type BeforeApplicationShutdown, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type BeforeApplicationShutdown, type OnApplicationBootstrap, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import type { Logger } from '@anvil/observability';
 import { LOGGER, ReadinessRegistry } from '@anvil/service-kit';
 import type { GatewayConfig } from '../config';
 import { SCHEMA_GATE, type SchemaGate } from '../sessions/schema-gate';
 import type { OutboxRelay } from '../capture/outbox-relay';
-import { GATEWAY_CONFIG, IN_FLIGHT, OUTBOX_RELAY } from '../tokens';
+import type { InferenceProxyProbe } from '../models/inference-proxy-probe';
+import type { ModelRegistry } from '../models/model-registry';
+import { GATEWAY_CONFIG, IN_FLIGHT, INFERENCE_PROBE, MODEL_REGISTRY, OUTBOX_RELAY } from '../tokens';
 import type { InFlightCalls } from './in-flight';
 
+/** How often the model check is retried while the inference-proxy has not answered yet. */
+const PROBE_RETRY_MS = 2_000;
+
 /**
- * Readiness of the gateway's tables, the outbox relay's sweeper, and graceful shutdown: before
+ * Readiness of the gateway's tables and of the inference-proxy (whose served model is checked
+ * against the tokenizer before the gateway listens, or on its first answer when it is not up
+ * yet), the outbox relay's sweeper, and graceful shutdown: before
  * the HTTP server and then the bus and the database close, running calls finish and their
  * records are published (new calls get 503); records the broker does not take in time stay in
  * the outbox for the next gateway's sweeper.
  */
 @Injectable()
-export class GatewayLifecycle implements OnModuleInit, OnModuleDestroy, BeforeApplicationShutdown {
+export class GatewayLifecycle implements OnModuleInit, OnApplicationBootstrap, OnModuleDestroy, BeforeApplicationShutdown {
+  private probeTimer: NodeJS.Timeout | null = null;
+
   constructor(
+    @Inject(INFERENCE_PROBE) private readonly probe: InferenceProxyProbe,
+    @Inject(MODEL_REGISTRY) private readonly registry: ModelRegistry,
     @Inject(IN_FLIGHT) private readonly inFlight: InFlightCalls,
     @Inject(OUTBOX_RELAY) private readonly outbox: OutboxRelay,
     @Inject(SCHEMA_GATE) private readonly schema: SchemaGate,
@@ -31,7 +42,29 @@ export class GatewayLifecycle implements OnModuleInit, OnModuleDestroy, BeforeAp
         if (!this.schema.isReady) throw new Error('database schema not ready yet');
       },
     });
+    this.readiness.add({ name: 'inference-proxy', check: () => this.probe.check() });
+    for (const m of this.registry.list()) {
+      this.logger.info('serving model', { model: m.name, chatFormat: this.config.GATEWAY_CHAT_FORMAT, tokenizer: m.format.tokenizer.name, vocabSize: m.format.tokenizer.vocabSize, maxContextTokens: m.maxContextTokens });
+    }
     this.outbox.start();
+  }
+
+  /** Runs before the server listens: a proxy that is up already has its model checked now. */
+  async onApplicationBootstrap(): Promise<void> {
+    const attempt = () => this.probe.check().catch(() => undefined);
+    await attempt();
+    if (this.probe.checked) return;
+    this.logger.warn('the inference-proxy does not answer yet; its model is checked once it does', {});
+    this.probeTimer = setInterval(() => {
+      if (this.probe.checked) this.stopProbing();
+      else void attempt();
+    }, PROBE_RETRY_MS);
+    this.probeTimer.unref();
+  }
+
+  private stopProbing(): void {
+    if (this.probeTimer) clearInterval(this.probeTimer);
+    this.probeTimer = null;
   }
 
   /**
@@ -40,6 +73,7 @@ export class GatewayLifecycle implements OnModuleInit, OnModuleDestroy, BeforeAp
    * go on, and beforeApplicationShutdown waits for them while the bus and the database are open.
    */
   onModuleDestroy(): void {
+    this.stopProbing();
     this.inFlight.stopAccepting();
   }
 

@@ -22,11 +22,18 @@ export class FakeInferenceProxy {
   private server!: Server;
   url = '';
   tokenDelayMs = 0;
+  /** What GET /internal/v1/replicas reports as the served model's vocabulary (the byte tokenizer's by default). */
+  vocabSize: number | null = 272;
 
   constructor(public script: (req: GenerateRequest, n: number) => ScriptedReply) {}
 
   async start(): Promise<this> {
     this.server = createServer((req, res) => {
+      if (req.method === 'GET' && req.url === '/internal/v1/replicas') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ deployment: 'fake', replicas: [{ id: 'fake', healthy: true, routable: true, inFlight: 0, weightsVersion: null, prefixCacheHitRate: 0, model: 'scripted', vocabSize: this.vocabSize }] }));
+        return;
+      }
       let body = '';
       req.on('data', (d) => (body += d));
       req.on('end', () => void this.handle(JSON.parse(body) as GenerateRequest, res));

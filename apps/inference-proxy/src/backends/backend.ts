@@ -81,6 +81,13 @@ export interface InferenceBackend {
   readonly kind: 'embedded' | 'vllm' | 'sglang';
   /** Generations currently running on this backend through this proxy. */
   readonly inFlight: number;
+  /** What it serves, for logs and GET /internal/v1/replicas: a checkpoint directory, a served model name, or the built-in tiny model. */
+  readonly model: string;
+  /**
+   * Token ids the served model has (its vocab_size), which the gateway compares with its
+   * tokenizer's; null when the engine does not report it (vLLM and SGLang do not).
+   */
+  readonly vocabSize: number | null;
   /**
    * Runs one generation. Rejects with BackendUnavailableError when the engine cannot be
    * reached or the stream breaks (tokens already passed to onTokens stay valid: the router

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { BYTE_VOCAB_SIZE, ByteTokenizer } from '@anvil/tokenizer';
 import type { InferenceProxyConfig } from '../config';
 import { BackendRequestError, type SamplingParams, type TokenChunk } from './backend';
 import { createBackends } from './create-backends';
@@ -89,11 +90,17 @@ describe('EmbeddedBackend over @anvil/engine', async () => {
     }
   });
 
-  it('createBackends builds the embedded replica without a checkpoint dir (built-in tiny model)', async () => {
+  it('createBackends builds the embedded replica without a checkpoint dir (built-in tiny model over the byte tokenizer\'s vocabulary)', async () => {
     const [b] = await createBackends({ INFERENCE_BACKEND: 'embedded' } as InferenceProxyConfig);
     expect(b.kind).toBe('embedded');
     expect(b.id).toBe('embedded-tiny-random-seed0');
-    expect((await b.generate({ requestId: 'g', promptIds: [1], sampling: sampling({ maxTokens: 2 }) })).outputIds).toHaveLength(2);
+    expect(b.model).toBe('built-in tiny model (random init, seed 0)');
+    // the built-in model and the built-in tokenizer share one vocabulary, so every sampled id decodes
+    expect(b.vocabSize).toBe(BYTE_VOCAB_SIZE);
+    const tok = new ByteTokenizer();
+    const r = await b.generate({ requestId: 'g', promptIds: tok.encode('hello'), sampling: sampling({ maxTokens: 64 }) });
+    expect(r.outputIds).toHaveLength(64);
+    for (const id of r.outputIds) expect(tok.idToToken(id), `id ${id}`).toBeDefined();
     await b.close?.();
   });
 });

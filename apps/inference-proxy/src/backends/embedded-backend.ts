@@ -21,10 +21,15 @@ export class EmbeddedBackend implements InferenceBackend {
   constructor(
     private readonly generator: EmbeddedGenerator,
     readonly id = 'embedded',
+    readonly model = id,
   ) {}
 
   get inFlight(): number {
     return this.running;
+  }
+
+  get vocabSize(): number {
+    return this.generator.vocabSize;
   }
 
   async generate(req: BackendGenerateRequest, opts: BackendGenerateOptions = {}): Promise<BackendResult> {

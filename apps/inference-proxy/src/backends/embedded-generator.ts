@@ -22,6 +22,8 @@ export interface EmbeddedGenerator {
     sampling: SamplingParams,
     opts: { signal?: AbortSignal; onToken?: (id: number, logprob: number, rawLogprob: number, top?: readonly { id: number; logprob: number }[]) => void },
   ): Promise<EmbeddedGeneration>;
+  /** Token ids the current model has (its vocab_size; a checkpoint load may change it). */
+  readonly vocabSize: number;
   /** Loads Hugging Face weights (config.json + safetensors) from a directory; later generations use them. */
   loadCheckpoint(dir: string): Promise<void>;
   stats(): EmbeddedGeneratorStats;
@@ -49,29 +51,17 @@ export interface EmbeddedGeneratorStats {
   prefixCacheLookupTokens: number;
 }
 
-export class EngineGenerationUnavailableError extends Error {
-  override readonly name = 'EngineGenerationUnavailableError';
-}
-
 /**
  * Wires the embedded backend to @anvil/engine's `createGenerator(source, options)`: a checkpoint
  * directory (EMBEDDED_CHECKPOINT_DIR), or, when none is configured, the engine's built-in tiny
- * random model seeded with `options.seed` (default 0): enough to boot, route and test the
- * service without weights. Checks at runtime that the loaded engine exports the factory and
- * fails clearly when it does not. Loaded lazily so the external backends never load the native
- * addon.
+ * random model seeded with `options.seed` (default 0; the byte tokenizer's vocabulary): enough to
+ * boot, route and test the service without weights. Loaded lazily so the external backends never
+ * load the native addon.
  */
 export async function createEngineGenerator(
   checkpointDir: string | undefined,
   options: { maxBatch?: number; seed?: number; prefixCacheBytes?: number } = {},
 ): Promise<EmbeddedGenerator> {
-  const engine = (await import('@anvil/engine')) as Record<string, unknown>;
-  const factory = engine.createGenerator;
-  if (typeof factory !== 'function') {
-    throw new EngineGenerationUnavailableError(
-      'engine generation not available in this build: @anvil/engine exports no createGenerator(); ' +
-        'use INFERENCE_BACKEND=vllm or sglang',
-    );
-  }
-  return (await (factory as (dir: string | undefined, opts: unknown) => Promise<EmbeddedGenerator>)(checkpointDir || undefined, options));
+  const { createGenerator } = await import('@anvil/engine');
+  return createGenerator(checkpointDir || undefined, options);
 }

@@ -18,6 +18,8 @@ export interface ExternalBackendOptions {
   controlTimeoutMs?: number;
   /** Deadline for a weight load (reading a checkpoint takes a while). */
   loadTimeoutMs?: number;
+  /** The served model's name, when it was configured (vLLM's INFERENCE_MODEL). */
+  model?: string;
 }
 
 /** What one parsed stream event contributes. */
@@ -47,6 +49,10 @@ export interface StreamState {
 export abstract class ExternalBackend implements InferenceBackend {
   abstract readonly kind: 'vllm' | 'sglang';
   readonly id: string;
+  /** The engine's model as it was named to the proxy (INFERENCE_MODEL), else its URL. */
+  readonly model: string;
+  /** Neither engine reports its vocabulary size over its serving API. */
+  readonly vocabSize = null;
   protected readonly baseUrl: string;
   protected readonly controlTimeoutMs: number;
   protected readonly loadTimeoutMs: number;
@@ -55,6 +61,7 @@ export abstract class ExternalBackend implements InferenceBackend {
   constructor(opts: ExternalBackendOptions) {
     this.baseUrl = trimSlash(opts.url);
     this.id = this.baseUrl;
+    this.model = opts.model ?? this.baseUrl;
     this.controlTimeoutMs = opts.controlTimeoutMs ?? 5_000;
     this.loadTimeoutMs = opts.loadTimeoutMs ?? 600_000;
   }

@@ -43,7 +43,7 @@ export class VllmBackend extends ExternalBackend {
   readonly kind = 'vllm' as const;
   protected readonly streamPath = '/v1/completions';
 
-  constructor(private readonly options: ExternalBackendOptions & { model?: string }) {
+  constructor(private readonly options: ExternalBackendOptions) {
     super(options);
   }
 

@@ -39,6 +39,8 @@ export class Replica {
     return {
       id: this.id,
       kind: this.backend.kind,
+      model: this.backend.model,
+      vocabSize: this.backend.vocabSize,
       healthy: this.healthy,
       routable: this.routable,
       stale: this.stale,
