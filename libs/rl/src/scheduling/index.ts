@@ -1,0 +1,3 @@
+export * from './errors';
+export * from './adaptive';
+export * from './windowed-fifo';
