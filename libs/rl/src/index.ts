@@ -1,2 +1,6 @@
 export * from './packing';
+export * from './advantages';
+export * from './losses';
 export * from './random';
+export * from './staleness';
+export * from './scheduling';
