@@ -7,3 +7,4 @@ export * from './nest-logger';
 export * from './infra.module';
 export * from './service-modules';
 export * from './linked-abort';
+export * from './background-subscription';

@@ -1,6 +1,7 @@
 import type { DataSource } from 'typeorm';
 import { runMigrations } from '@anvil/persistence';
 import type { Logger } from '@anvil/observability';
+import { retryDelayMs } from '@anvil/service-kit';
 
 export const SCHEMA_GATE = Symbol('SCHEMA_GATE');
 
@@ -27,7 +28,7 @@ export class SchemaGate {
           return;
         } catch (err) {
           logger.warn('database not ready yet; retrying', { attempt, err });
-          await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * attempt)));
+          await new Promise((r) => setTimeout(r, retryDelayMs(attempt)));
         }
       }
     })();

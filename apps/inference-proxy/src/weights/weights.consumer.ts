@@ -1,8 +1,8 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import { TOPICS } from '@anvil/contracts';
-import type { MessageBus, Subscription } from '@anvil/messaging';
+import type { MessageBus } from '@anvil/messaging';
 import type { Logger } from '@anvil/observability';
-import { EVENT_BUS, LOGGER, ReadinessRegistry } from '@anvil/service-kit';
+import { BackgroundSubscription, EVENT_BUS, LOGGER, ReadinessRegistry } from '@anvil/service-kit';
 import type { InferenceProxyConfig } from '../config';
 import type { RuntimeHandle } from '../runtime.provider';
 import { INFERENCE_CONFIG, INFERENCE_RUNTIME } from '../tokens';
@@ -16,8 +16,7 @@ import { WeightsPublishedHandler } from './weights-published-handler';
  */
 @Injectable()
 export class WeightsConsumer implements OnModuleInit, OnModuleDestroy {
-  private subscription: Subscription | null = null;
-  private stopped = false;
+  private subscription: BackgroundSubscription | null = null;
 
   constructor(
     @Inject(EVENT_BUS) private readonly bus: MessageBus,
@@ -30,42 +29,29 @@ export class WeightsConsumer implements OnModuleInit, OnModuleDestroy {
   onModuleInit(): void {
     const runtime = this.handle.runtime;
     if (!runtime) return;
-    this.readiness.add({
-      name: 'weights-consumer',
-      check: async () => {
-        if (!this.subscription) throw new Error('not subscribed to weights.published yet');
-      },
-    });
     const handler = new WeightsPublishedHandler(runtime.swapper, runtime.versions, this.bus, this.config.DEPLOYMENT_NAME, this.logger.child({ component: 'weights' }));
-    // Subscribing waits for the broker: do it in the background so /healthz answers meanwhile.
-    void this.connect(handler);
-  }
-
-  private async connect(handler: WeightsPublishedHandler): Promise<void> {
-    for (let attempt = 1; !this.subscription && !this.stopped; attempt++) {
-      try {
-        this.subscription = await this.bus.subscribe({
-          group: this.config.WEIGHTS_CONSUMER_GROUP,
-          topics: [TOPICS.weights],
-          // Only new versions matter; a fresh deployment starts from INITIAL_POLICY_VERSION.
-          fromBeginning: false,
-          // A swap can take minutes; keep retrying in process rather than reordering versions.
-          maxAttempts: 5,
-          handler: async (event) => {
-            if (event.type !== 'weights.published') return;
-            await handler.handle(event);
-          },
-        });
-        this.logger.info('weights consumer subscribed', { group: this.config.WEIGHTS_CONSUMER_GROUP });
-      } catch (err) {
-        this.logger.warn('weights consumer not connected yet; retrying', { attempt, err });
-        await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * attempt)));
-      }
-    }
+    // Subscribing waits for the broker: in the background, so /healthz answers meanwhile.
+    this.subscription = new BackgroundSubscription({
+      name: 'weights-consumer',
+      bus: this.bus,
+      logger: this.logger,
+      readiness: this.readiness,
+      subscribe: {
+        group: this.config.WEIGHTS_CONSUMER_GROUP,
+        topics: [TOPICS.weights],
+        // Only new versions matter; a fresh deployment starts from INITIAL_POLICY_VERSION.
+        fromBeginning: false,
+        // A swap can take minutes; keep retrying in process rather than reordering versions.
+        maxAttempts: 5,
+        handler: async (event) => {
+          if (event.type !== 'weights.published') return;
+          await handler.handle(event);
+        },
+      },
+    }).start();
   }
 
   async onModuleDestroy(): Promise<void> {
-    this.stopped = true;
-    await this.subscription?.stop({ timeoutMs: 10_000 });
+    await this.subscription?.stop();
   }
 }
