@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "generate.h"
 #include "model.h"
@@ -318,6 +319,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("adamwStep", &ModelWrap::AdamwStep),
                         InstanceMethod("memory", &ModelWrap::Memory),
                         InstanceMethod("stepCount", &ModelWrap::StepCount),
+                        InstanceMethod("optimizerState", &ModelWrap::OptimizerState),
+                        InstanceMethod("setOptimizerState", &ModelWrap::SetOptimizerState),
                         InstanceMethod("trimCache", &ModelWrap::TrimCache),
                         InstanceMethod("pushParams", &ModelWrap::PushParams),
                         InstanceMethod("pullParams", &ModelWrap::PullParams),
@@ -595,6 +598,55 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return info.Env().Undefined();
   }
   Napi::Value StepCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), model().step); }
+
+  // optimizerState(): {step, m: Float32Array [num_params] | null, v: ... } copies of AdamW's moments
+  // (null before the first step), for checkpoints that resume training exactly. Call between
+  // steps (the trainer never overlaps it with a queued step).
+  Napi::Value OptimizerState(const Napi::CallbackInfo& info) {
+    Model& m = model();
+#ifdef ANVIL_WITH_CUDA
+    if (m.device) throw Error("optimizerState: not available on the CUDA backend (moments live on the device)");
+#endif
+    Napi::Env env = info.Env();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("step", (double)m.step);
+    if (!m.adam_m) {
+      o.Set("m", env.Null());
+      o.Set("v", env.Null());
+      return o;
+    }
+    auto copy = [&](const FloatArena& a) {
+      Napi::Float32Array out = Napi::Float32Array::New(env, m.num_params);
+      std::memcpy(out.Data(), a.data(), m.num_params * sizeof(float));
+      return out;
+    };
+    o.Set("m", copy(*m.adam_m));
+    o.Set("v", copy(*m.adam_v));
+    return o;
+  }
+
+  // setOptimizerState(step, m: Float32Array [num_params], v: Float32Array [num_params]): restores them.
+  Napi::Value SetOptimizerState(const Napi::CallbackInfo& info) {
+    Model& m = model();
+#ifdef ANVIL_WITH_CUDA
+    if (m.device) throw Error("setOptimizerState: not available on the CUDA backend (moments live on the device)");
+#endif
+    if (!info[0].IsNumber()) throw Error("setOptimizerState(step, m, v): step must be a number");
+    const double step = info[0].As<Napi::Number>().DoubleValue();
+    if (!(step >= 0) || step != std::floor(step) || step > 2e9) throw Error("setOptimizerState: step must be an integer >= 0");
+    auto mm = get_typed<float, napi_float32_array>(info[1], "setOptimizerState: m");
+    auto vv = get_typed<float, napi_float32_array>(info[2], "setOptimizerState: v");
+    if (mm.ElementLength() != m.num_params || vv.ElementLength() != m.num_params)
+      throw Error("setOptimizerState: m and v need one entry per parameter");
+    if (!m.adam_m) {
+      m.adam_m = std::make_shared<FloatArena>(m.num_params);
+      m.adam_v = std::make_shared<FloatArena>(m.num_params);
+    }
+    std::memcpy(m.adam_m->data(), mm.Data(), m.num_params * sizeof(float));
+    std::memcpy(m.adam_v->data(), vv.Data(), m.num_params * sizeof(float));
+    m.step = (int)step;
+    return info.Env().Undefined();
+  }
   Napi::Value Dispose(const Napi::CallbackInfo& info) {
     model_.reset();
     return info.Env().Undefined();

@@ -379,6 +379,20 @@ export class Model {
     return this.nat().stepCount();
   }
 
+  /**
+   * Copies of AdamW's moments (m, v: one float per parameter, in the arena's tensor order) and its
+   * step count, for checkpoints that resume training exactly; null moments before the first step.
+   * CPU backend only (the CUDA backend's moments live on the device): it throws there.
+   */
+  optimizerState(): { step: number; m: Float32Array | null; v: Float32Array | null } {
+    return this.nat().optimizerState();
+  }
+
+  /** Restores what optimizerState() returned (same model shape). */
+  setOptimizerState(state: { step: number; m: Float32Array; v: Float32Array }): void {
+    this.nat().setOptimizerState(state.step, state.m, state.v);
+  }
+
   memory(): MemoryReport {
     const m = this.nat().memory();
     return { numParams: m.numParams, paramBytes: m.paramBytes, gradBytes: m.gradBytes, optimizerBytes: m.optimizerBytes, cachedBytes: m.cachedBytes };

@@ -90,6 +90,8 @@ export interface NativeModel {
   adamwStep(options: NativeAdamwOptions): Promise<number>;
   memory(): NativeMemory;
   stepCount(): number;
+  optimizerState(): { step: number; m: Float32Array | null; v: Float32Array | null };
+  setOptimizerState(step: number, m: Float32Array, v: Float32Array): void;
   trimCache(): void;
   /** CUDA build: uploads the host arena (what JavaScript wrote) to the device. CPU build: no-op. */
   pushParams(): Promise<number>;
