@@ -3,6 +3,7 @@ export * from './config';
 export * from './model';
 export * from './generator';
 export * from './safetensors';
+export * from './checkpoint-digest';
 export { cudaAvailability, kernelChecks, modelChecks, type CudaCheck } from './cuda-checks';
 export { loadEngine, loadBackend, selectEngine, engineInfo, setThreads, getThreads, findRepoRoot, EngineLoadError } from './loader';
 export type { Backend, EngineSelection } from './loader';
