@@ -8,6 +8,7 @@ export * from './events/rollout';
 export * from './events/trajectory';
 export * from './events/train-batch';
 export * from './events/weights';
+export * from './events/trainer';
 export * from './events/evaluation';
 export * from './events/registry';
 export * from './envelope';

@@ -5,6 +5,7 @@ import { evaluationCompletedV1, evaluationRequestedV1 } from './evaluation';
 import { rolloutCompletedV1, rolloutStartedV1 } from './rollout';
 import { rolloutGroupSettledV1, trajectoryReadyV1 } from './trajectory';
 import { trainBatchV1, trainBatchV2 } from './train-batch';
+import { trainBatchTrainedV1 } from './trainer';
 import { policyVersionActivatedV1, weightsPublishedV1 } from './weights';
 
 /**
@@ -18,6 +19,7 @@ export const EVENTS = {
   'trajectory.ready': { topic: TOPICS.trajectories, current: 1, versions: { 1: trajectoryReadyV1 } },
   'rollout_group.settled': { topic: TOPICS.trajectories, current: 1, versions: { 1: rolloutGroupSettledV1 } },
   'train_batch.created': { topic: TOPICS.trainBatches, current: 2, versions: { 1: trainBatchV1, 2: trainBatchV2 } },
+  'train_batch.trained': { topic: TOPICS.trainBatches, current: 1, versions: { 1: trainBatchTrainedV1 } },
   'evaluation.requested': { topic: TOPICS.evaluations, current: 1, versions: { 1: evaluationRequestedV1 } },
   'evaluation.completed': { topic: TOPICS.evaluations, current: 1, versions: { 1: evaluationCompletedV1 } },
   'weights.published': { topic: TOPICS.weights, current: 1, versions: { 1: weightsPublishedV1 } },
