@@ -17,6 +17,7 @@ const alias = {
   '@anvil/testing': `${root}libs/testing/src/index.ts`,
   '@anvil/inference-client': `${root}libs/inference-client/src/index.ts`,
   '@anvil/tokenizer': `${root}libs/tokenizer/src/index.ts`,
+  '@anvil/train-batch': `${root}libs/train-batch/src/index.ts`,
 };
 const shared = { resolve: { alias } };
 
@@ -30,6 +31,8 @@ export default defineConfig({
           include: ['apps/*/src/**/*.spec.ts', 'libs/*/src/**/*.spec.ts', 'tools/**/*.spec.ts'],
           exclude: ['**/*.int.spec.ts', '**/node_modules/**'],
           testTimeout: 60_000,
+          // in-process harnesses (PGlite + migrations) take >10 s to start on a loaded 2-core machine
+          hookTimeout: 60_000,
         },
       },
       {

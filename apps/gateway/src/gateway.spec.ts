@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
-import { createEvent, TOPICS, type EventEnvelope } from '@anvil/contracts';
+import { createEvent, TOPICS } from '@anvil/contracts';
 import { tinyChatFormat, type ChatMessage } from '@anvil/tokenizer';
-import { startGatewayHarness, type GatewayHarness } from './testing/gateway-harness';
+import { startGatewayHarness, type GatewayHarness, type RecordedCall } from './testing/gateway-harness';
 import type { ScriptedReply } from './testing/fake-inference-proxy';
 
 /**
@@ -33,10 +33,10 @@ function script(req: { promptIds: number[] }): ScriptedReply {
   return { ids: [...ids(`reply ${turn}: ok`), EOT], version: 3 };
 }
 
-async function recordsOf(h: GatewayHarness, callIds: string[]): Promise<EventEnvelope<'llm_call.recorded'>[]> {
+async function recordsOf(h: GatewayHarness, callIds: string[]): Promise<RecordedCall[]> {
   for (let i = 0; i < 200; i++) {
     const found = callIds.map((id) => h.records.find((r) => r.payload.callId === id));
-    if (found.every(Boolean)) return found as EventEnvelope<'llm_call.recorded'>[];
+    if (found.every(Boolean)) return found as RecordedCall[];
     await new Promise((r) => setTimeout(r, 20));
   }
   throw new Error(`records ${callIds.join(',')} not seen`);

@@ -1,4 +1,4 @@
-import { createEvent, type EventEnvelope, type LlmCallRecordedV1 } from '@anvil/contracts';
+import { createEvent, llmCallDelta, type EventEnvelope, type LlmCallRecordedV1 } from '@anvil/contracts';
 import { bindTraceContext } from '@anvil/messaging';
 import type { GatewaySession } from '@anvil/persistence';
 import { context } from '@opentelemetry/api';
@@ -55,8 +55,7 @@ export class CallRecorder {
           parentCallId: c.parentCallId,
           turnIndex: firstTurn + i,
           model,
-          promptIds: Int32Array.from(c.promptIds),
-          reusedPromptTokens: c.reusedPromptTokens,
+          ...llmCallDelta(c.promptIds, c.reusedPromptTokens),
           outputIds: Int32Array.from(c.outputIds),
           outputLogprobs: Float32Array.from(c.logprobs),
           outputVersions: Uint32Array.from(c.versions),

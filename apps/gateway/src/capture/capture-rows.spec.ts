@@ -1,10 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
-import type { EventEnvelope } from '@anvil/contracts';
 import { decodeTokenArray } from '@anvil/persistence';
 import { fingerprintMessages, tinyChatFormat, type ChatMessage } from '@anvil/tokenizer';
 import { SqlClient } from '../db/sql-client';
-import { startGatewayHarness, type GatewayHarness } from '../testing/gateway-harness';
+import { startGatewayHarness, type GatewayHarness, type RecordedCall } from '../testing/gateway-harness';
 import { CaptureStore } from './capture-store';
 
 /**
@@ -30,7 +29,7 @@ interface Row {
 
 describe('capture rows as deltas', () => {
   let h: GatewayHarness;
-  const records = new Map<string, EventEnvelope<'llm_call.recorded'>>();
+  const records = new Map<string, RecordedCall>();
   let sessionId = '';
   let history: OpenAI.Chat.ChatCompletionMessageParam[] = [];
   const TURNS = 6;
@@ -104,8 +103,11 @@ describe('capture rows as deltas', () => {
   it('the down migration makes every row whole again', async () => {
     // The outbox migration comes after it and is undone first: it refuses while a record is unpublished.
     for (let i = 0; i < 200 && Number(((await h.ds.query(`SELECT count(*) AS "n" FROM "gateway_outbox"`)) as { n: string }[])[0].n) > 0; i++) await new Promise((r) => setTimeout(r, 20));
-    await h.ds.undoLastMigration({ transaction: 'each' });
-    await h.ds.undoLastMigration({ transaction: 'each' });
+    // Every migration after the deltas one is undone first, newest first.
+    for (let undone = ''; undone !== 'GatewayCallDeltas1796200000000'; ) {
+      undone = ((await h.ds.query(`SELECT "name" FROM "schema_migrations" ORDER BY "id" DESC LIMIT 1`)) as { name: string }[])[0].name;
+      await h.ds.undoLastMigration({ transaction: 'each' });
+    }
     try {
       const all = (await h.ds.query(`SELECT * FROM gateway_calls WHERE session_id = $1 ORDER BY turn_index`, [sessionId])) as Row[];
       for (const [k, row] of all.entries()) {

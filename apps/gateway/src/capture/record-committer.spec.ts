@@ -239,8 +239,10 @@ describe('OutboxRelay sweeper', () => {
     const dying = new RecordCommitter(sql as unknown as SqlClient, new OutboxRelay(sql as unknown as SqlClient, hung));
     const req = request('s1', ['c1', 'c2']);
     req.records.forEach((e) => {
+      // v2: the event carries the ids after the 3 reused ones; the capture row holds the whole prompt.
       e.payload.reusedPromptTokens = 3;
-      prompts.set(e.id, Array.from(e.payload.promptIds));
+      e.payload.promptLength = 3 + e.payload.promptDeltaIds.length;
+      prompts.set(e.id, [7, 7, 7, ...Array.from(e.payload.promptDeltaIds)]);
     });
     const noCapture = request('s1', ['plain']);
     (noCapture as { captures: CommitRequest['captures'] }).captures = [];
@@ -248,14 +250,14 @@ describe('OutboxRelay sweeper', () => {
     await dying.commit(noCapture);
     const rows = [...sql.outbox.values()];
     expect(rows.map((r) => [r.event_id, r.prompt_from_capture, r.reused_prompt_tokens])).toEqual([['c1', true, 3], ['c2', true, 3], ['plain', false, 0]]);
-    expect(rows.map((r) => (decodeEvent(r.frame) as EventEnvelope<'llm_call.recorded'>).payload.promptIds.length)).toEqual([0, 0, 4]);
+    expect(rows.map((r) => (decodeEvent(r.frame) as EventEnvelope<'llm_call.recorded'>).payload.promptDeltaIds.length)).toEqual([0, 0, 4]);
     const sweeper = new OutboxRelay(sql as unknown as SqlClient, bus as unknown as MessageBus, { staleAfterMs: 0, promptOf: async (id) => prompts.get(id) ?? null });
     expect(await sweeper.sweep()).toBe(3);
     const out = bus.publishes.flat() as EventEnvelope<'llm_call.recorded'>[];
-    expect(out.map((e) => [e.id, e.payload.turnIndex, Array.from(e.payload.promptIds), e.payload.reusedPromptTokens])).toEqual([
-      ['c1', 0, prompts.get('c1'), 3],
-      ['c2', 1, prompts.get('c2'), 3],
-      ['plain', 2, Array.from(noCapture.records[0].payload.promptIds), 0],
+    expect(out.map((e) => [e.id, e.payload.turnIndex, Array.from(e.payload.promptDeltaIds), e.payload.reusedPromptTokens, e.payload.promptLength])).toEqual([
+      ['c1', 0, prompts.get('c1')?.slice(3), 3, 7],
+      ['c2', 1, prompts.get('c2')?.slice(3), 3, 7],
+      ['plain', 2, Array.from(noCapture.records[0].payload.promptDeltaIds), 0, 4],
     ]);
   });
 

@@ -196,7 +196,7 @@ function outboxEntries(req: CommitRequest): OutboxEntry[] {
   const captured = new Set(req.captures.map((c) => c.row.callId));
   return req.records.map((e) => {
     const promptFromCapture = captured.has(e.id);
-    const stored = promptFromCapture ? { ...e, payload: { ...e.payload, promptIds: EMPTY_PROMPT, reusedPromptTokens: 0 } } : e;
+    const stored = promptFromCapture ? { ...e, payload: { ...e.payload, promptLength: 0, promptDeltaIds: EMPTY_PROMPT, reusedPromptTokens: 0 } } : e;
     return { id: e.id, sessionId: req.sessionId, k: e.payload.turnIndex, frame: encodeEvent(stored), promptFromCapture, reusedPromptTokens: e.payload.reusedPromptTokens };
   });
 }

@@ -3,7 +3,10 @@ import { Global, Module, type DynamicModule } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import type { DataSource } from 'typeorm';
-import { TOPICS, type EventEnvelope, type GenerateRequest } from '@anvil/contracts';
+import { PromptChain, TOPICS, type EventEnvelope, type GenerateRequest, type LlmCallRecordedV1 } from '@anvil/contracts';
+
+/** A recorded call as the bus carried it (v2, prompt delta) with its whole prompt rebuilt (v1 shape). */
+export type RecordedCall = Omit<EventEnvelope<'llm_call.recorded'>, 'payload'> & { payload: LlmCallRecordedV1 };
 import { MemoryBus, silentLogger, type MessageBus } from '@anvil/messaging';
 import { createLogger, ServiceMetrics } from '@anvil/observability';
 import { createDataSource, runMigrations } from '@anvil/persistence';
@@ -43,7 +46,7 @@ export interface GatewayHarness {
   proxy: FakeInferenceProxy;
   config: GatewayConfig;
   /** llm_call.recorded events published so far (read back from the bus). */
-  records: EventEnvelope<'llm_call.recorded'>[];
+  records: RecordedCall[];
   createSession(body?: Partial<{ rolloutId: string; groupId: string; taskId: string; model: string; expiresAt: number; maxContextTokens: number }>): Promise<{ sessionId: string; apiKey: string; baseUrl: string }>;
   admin(path: string, init?: RequestInit): Promise<Response>;
   requestsFor(sessionId: string): GenerateRequest[];
@@ -70,13 +73,15 @@ export async function startGatewayHarness(opts: { script?: (req: GenerateRequest
   await runMigrations(ds);
   const bus = new MemoryBus({ logger: silentLogger });
   const flaky = new FlakyBus(bus);
-  const records: EventEnvelope<'llm_call.recorded'>[] = [];
+  const records: RecordedCall[] = [];
+  const chain = new PromptChain();
   await bus.subscribe({
     group: 'harness',
     topics: [TOPICS.llmCalls],
     fromBeginning: true,
     handler: async (e) => {
-      if (e.type === 'llm_call.recorded') records.push(e);
+      // v2 carries prompt deltas; tests read whole prompts (rebuilt along the call chain).
+      if (e.type === 'llm_call.recorded') records.push({ ...e, payload: chain.materialize(e.payload) });
     },
   });
 

@@ -1,0 +1,3 @@
+export * from './reader';
+export * from './tree-builder';
+export type { PrefixTree, PrefixTreeSample } from '@anvil/contracts';
