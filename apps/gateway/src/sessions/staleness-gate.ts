@@ -1,3 +1,4 @@
+import { versionBoundAdmits } from '@anvil/rl';
 import type { DataSource } from 'typeorm';
 import { ApiError } from '../http/api-error';
 import type { PolicyVersionStore } from './policy-version-store';
@@ -41,7 +42,7 @@ export class StalenessGate {
          WHERE "status" = 'open' AND "policy_version_at_start" IS NOT NULL AND ("expires_at" IS NULL OR "expires_at" > now())`,
       );
       const oldest = rows[0]?.oldest === null || rows[0]?.oldest === undefined ? current : Math.min(Number(rows[0].oldest), current);
-      if (current - oldest > this.maxStaleness) return { admitted: false, current, oldest };
+      if (!versionBoundAdmits(current, oldest, this.maxStaleness)) return { admitted: false, current, oldest };
       await m.query(`UPDATE "gateway_sessions" SET "policy_version_at_start" = $2 WHERE "id" = $1 AND "policy_version_at_start" IS NULL`, [sessionId, current]);
       return { admitted: true, startVersion: current, alreadyAdmitted: false };
     });
