@@ -1,25 +1,37 @@
 // Adaptive window for the Windowed FIFO. No published system adapts W (Forge fixes W = 0.3N and
-// calls the right W an open question; TitanRL later defaults to greedy). Anvil's rule, applied
-// once per non-empty take (one train step):
+// calls the right W an open question; TitanRL later defaults to greedy). Anvil's rule has two
+// time scales: a BASE window adapted once per train step (each non-empty take), and a temporary
+// widening while the trainer is waiting.
 //
-//   inputs   idle  = trainer wait reported through trainerWaited(ms) since the previous take,
-//                    as a share of the time between the two takes;
-//            drift = exponentially weighted mean (half-life `driftHalfLife` batches) of the
-//                    batch's standardised difficulty deviation z = (mean_batch - mean_pop) / sd_pop,
-//                    where the population statistics are exponentially weighted over every
-//                    submitted entry (difficulty attribute) or every completed one (measured
-//                    completion time, in log ms, when entries carry no difficulty), with a
-//                    memory of `populationMemory` entries.
-//   narrow   if |drift| > driftTolerance:           W <- max(min, W - max(1, W * (1 - narrowFactor)))
-//   widen    else if idle > idleTolerance:           W <- min(max, W + max(1, W * (widenFactor - 1)))
-//   decay    else if stallFree >= relaxAfter steps:  W <- max(min, W - 1)   (no wait for that long:
-//            the width is not buying anything, give it back so skew stays low)
-//   hold     otherwise.
-//
-// Narrowing wins over widening: the difficulty mix is a correctness concern (the gradient
-// estimates a different population), idle time only a cost. Bounds: min <= W <= max always
-// (defaults min = max(1, round(0.1N)), max = N, start = round(0.3N)); W is an integer. Every
-// knob is validated; see WindowedFifo for where the inputs come from.
+// Inputs
+//   wait        trainerWaited(ms) calls since the previous take; idle = their sum / time between
+//               the two takes.
+//   difficulty  per entry: its `difficulty` attribute, or, when it has none, its measured
+//               completion time log(1 + completedAt - submittedAt). Population statistics: mean
+//               and variance exponentially weighted over `populationMemory` entries (every
+//               submitted entry for the attribute; every completed one for completion time).
+//   per batch   z = (mean difficulty of the batch - population mean) / population sd, n = size;
+//               drift      = EW mean of z       (half-life driftHalfLife batches): a biased mix;
+//               dispersion = EW mean of n z^2   (same half-life): 1 when batches are random samples
+//                            of the population, larger when their mix swings more than sampling
+//                            explains (greedy batches of whatever finished first).
+// Per step (take), on the base window W_b:
+//   narrow  if |drift| > driftTolerance or dispersion > 1 + dispersionTolerance:
+//             W_b <- max(min, W_b - max(1, W_b (1 - narrowFactor)))
+//   widen   else if idle > idleTolerance:  W_b <- min(max, W_b + max(1, W_b (widenFactor - 1)))
+//   relax   else after relaxAfter steps in a row with neither: W_b <- max(min, W_b - 1)
+//           (the width is not buying anything: give it back, staleness and skew stay low)
+//   and the window used next is W_b.
+// While waiting: each time the wait since the last take grows by `patience` x the usual step
+//   interval (EW mean of the time between takes), W widens by one more notch (x widenFactor, at
+//   least +1) from W_b, up to max; the next take resets it to W_b. Short waits (the next in-order
+//   entry is about to finish) keep the order; a long one (a straggler at the head) opens the
+//   window, which is where width buys the most idle time for the least reordering.
+// Narrowing wins over widening: the difficulty mix is a correctness concern (the gradient estimates
+// a different population), idle time only a cost.
+// Bounds: min <= W <= max at all times, W an integer; defaults min = max(1, round(0.1 N)),
+// max = N, start round(0.3 N). The worst-case lag is that of W = max (N + max - 2 positions).
+// Every knob is validated (typed errors naming adaptive.<knob>).
 import { requireFinite, requireInt, SchedulingError } from './errors';
 
 export interface AdaptiveWindowConfig {
@@ -41,14 +53,14 @@ export interface AdaptiveWindowConfig {
   driftHalfLife: number;
   /**
    * Excess dispersion above which the window narrows: the average of n z^2 over recent batches (n = batch size)
-   * is 1 when batches are random samples of the population; narrow when it exceeds 1 + this. Default 0.3.
+   * is 1 when batches are random samples of the population; narrow when it exceeds 1 + this. Default 0.2.
    */
   dispersionTolerance: number;
   /** Steps without any trainer wait after which W shrinks by one. Default 3 (0 = never). */
   relaxAfter: number;
   /** Memory of the population statistics, in entries. Default 20 N. */
   populationMemory: number;
-  /** Within one wait: after waiting this share of the usual step interval, W widens once more (0 = off). Default 0.25. */
+  /** Within one wait: each time the trainer has waited this share of the usual step interval, W widens once more (0 = off). Default 0.1. */
   patience: number;
 }
 
@@ -86,10 +98,10 @@ export function adaptiveWindowConfig(inFlight: number, input: Partial<AdaptiveWi
     narrowFactor: input.narrowFactor ?? 0.5,
     driftTolerance: input.driftTolerance ?? 0.15,
     driftHalfLife: input.driftHalfLife ?? 16,
-    dispersionTolerance: input.dispersionTolerance ?? 0.3,
+    dispersionTolerance: input.dispersionTolerance ?? 0.2,
     relaxAfter: input.relaxAfter ?? 3,
     populationMemory: input.populationMemory ?? 20 * N,
-    patience: input.patience ?? 0.25,
+    patience: input.patience ?? 0.1,
   };
   requireFinite(f('idleTolerance'), cfg.idleTolerance, 0, 'invalid_config');
   if (cfg.idleTolerance >= 1) throw new SchedulingError('invalid_config', f('idleTolerance'), `must be < 1, got ${cfg.idleTolerance}`);
