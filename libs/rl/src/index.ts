@@ -1,6 +1,7 @@
 export * from './packing';
 export * from './advantages';
 export * from './losses';
+export * from './filters';
 export * from './random';
 export * from './staleness';
 export * from './scheduling';
