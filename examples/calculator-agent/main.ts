@@ -4,7 +4,7 @@
  * it sends the tool, executes every tool call the model returns, sends the results back, and
  * stops when the model answers without calling a tool (or after --turns calls).
  *
- *   npx tsx examples/calculator-agent/main.ts --base-url <session baseUrl> [--api-key K] [--turns 6] [--model anvil-tiny]
+ *   npx tsx examples/calculator-agent/main.ts --base-url <session baseUrl> [--api-key K] [--turns 6] [--max-tokens 48] [--model anvil-tiny] [--task T]
  *   (or OPENAI_BASE_URL / OPENAI_API_KEY / AGENT_MODEL in the environment)
  *
  * The last line of its output is a JSON summary: {calls, toolCalls, finalAnswer}.
@@ -22,6 +22,7 @@ const baseURL = flag('base-url') ?? process.env.OPENAI_BASE_URL;
 const apiKey = flag('api-key') ?? process.env.OPENAI_API_KEY ?? 'unused';
 const model = flag('model') ?? process.env.AGENT_MODEL ?? 'anvil-tiny';
 const maxTurns = Number(flag('turns') ?? 6);
+const maxTokens = Number(flag('max-tokens') ?? 48);
 const task = flag('task') ?? 'What is (17 * 23) + 4? Use the calculator.';
 
 const tools: OpenAI.Chat.ChatCompletionTool[] = [
@@ -58,7 +59,7 @@ async function main(): Promise<void> {
   let toolCalls = 0;
   let finalAnswer: string | null = null;
   while (calls < maxTurns) {
-    const completion = await client.chat.completions.create({ model, messages, tools, max_tokens: 48, temperature: 1, seed: calls });
+    const completion = await client.chat.completions.create({ model, messages, tools, max_tokens: maxTokens, temperature: 1, seed: calls });
     calls++;
     const message = completion.choices[0].message;
     messages.push(message);

@@ -1,0 +1,113 @@
+import { createSessionResponseSchema, sessionStateSchema, type CreateSessionRequest, type CreateSessionResponse, type SessionState } from '@anvil/contracts';
+import type { ChatMessage, ToolSpec } from './environments/types';
+
+export class GatewayError extends Error {
+  override readonly name = 'GatewayError';
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly code: string | null,
+    readonly retryAfterMs: number | null = null,
+  ) {
+    super(message);
+  }
+}
+
+export interface ChatCompletion {
+  message: ChatMessage;
+  finishReason: string;
+  callId: string | null;
+  capture: string | null;
+  promptTokens: number;
+  completionTokens: number;
+}
+
+export interface ChatRequest {
+  messages: ChatMessage[];
+  tools?: ToolSpec[];
+  maxTokens?: number;
+  temperature?: number;
+  seed?: number;
+}
+
+/**
+ * The gateway as the rollout manager sees it: the admin session API (its own credential) and,
+ * for white-box agents, the agent-facing chat API under a session's base URL (the same door a
+ * black-box agent uses, so what is recorded is exactly what the policy saw).
+ */
+export class GatewayClient {
+  constructor(
+    readonly url: string,
+    private readonly adminToken: string,
+    private readonly opts: { requestTimeoutMs: number; model: string } = { requestTimeoutMs: 120_000, model: 'anvil-tiny' },
+  ) {}
+
+  get model(): string {
+    return this.opts.model;
+  }
+
+  private async admin(path: string, init: RequestInit): Promise<unknown> {
+    const res = await fetch(`${this.url}${path}`, {
+      ...init,
+      headers: { authorization: `Bearer ${this.adminToken}`, 'content-type': 'application/json' },
+      signal: AbortSignal.timeout(this.opts.requestTimeoutMs),
+    });
+    const text = await res.text();
+    if (!res.ok) throw new GatewayError(`gateway ${init.method ?? 'GET'} ${path}: ${res.status} ${text.slice(0, 500)}`, res.status, null);
+    return JSON.parse(text) as unknown;
+  }
+
+  async createSession(req: CreateSessionRequest): Promise<CreateSessionResponse> {
+    return createSessionResponseSchema.parse(await this.admin('/admin/v1/sessions', { method: 'POST', body: JSON.stringify(req) }));
+  }
+
+  /** Idempotent on the gateway side. */
+  async closeSession(sessionId: string): Promise<SessionState> {
+    return sessionStateSchema.parse(await this.admin(`/admin/v1/sessions/${encodeURIComponent(sessionId)}/close`, { method: 'POST', body: '{}' }));
+  }
+
+  async session(sessionId: string): Promise<SessionState> {
+    return sessionStateSchema.parse(await this.admin(`/admin/v1/sessions/${encodeURIComponent(sessionId)}`, { method: 'GET' }));
+  }
+
+  /** One chat call through a session's base URL (the key is its path segment). */
+  async chat(baseUrl: string, req: ChatRequest, signal?: AbortSignal): Promise<ChatCompletion> {
+    const body: Record<string, unknown> = { model: this.opts.model, messages: req.messages };
+    if (req.tools?.length) body.tools = req.tools;
+    if (req.maxTokens !== undefined) body.max_tokens = req.maxTokens;
+    if (req.temperature !== undefined) body.temperature = req.temperature;
+    if (req.seed !== undefined) body.seed = req.seed;
+    const res = await fetch(`${baseUrl}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer session-url' },
+      body: JSON.stringify(body),
+      signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(this.opts.requestTimeoutMs)]) : AbortSignal.timeout(this.opts.requestTimeoutMs),
+    });
+    const text = await res.text();
+    if (!res.ok) {
+      let code: string | null = null;
+      try {
+        code = (JSON.parse(text) as { error?: { code?: string } }).error?.code ?? null;
+      } catch {
+        /* not JSON */
+      }
+      const ra = Number(res.headers.get('retry-after'));
+      throw new GatewayError(`chat: ${res.status} ${text.slice(0, 500)}`, res.status, code, Number.isFinite(ra) && ra > 0 ? ra * 1000 : null);
+    }
+    const json = JSON.parse(text) as {
+      choices: { message: { content: string | null; tool_calls?: ChatMessage['tool_calls'] }; finish_reason: string }[];
+      usage?: { prompt_tokens?: number; completion_tokens?: number };
+    };
+    const choice = json.choices[0];
+    const message: ChatMessage = { role: 'assistant', content: choice.message.content ?? null };
+    if (choice.message.tool_calls?.length) message.tool_calls = choice.message.tool_calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments } }));
+    return {
+      message,
+      finishReason: choice.finish_reason,
+      callId: res.headers.get('x-anvil-call-ids')?.split(',')[0] ?? null,
+      capture: res.headers.get('x-anvil-capture'),
+      promptTokens: json.usage?.prompt_tokens ?? 0,
+      completionTokens: json.usage?.completion_tokens ?? 0,
+    };
+  }
+}

@@ -1,0 +1,116 @@
+import { z } from 'zod';
+
+/** How a rollout's reward is computed (pluggable three ways, plus the environment's own). */
+export const verifierSpecSchema = z.discriminatedUnion('kind', [
+  /** The built-in environment's programmatic verifier. */
+  z.object({ kind: z.literal('env') }),
+  /** A TypeScript function registered with the runtime (`verifiers` option) or built in ('final-answer'). */
+  z.object({ kind: z.literal('function'), name: z.string().min(1), timeoutMs: z.number().int().positive().default(10_000) }),
+  /** An HTTP reward service: POST {task, transcript} → {outcomeReward, success?, processRewards?}. */
+  z.object({
+    kind: z.literal('http'),
+    url: z.string().url(),
+    timeoutMs: z.number().int().positive().default(10_000),
+    retries: z.number().int().nonnegative().max(10).default(2),
+  }),
+  /** A command: the verifier input as JSON on stdin; exit code 0 = reward 1 (mode exit-code) or a JSON result on stdout (mode json). */
+  z.object({
+    kind: z.literal('command'),
+    command: z.array(z.string().min(1)).min(1),
+    mode: z.enum(['exit-code', 'json']).default('json'),
+    timeoutMs: z.number().int().positive().default(10_000),
+  }),
+]);
+export type VerifierSpec = z.infer<typeof verifierSpecSchema>;
+
+export const agentSpecSchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('white-box'), name: z.string().min(1).default('anvil-loop') }),
+  z.object({
+    kind: z.literal('black-box'),
+    name: z.string().min(1),
+    /** argv; `{taskFile}` in an argument is replaced by the task file's path. */
+    command: z.array(z.string().min(1)).min(1),
+    taskInput: z.enum(['stdin', 'file']).default('stdin'),
+    cwd: z.string().optional(),
+    /** Extra environment for the agent (never credentials: checked at load). */
+    env: z.record(z.string(), z.string()).default({}),
+    /** stdout and stderr are each kept up to this many bytes (the rest is counted and dropped). */
+    outputCapBytes: z.number().int().positive().default(1 << 20),
+  }),
+]);
+export type AgentSpec = z.infer<typeof agentSpecSchema>;
+
+export const contextSpecSchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('append_only') }),
+  z.object({ kind: z.literal('sliding_window'), lastTurns: z.number().int().positive() }),
+  z.object({
+    kind: z.literal('summarize'),
+    maxTurns: z.number().int().positive(),
+    keepLastTurns: z.number().int().nonnegative(),
+    summaryMaxTokens: z.number().int().positive().default(64),
+  }),
+]);
+export type ContextSpec = z.infer<typeof contextSpecSchema>;
+
+export const limitsSchema = z.object({
+  /** Assistant turns (LLM calls); default: the environment's, else 16. */
+  maxSteps: z.number().int().positive().optional(),
+  /** Prompt tokens of one call (the gateway's usage count) at or above which the rollout ends as max_context. */
+  maxContextTokens: z.number().int().positive().optional(),
+  /** Wall clock of one rollout. */
+  timeoutMs: z.number().int().positive().default(600_000),
+  /** Environment failures (tool, verifier, agent start) retried before env_error. */
+  maxEnvRetries: z.number().int().nonnegative().max(10).default(2),
+});
+export type RolloutLimits = z.infer<typeof limitsSchema>;
+
+/** A task set's declaration, stored as task_sets.config. */
+export const taskSetSpecSchema = z.object({
+  id: z.string().min(1).max(128),
+  name: z.string().min(1).default('tasks'),
+  /** Built-in environment serving tools and the default verifier, or null. */
+  env: z.string().min(1).nullable().default(null),
+  envConfig: z.record(z.string(), z.unknown()).default({}),
+  agent: agentSpecSchema.default({ kind: 'white-box', name: 'anvil-loop' }),
+  context: contextSpecSchema.default({ kind: 'append_only' }),
+  /** Default verifier of tasks that name none. */
+  verifier: verifierSpecSchema.optional(),
+  groupSize: z.number().int().positive().max(1024).optional(),
+  limits: limitsSchema.default({ timeoutMs: 600_000, maxEnvRetries: 2 }),
+  sampling: z.object({ temperature: z.number().min(0).max(5).default(1), maxTokens: z.number().int().positive().default(64) }).default({ temperature: 1, maxTokens: 64 }),
+  /** Tools of the white-box loop beyond the environment's: memory (key-value) and delegate (sub-agent). */
+  builtinTools: z.array(z.enum(['memory', 'delegate'])).default([]),
+});
+export type TaskSetSpec = z.infer<typeof taskSetSpecSchema>;
+export type TaskSetSpecInput = z.input<typeof taskSetSpecSchema>;
+
+const messageSchema = z
+  .object({
+    role: z.enum(['system', 'user', 'assistant', 'tool']),
+    content: z.string().nullable(),
+    tool_calls: z.array(z.object({ id: z.string(), type: z.literal('function'), function: z.object({ name: z.string(), arguments: z.string() }) })).optional(),
+    tool_call_id: z.string().optional(),
+  })
+  .strict();
+
+const toolSchema = z.object({
+  type: z.literal('function'),
+  function: z.object({ name: z.string().min(1).max(64), description: z.string().optional(), parameters: z.record(z.string(), z.unknown()).optional() }),
+});
+
+/** One JSONL line. `prompt` is shorthand for a single user message. */
+export const taskLineSchema = z
+  .object({
+    id: z.string().min(1).max(128),
+    messages: z.array(messageSchema).min(1).optional(),
+    prompt: z.string().min(1).optional(),
+    system: z.string().optional(),
+    tools: z.array(toolSchema).default([]),
+    verifier: verifierSpecSchema.optional(),
+    split: z.enum(['train', 'eval']).optional(),
+    difficulty: z.number().finite().optional(),
+    data: z.record(z.string(), z.unknown()).default({}),
+    metadata: z.record(z.string(), z.unknown()).default({}),
+  })
+  .refine((t) => (t.messages === undefined) !== (t.prompt === undefined), { message: 'exactly one of messages or prompt is required', path: ['messages'] });
+export type TaskLine = z.infer<typeof taskLineSchema>;

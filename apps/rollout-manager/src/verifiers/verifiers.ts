@@ -1,0 +1,188 @@
+import { spawn } from 'node:child_process';
+import { z } from 'zod';
+import type { Environment, EnvTask, Transcript, VerifyResult } from '../environments/types';
+import type { VerifierSpec } from '../tasks/task-set';
+
+/** What every verifier gets: the task and what the agent did. */
+export interface VerifierInput {
+  task: EnvTask;
+  transcript: Transcript;
+  /** Black-box agents: exit code, captured output, the answer file's text. */
+  agent?: { exitCode: number | null; stdout: string; stderr: string; answerFile: string | null; workspace: string | null };
+}
+
+export type VerifierFn = (input: VerifierInput) => VerifyResult | Promise<VerifyResult>;
+
+/** The verifier failed (threw, hung, answered garbage): the rollout ends as env_error. */
+export class VerifierError extends Error {
+  override readonly name = 'VerifierError';
+}
+
+export class UnknownVerifierError extends Error {
+  override readonly name = 'UnknownVerifierError';
+}
+
+const resultSchema = z.object({
+  outcomeReward: z.number().finite(),
+  success: z.boolean().optional(),
+  processRewards: z.array(z.number().finite()).optional(),
+  detail: z.string().max(10_000).optional(),
+});
+
+function checked(value: unknown, what: string): VerifyResult {
+  const r = resultSchema.safeParse(value);
+  if (!r.success) throw new VerifierError(`${what} answered garbage: ${r.error.issues.map((i) => `${i.path.join('.') || '(result)'}: ${i.message}`).join(', ')}`);
+  return { outcomeReward: r.data.outcomeReward, success: r.data.success ?? r.data.outcomeReward > 0, processRewards: r.data.processRewards, detail: r.data.detail };
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let t: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => {
+      t = setTimeout(() => reject(new VerifierError(`${what} did not answer within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(t));
+}
+
+/** Built-in function verifiers usable from JSONL task sets. */
+export const BUILTIN_VERIFIERS: Record<string, VerifierFn> = {
+  /** The final answer (trimmed) equals task.data.answer (as text): 1, else 0. */
+  'final-answer': ({ task, transcript }) => {
+    const want = task.data.answer;
+    if (want === undefined) throw new VerifierError(`task ${task.id}: final-answer needs data.answer`);
+    const got = transcript.finalAnswer?.trim() ?? null;
+    const ok = got !== null && (got === String(want) || (typeof want === 'number' && Number(got.replace(/\.$/, '')) === want));
+    return { outcomeReward: ok ? 1 : 0, success: ok, detail: `answer ${JSON.stringify(got?.slice(0, 200) ?? null)}, expected ${JSON.stringify(want)}` };
+  },
+};
+
+export interface VerifierDeps {
+  environments: ReadonlyMap<string, Environment>;
+  functions: Readonly<Record<string, VerifierFn>>;
+}
+
+/** Checks a spec resolves (unknown names fail at load, not at the first rollout). */
+export function checkVerifier(spec: VerifierSpec, env: string | null, deps: VerifierDeps): void {
+  if (spec.kind === 'env' && (env === null || !deps.environments.has(env))) throw new UnknownVerifierError(`verifier: kind env needs a built-in environment, task set has ${JSON.stringify(env)}`);
+  if (spec.kind === 'function' && !(spec.name in deps.functions) && !(spec.name in BUILTIN_VERIFIERS))
+    throw new UnknownVerifierError(`verifier.name: unknown verifier function ${JSON.stringify(spec.name)} (known: ${[...Object.keys(BUILTIN_VERIFIERS), ...Object.keys(deps.functions)].join(', ')})`);
+}
+
+/**
+ * Runs a verifier to a checked result within a bounded time; every failure is a VerifierError.
+ * `signal` stops an HTTP or command verifier early (the rollout is shutting down).
+ */
+export async function runVerifier(spec: VerifierSpec, env: string | null, input: VerifierInput, deps: VerifierDeps, signal?: AbortSignal): Promise<VerifyResult> {
+  try {
+    switch (spec.kind) {
+      case 'env': {
+        const e = env === null ? undefined : deps.environments.get(env);
+        if (!e) throw new UnknownVerifierError(`verifier: unknown environment ${JSON.stringify(env)}`);
+        return checked(await withTimeout(Promise.resolve().then(() => e.verify(input.task, input.transcript)), 10_000, `environment ${env} verifier`), `environment ${env} verifier`);
+      }
+      case 'function': {
+        const fn = deps.functions[spec.name] ?? BUILTIN_VERIFIERS[spec.name];
+        if (!fn) throw new UnknownVerifierError(`verifier.name: unknown verifier function ${JSON.stringify(spec.name)}`);
+        return checked(await withTimeout(Promise.resolve().then(() => fn(input)), spec.timeoutMs, `verifier ${spec.name}`), `verifier ${spec.name}`);
+      }
+      case 'http':
+        return await httpVerifier(spec, input, signal);
+      case 'command':
+        return await commandVerifier(spec, input, signal);
+    }
+  } catch (err) {
+    if (err instanceof VerifierError || err instanceof UnknownVerifierError) throw err;
+    throw new VerifierError(`verifier threw: ${(err as Error).message}`);
+  }
+}
+
+async function httpVerifier(spec: Extract<VerifierSpec, { kind: 'http' }>, input: VerifierInput, signal?: AbortSignal): Promise<VerifyResult> {
+  let last = '';
+  for (let attempt = 0; attempt <= spec.retries; attempt++) {
+    if (attempt > 0) await new Promise((r) => setTimeout(r, Math.min(2000, 100 * 2 ** attempt)));
+    try {
+      const res = await fetch(spec.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ task: input.task, transcript: input.transcript, agent: input.agent ?? null }),
+        signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(spec.timeoutMs)]) : AbortSignal.timeout(spec.timeoutMs),
+      });
+      const text = await res.text();
+      if (res.status >= 500 || res.status === 429) {
+        last = `HTTP ${res.status}`;
+        continue;
+      }
+      if (!res.ok) throw new VerifierError(`reward service ${spec.url}: HTTP ${res.status} ${text.slice(0, 200)}`);
+      let json: unknown;
+      try {
+        json = JSON.parse(text);
+      } catch {
+        throw new VerifierError(`reward service ${spec.url} answered garbage: not JSON`);
+      }
+      return checked(json, `reward service ${spec.url}`);
+    } catch (err) {
+      if (err instanceof VerifierError) throw err;
+      last = (err as Error).name === 'TimeoutError' ? `no answer within ${spec.timeoutMs} ms` : (err as Error).message;
+    }
+  }
+  throw new VerifierError(`reward service ${spec.url}: ${spec.retries + 1} attempts failed (last: ${last})`);
+}
+
+function commandVerifier(spec: Extract<VerifierSpec, { kind: 'command' }>, input: VerifierInput, signal?: AbortSignal): Promise<VerifyResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(spec.command[0], spec.command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], detached: true, env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
+    let out = '';
+    let err = '';
+    const cap = 1 << 20;
+    const kill = () => {
+      try {
+        if (child.pid) process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    };
+    const timer = setTimeout(() => {
+      kill();
+      reject(new VerifierError(`verifier command ${spec.command[0]} did not finish within ${spec.timeoutMs} ms`));
+    }, spec.timeoutMs);
+    const onAbort = () => {
+      kill();
+      reject(new VerifierError('verifier command aborted'));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    child.stdout.on('data', (d: Buffer) => {
+      if (out.length < cap) out += d.toString('utf8');
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      if (err.length < cap) err += d.toString('utf8');
+    });
+    child.on('error', (e) => {
+      clearTimeout(timer);
+      reject(new VerifierError(`verifier command ${spec.command[0]}: ${e.message}`));
+    });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      if (spec.mode === 'exit-code') {
+        if (code === null) return reject(new VerifierError(`verifier command ${spec.command[0]} was killed`));
+        return resolve({ outcomeReward: code === 0 ? 1 : 0, success: code === 0, detail: `exit ${code}` });
+      }
+      if (code !== 0) return reject(new VerifierError(`verifier command ${spec.command[0]} exited ${code}: ${err.slice(0, 500)}`));
+      const lastLine = out.trim().split('\n').pop() ?? '';
+      let json: unknown;
+      try {
+        json = JSON.parse(lastLine);
+      } catch {
+        return reject(new VerifierError(`verifier command ${spec.command[0]} answered garbage: last stdout line is not JSON`));
+      }
+      try {
+        resolve(checked(json, `verifier command ${spec.command[0]}`));
+      } catch (e) {
+        reject(e as Error);
+      }
+    });
+    child.stdin.on('error', () => undefined);
+    child.stdin.end(JSON.stringify({ task: input.task, transcript: input.transcript, agent: input.agent ?? null }));
+  });
+}
