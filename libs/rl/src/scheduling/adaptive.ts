@@ -49,11 +49,13 @@ export interface AdaptiveWindowConfig {
   narrowFactor: number;
   /** |drift| (in population standard deviations) above which the window narrows. Default 0.15. */
   driftTolerance: number;
-  /** Half-life of the drift and dispersion averages, in batches. Default 16. */
+  /** Half-life of the drift and dispersion averages, in batches. Default 32. */
   driftHalfLife: number;
   /**
    * Excess dispersion above which the window narrows: the average of n z^2 over recent batches (n = batch size)
-   * is 1 when batches are random samples of the population; narrow when it exceeds 1 + this. Default 0.2.
+   * is 1 when batches are random samples of the population; narrow when it exceeds 1 + this. Default 0.25: with random
+   * batches its exponentially weighted average has sd sqrt(2a / (2 - a)) ≈ 0.15 at half-life 32 (a = 1 - 0.5^(1/32)), so
+   * noise alone rarely narrows.
    */
   dispersionTolerance: number;
   /** Steps without any trainer wait after which W shrinks by one. Default 3 (0 = never). */
@@ -97,8 +99,8 @@ export function adaptiveWindowConfig(inFlight: number, input: Partial<AdaptiveWi
     widenFactor: input.widenFactor ?? 1.5,
     narrowFactor: input.narrowFactor ?? 0.5,
     driftTolerance: input.driftTolerance ?? 0.15,
-    driftHalfLife: input.driftHalfLife ?? 16,
-    dispersionTolerance: input.dispersionTolerance ?? 0.2,
+    driftHalfLife: input.driftHalfLife ?? 32,
+    dispersionTolerance: input.dispersionTolerance ?? 0.25,
     relaxAfter: input.relaxAfter ?? 3,
     populationMemory: input.populationMemory ?? 20 * N,
     patience: input.patience ?? 0.1,
@@ -220,5 +222,7 @@ function validateState(cfg: AdaptiveWindowConfig, s: AdaptiveWindowState): Adapt
   requireInt('adaptive.calmSteps', s.calmSteps, 0, Number.MAX_SAFE_INTEGER, 'invalid_state');
   requireFinite('adaptive.waitedMs', s.waitedMs, 0, 'invalid_state');
   if (s.lastStepAt !== null) requireFinite('adaptive.lastStepAt', s.lastStepAt, -Infinity, 'invalid_state');
+  requireInt('adaptive.base', s.base, cfg.min, cfg.max, 'invalid_state');
+  requireFinite('adaptive.interval', s.interval, 0, 'invalid_state');
   return { ...s };
 }
