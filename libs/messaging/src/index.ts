@@ -9,3 +9,4 @@ export { partitionForKey } from './partitioner';
 export { bindTraceContext } from './trace-propagation';
 export { stderrLogger, silentLogger, type BusLogger, type BusLogLevel } from './logger';
 export { DELIVERY_DEFAULTS } from './delivery/policy';
+export * from './outbox';

@@ -5,3 +5,4 @@ export { MIGRATIONS } from './migrations';
 export * from './stores';
 export { decodeTokenArray, encodeTokenArray, tokenArrayTransformer, type TokenArray, type TokenArrayType } from './codec/token-bytea';
 export * from './pglite';
+export * from './outbox';

@@ -6,6 +6,7 @@ import { revertAllMigrations, runMigrations, schemaDrift } from '../migrate';
 
 export const SCHEMA_TABLES = [
   'checkpoints',
+  'event_outbox',
   'gateway_calls',
   'gateway_outbox',
   'gateway_policy_state',

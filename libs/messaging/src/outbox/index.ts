@@ -1,0 +1,1 @@
+export { OutboxRelay, type OutboxRelayOptions, type OutboxRow, type OutboxStorage } from './outbox-relay';

@@ -1,0 +1,1 @@
+export { Outbox, type OutboxOptions } from './outbox';
