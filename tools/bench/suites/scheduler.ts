@@ -33,7 +33,7 @@
  *
  * Prints the tables, writes bench-results/scheduler.svg (idle against skew per regime), then one
  * JSON object on the last line. Knobs: SCHED_N, SCHED_B, SCHED_STEPS, SCHED_WARMUP, SCHED_SEEDS,
- * SCHED_SIGMA, SCHED_SENSITIVITY, SCHED_RATIOS, SCHED_ADAPTIVE (JSON adaptive knobs), SCHED_ONLY.
+ * SCHED_SIGMA, SCHED_SENSITIVITY, SCHED_SENSITIVITY_SEEDS, SCHED_RATIOS, SCHED_ADAPTIVE (JSON adaptive knobs), SCHED_ONLY.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -45,6 +45,8 @@ const B = Number(process.env.SCHED_B ?? 16);
 const STEPS = Number(process.env.SCHED_STEPS ?? 1500);
 const WARMUP = Number(process.env.SCHED_WARMUP ?? 100);
 const SEEDS = Number(process.env.SCHED_SEEDS ?? 3);
+/** Seeds per point in the sensitivity runs (cheaper than the main one). */
+const SENSITIVITY_SEEDS = Number(process.env.SCHED_SENSITIVITY_SEEDS ?? 2);
 const SIGMA = Number(process.env.SCHED_SIGMA ?? 0.5);
 /** Other within-level sigmas for the sensitivity check (frontier verdict only). */
 const SENSITIVITY = (process.env.SCHED_SENSITIVITY ?? '0.3,1').split(',').filter(Boolean).map(Number);
@@ -288,8 +290,8 @@ function pairedSE(a: number[], b: number[]): number {
   return se(a.map((x, i) => x - b[i]));
 }
 
-function measure(regime: Regime, spec: WSpec, sigma: number, genCapacity: number): Point {
-  const runs = Array.from({ length: SEEDS }, (_, s) => simulate(B / (genCapacity * regime.trainOverGen), spec, 1000 + 7919 * s, sigma));
+function measure(regime: Regime, spec: WSpec, sigma: number, genCapacity: number, seeds: number): Point {
+  const runs = Array.from({ length: seeds }, (_, s) => simulate(B / (genCapacity * regime.trainOverGen), spec, 1000 + 7919 * s, sigma));
   const all = <K extends 'skews' | 'lagPos' | 'lagVer' | 'windows' | 'hardLagVer' | 'easyLagVer'>(k: K) => runs.flatMap((r) => r[k]);
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   const lp = all('lagPos').sort((a, b) => a - b);
@@ -410,10 +412,10 @@ function svg(points: Point[]): string {
   return parts.join('\n');
 }
 
-function runScenario(sigma: number) {
+function runScenario(sigma: number, seeds = SEEDS) {
   const genCapacity = generationCapacity(sigma);
   const points: Point[] = [];
-  for (const r of REGIMES) for (const s of W_SPECS) if (!ONLY || ONLY.includes(s.label)) points.push(withSE(measure(r, s, sigma, genCapacity)));
+  for (const r of REGIMES) for (const s of W_SPECS) if (!ONLY || ONLY.includes(s.label)) points.push(withSE(measure(r, s, sigma, genCapacity, seeds)));
   const verdicts = REGIMES.map((r) => {
     const pts = points.filter((p) => p.regime === r.name);
     const fixed = pts.filter((p) => p.config !== 'adaptive');
@@ -505,11 +507,11 @@ function main() {
     })),
   );
   const sensitivity = SENSITIVITY.map((sigma) => {
-    const o = runScenario(sigma);
+    const o = runScenario(sigma, SENSITIVITY_SEEDS);
     return { sigma, adaptiveBeyondFrontierRegimes: o.beyond, verdicts: o.verdicts, forgeHolds: forgeClaim(o).filter((f) => f.holds).map((f) => f.regime) };
   });
   printTable(
-    'Sensitivity to the within-level sigma (same rule, same knobs)',
+    `Sensitivity to the within-level sigma (same rule, same knobs; ${SENSITIVITY_SEEDS} seeds per point)`,
     sensitivity.map((x) => ({
       sigma: x.sigma,
       'beyond frontier': x.adaptiveBeyondFrontierRegimes,
@@ -544,6 +546,7 @@ function main() {
       adaptiveBeyondFrontierRegimes: sc.beyond,
       adaptiveBeyondFrontierRegimesWithoutNoiseGuard: sc.verdicts.filter((v) => v.beyondWithoutNoiseGuard).length,
       fixedShapeExpected: sc.verdicts.every((v) => v.idleFalls && v.skewRises),
+      sensitivitySeeds: SENSITIVITY_SEEDS,
       sensitivity,
       svg: svgPath,
       seconds,
