@@ -63,6 +63,13 @@ export class LlmCall {
   @Column({ name: 'reused_prompt_tokens', type: 'integer' })
   reusedPromptTokens!: number;
 
+  /**
+   * Leading prompt ids not stored here: they are the parent call's prompt + output ids
+   * (`promptIds` holds the rest; `promptTokens` is the full length). 0 = whole row.
+   */
+  @Column({ name: 'prompt_prefix_tokens', type: 'integer', default: 0 })
+  promptPrefixTokens!: number;
+
   @Column({ name: 'output_ids', type: 'bytea', transformer: tokenArrayTransformer(Int32Array) })
   outputIds!: Int32Array;
 

@@ -6,6 +6,10 @@ import { revertAllMigrations, runMigrations, schemaDrift } from '../migrate';
 
 export const SCHEMA_TABLES = [
   'checkpoints',
+  'data_pool_batch_stats',
+  'data_pool_groups',
+  'data_pool_queue',
+  'data_pool_scheduler',
   'event_outbox',
   'gateway_calls',
   'gateway_outbox',
@@ -22,6 +26,7 @@ export const SCHEMA_TABLES = [
   'rollouts',
   'task_sets',
   'tasks',
+  'train_batch_blobs',
   'train_batches',
   'trajectories',
 ];

@@ -1,17 +1,22 @@
 import { In, IsNull, type DataSource, type EntityManager } from 'typeorm';
-import type { AnyEventEnvelope, EventEnvelope } from '@anvil/contracts';
+import { llmCallV1ToV2, type AnyEventEnvelope, type EventEnvelope, type LlmCallRecordedV1, type TrainBatchV1 } from '@anvil/contracts';
 import { Checkpoint, LlmCall, PolicyActivation, PolicyVersion, Reward, Rollout, RolloutGroup, Task, TaskSet, TrainBatch, Trajectory, inTransaction, insertIgnoringDuplicates } from '@anvil/persistence';
 import { UnknownRolloutError } from './errors';
 
 const at = (ms: number) => new Date(ms);
 
 type LlmCallEnvelope = EventEnvelope<'llm_call.recorded'>;
+type LlmCallV1Envelope = Omit<LlmCallEnvelope, 'payload'> & { payload: LlmCallRecordedV1 };
 
 /** Token bytes per multi-row llm-call insert: large enough to amortise, small enough for one statement. */
 const MAX_INSERT_BYTES = 8 * 1024 * 1024;
 
-function llmCallRow(event: LlmCallEnvelope): Partial<LlmCall> {
-  const p = event.payload;
+/**
+ * A call row stores only what its event carries after the reused prefix (v2; a v1 event is cut
+ * to the same delta): `prompt_prefix_tokens` leading ids are the parent's prompt + output ids.
+ */
+function llmCallRow(event: LlmCallEnvelope | LlmCallV1Envelope): Partial<LlmCall> {
+  const p = event.version === 1 ? llmCallV1ToV2((event as LlmCallV1Envelope).payload) : (event as LlmCallEnvelope).payload;
   return {
     id: p.callId,
     eventId: event.id,
@@ -23,12 +28,13 @@ function llmCallRow(event: LlmCallEnvelope): Partial<LlmCall> {
     parentCallId: p.parentCallId,
     turnIndex: p.turnIndex,
     model: p.model,
-    promptIds: p.promptIds,
+    promptIds: p.promptDeltaIds,
     reusedPromptTokens: p.reusedPromptTokens,
+    promptPrefixTokens: p.parentCallId === null ? 0 : p.reusedPromptTokens,
     outputIds: p.outputIds,
     outputLogprobs: p.outputLogprobs,
     outputVersions: p.outputVersions,
-    promptTokens: p.promptIds.length,
+    promptTokens: p.promptLength,
     outputTokens: p.outputIds.length,
     finishReason: p.finishReason,
     sampling: p.sampling,
@@ -65,6 +71,12 @@ export class EventStore {
         return this.recordWeightsPublished(event, manager);
       case 'policy_version.activated':
         return this.recordPolicyVersionActivated(event, manager);
+      // Read by the Data Pool runtime (groups, scheduling, retention), not projected here.
+      case 'rollout_group.settled':
+      case 'train_batch.trained':
+      case 'evaluation.requested':
+      case 'evaluation.completed':
+        return Promise.resolve(false);
       default: {
         const unknown: never = event;
         throw new Error(`no persistence for event type ${(unknown as { type: string }).type}`);
@@ -93,7 +105,7 @@ export class EventStore {
     };
     for (const event of events) {
       if (event.type === 'llm_call.recorded') {
-        const bytes = event.payload.promptIds.byteLength + event.payload.outputIds.byteLength * 3;
+        const bytes = (event.version === 1 ? (event.payload as unknown as LlmCallRecordedV1).promptIds.byteLength : event.payload.promptDeltaIds.byteLength) + event.payload.outputIds.byteLength * 3;
         if (runBytes + bytes > MAX_INSERT_BYTES) await flush();
         run.push(event);
         runBytes += bytes;
@@ -198,7 +210,8 @@ export class EventStore {
   recordTrainBatch(event: EventEnvelope<'train_batch.created'>, manager?: EntityManager): Promise<boolean> {
     const p = event.payload;
     return inTransaction(this.ds, manager, async (m) => {
-      const numTokens = p.samples.reduce((sum, s) => sum + s.promptIds.length + s.outputIds.length, 0);
+      // v1 inlines its samples; v2 (claim-check) counts them in its stats.
+      const numTokens = event.version === 1 ? (p as unknown as TrainBatchV1).samples.reduce((sum, s) => sum + s.promptIds.length + s.outputIds.length, 0) : p.stats.totalTokens;
       const inserted = await insertIgnoringDuplicates(m, TrainBatch, {
         id: p.batchId,
         eventId: event.id,

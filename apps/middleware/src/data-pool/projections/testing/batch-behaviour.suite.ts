@@ -34,7 +34,7 @@ export function describeBatchBehaviour(backend: string, dataSource: () => DataSo
       expect([...fresh]).toEqual([extra.id]);
       expect(await ds.getRepository(LlmCall).countBy({ rolloutId: ids.rolloutId })).toBe(6);
       const stored = await ds.getRepository(LlmCall).findOneByOrFail({ id: calls[2].payload.callId });
-      expect(Buffer.from(stored.promptIds.buffer).equals(Buffer.from(calls[2].payload.promptIds.buffer))).toBe(true);
+      expect(Buffer.from(stored.promptIds.buffer).equals(Buffer.from(calls[2].payload.promptDeltaIds.buffer))).toBe(true);
     });
 
     it('leaves no mark and no row when the batch fails', async () => {

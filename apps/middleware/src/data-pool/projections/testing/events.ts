@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { createEvent, validateEvent, type AnyEventEnvelope, type EventEnvelope, type EventPayload, type EventType } from '@anvil/contracts';
+import { createEvent, createEventAt, validateEvent, type AnyEventEnvelope, type EventEnvelope, type EventPayload, type EventType, type TrainBatchV1 } from '@anvil/contracts';
 
 /**
  * Contract-valid events for persistence tests. Every builder takes overrides for the
@@ -60,8 +60,12 @@ export function rolloutCompleted(ids: RolloutIds, overrides: Partial<EventPayloa
   );
 }
 
-export function llmCall(ids: RolloutIds, overrides: Partial<EventPayload<'llm_call.recorded'>> = {}) {
+/** A v2 call; `promptIds` (a whole prompt, v1 style) is cut to its delta after `reusedPromptTokens`. */
+export function llmCall(ids: RolloutIds, overrides: Partial<EventPayload<'llm_call.recorded'>> & { promptIds?: Int32Array } = {}) {
+  const { promptIds: whole, ...rest } = overrides;
   const outputIds = overrides.outputIds ?? Int32Array.from([11, 12, 13]);
+  const reused = overrides.reusedPromptTokens ?? 0;
+  const delta = whole ? whole.slice(reused) : (overrides.promptDeltaIds ?? Int32Array.from([1, 2, 3, 4]));
   return build(
     'llm_call.recorded',
     {
@@ -74,15 +78,16 @@ export function llmCall(ids: RolloutIds, overrides: Partial<EventPayload<'llm_ca
       parentCallId: null,
       turnIndex: 0,
       model: 'tiny-qwen',
-      promptIds: Int32Array.from([1, 2, 3, 4]),
-      reusedPromptTokens: 0,
+      reusedPromptTokens: reused,
       outputIds,
       outputLogprobs: new Float32Array(outputIds.length).fill(-0.5),
       outputVersions: new Uint32Array(outputIds.length).fill(3),
       finishReason: 'stop',
       sampling: { temperature: 1, topP: 1, topK: 0, seed: null },
       timings: { receivedAt: 1_700_000_000_500, firstTokenAt: 1_700_000_000_600, finishedAt: 1_700_000_000_900 },
-      ...overrides,
+      ...rest,
+      promptLength: reused + delta.length,
+      promptDeltaIds: delta,
     },
     ids.rolloutId,
   );
@@ -112,10 +117,12 @@ export function trajectoryReady(ids: RolloutIds, overrides: Partial<EventPayload
   );
 }
 
-export function trainBatchCreated(trajectoryIds: string[], overrides: Partial<EventPayload<'train_batch.created'>> = {}) {
+/** train_batch.created v1 (samples inline), as written before the claim-check: the projections still read it. */
+export function trainBatchCreated(trajectoryIds: string[], overrides: Partial<TrainBatchV1> = {}) {
   const batchId = overrides.batchId ?? uid('batch');
-  return build(
+  const event = createEventAt(
     'train_batch.created',
+    1,
     {
       batchId,
       step: 7,
@@ -135,8 +142,10 @@ export function trainBatchCreated(trajectoryIds: string[], overrides: Partial<Ev
       createdAt: 1_700_000_300_000,
       ...overrides,
     },
-    batchId,
+    { key: batchId, producer: 'persistence-test' },
   );
+  validateEvent(event);
+  return event as unknown as EventEnvelope<'train_batch.created'>;
 }
 
 export function weightsPublished(version: number, overrides: Partial<EventPayload<'weights.published'>> = {}) {
