@@ -11,13 +11,16 @@ function tokenEntry(tok: Tokenizer, id: number, logprob: number) {
 }
 
 /**
- * OpenAI's logprobs.content entries for the sampled tokens (special tokens, which end the turn,
- * left out), each with its `top_logprobs` alternatives when they were asked for (top_logprobs: k).
+ * OpenAI's logprobs.content entries for the sampled tokens, each with its `top_logprobs`
+ * alternatives when they were asked for (top_logprobs: k). Only the tokens the reply text
+ * leaves out are left out: the stop ids (`hidden`, the end of turn), so every other token,
+ * special or not, has its entry, as it has its text in `message.content` and its count in
+ * `usage.completion_tokens`.
  */
-export function chatLogprobs(tok: Tokenizer, ids: readonly number[], logprobs: readonly number[], top?: readonly TopLogprobs[]) {
+export function chatLogprobs(tok: Tokenizer, ids: readonly number[], logprobs: readonly number[], hidden: readonly number[], top?: readonly TopLogprobs[]) {
   const content: (ReturnType<typeof tokenEntry> & { top_logprobs: ReturnType<typeof tokenEntry>[] })[] = [];
   ids.forEach((id, i) => {
-    if (tok.isSpecial(id)) return;
+    if (hidden.includes(id)) return;
     const alternatives = top?.[i] ? top[i].ids.map((alt, j) => tokenEntry(tok, alt, top[i].logprobs[j])) : [];
     content.push({ ...tokenEntry(tok, id, logprobs[i]), top_logprobs: alternatives });
   });
@@ -71,7 +74,7 @@ export function chatCompletion(call: PreparedCall, choices: readonly ChoiceResul
     choices: choices.map((c) => ({
       index: c.index,
       message: { role: 'assistant' as const, content: c.reply?.message.content ?? null, refusal: null, ...(c.reply?.message.tool_calls ? { tool_calls: c.reply.message.tool_calls } : {}), ...(c.reply?.message.reasoning_content !== undefined ? { reasoning_content: c.reply.message.reasoning_content } : {}) },
-      logprobs: call.logprobs ? chatLogprobs(tok, c.generation.outputIds, c.generation.logprobs, c.generation.topLogprobs) : null,
+      logprobs: call.logprobs ? chatLogprobs(tok, c.generation.outputIds, c.generation.logprobs, call.model.format.stopTokenIds, c.generation.topLogprobs) : null,
       finish_reason: c.finishReason,
     })),
     usage: usage(call, choices),

@@ -13,6 +13,7 @@ const EOT = 258;
 const script = (req: { promptIds: number[] }) => {
   const prompt = tok.decode(req.promptIds);
   if (prompt.includes('stop test')) return { ids: [...tok.encode('abc STOP def'), EOT] };
+  if (prompt.includes('reserved test')) return { ids: [...tok.encode('a'), 265, ...tok.encode('b'), EOT] }; // <|reserved_0|>: special, but not a stop id
   return { ids: [...tok.encode('Once upon a time, a fox.'), EOT] };
 };
 
@@ -75,6 +76,14 @@ describe('streamed completions and top logprobs', () => {
     const streamed: OpenAI.Chat.ChatCompletionTokenLogprob[] = [];
     for await (const c of stream) streamed.push(...(c.choices[0]?.logprobs?.content ?? []));
     expect(streamed).toEqual(content);
+  });
+
+  it('chat logprobs leave out only what the text leaves out: a special token that is not a stop id has its entry, so there is one per completion token but the end of turn', async () => {
+    const json = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'reserved test' }], max_tokens: 64, logprobs: true });
+    expect(json.choices[0].message.content).toBe('a<|reserved_0|>b');
+    const content = json.choices[0].logprobs?.content ?? [];
+    expect(content.map((c) => c.token)).toEqual(['a', '<|reserved_0|>', 'b']);
+    expect(json.usage?.completion_tokens).toBe(content.length + 1); // + the end-of-turn id, which ends the reply and has no text
   });
 
   it('completions logprobs: k gives a {token: logprob} map of k alternatives per token, and text offsets', async () => {

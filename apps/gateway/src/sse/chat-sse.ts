@@ -48,7 +48,7 @@ export async function streamChat(call: PreparedCall, calls: CallService, reply: 
       if (message?.tool_calls?.length) {
         chunk(c.index, { tool_calls: message.tool_calls.map((tc, k) => ({ index: k, id: tc.id, type: 'function', function: { name: tc.function.name, arguments: tc.function.arguments } })) });
       }
-      const logprobs = call.logprobs ? chatLogprobs(call.model.format.tokenizer, c.generation.outputIds, c.generation.logprobs, c.generation.topLogprobs) : null;
+      const logprobs = call.logprobs ? chatLogprobs(call.model.format.tokenizer, c.generation.outputIds, c.generation.logprobs, call.model.format.stopTokenIds, c.generation.topLogprobs) : null;
       chunk(c.index, {}, c.finishReason, logprobs);
     }
     if (opts.includeUsage) sse.send({ ...base, choices: [], usage: usage(call, choices) });
