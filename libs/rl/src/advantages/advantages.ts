@@ -67,6 +67,7 @@ export class RunningBaseline {
   }
 
   value(taskId: string): number | undefined {
+    if (typeof taskId !== 'string' || taskId === '') throw new AdvantageInputError('taskId', 'must be a non-empty string');
     return this.values.get(taskId);
   }
 

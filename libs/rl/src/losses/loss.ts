@@ -115,7 +115,18 @@ export function aggregationCoefficients(samples: readonly LossSample[], aggregat
   if (!AGGREGATIONS.includes(aggregation)) throw new LossConfigError('aggregation', `must be one of ${AGGREGATIONS.join(', ')}, got ${String(aggregation)}`);
   if (aggregation === 'constant' && (typeof constantNormalizer !== 'number' || !Number.isFinite(constantNormalizer) || constantNormalizer <= 0))
     throw new LossConfigError('constantNormalizer', `must be a finite number > 0, got ${String(constantNormalizer)}`);
+  if (!Array.isArray(samples)) throw new LossInputError('samples', 'must be an array');
   samples.forEach((s, i) => {
+    if (!s || !(s.logp instanceof Float32Array || s.logp instanceof Float64Array))
+      throw new LossInputError(`samples[${i}].logp`, 'must be a Float32Array or Float64Array');
+    if (s.weight !== undefined) {
+      if (typeof s.weight === 'number') {
+        if (!Number.isFinite(s.weight) || s.weight < 0) throw new LossInputError(`samples[${i}].weight`, `must be finite and >= 0, got ${s.weight}`);
+      } else {
+        checkArray(s.weight, s.logp.length, `samples[${i}].weight`);
+        for (let t = 0; t < s.weight.length; t++) if (s.weight[t] < 0) throw new LossInputError(`samples[${i}].weight[${t}]`, `must be >= 0, got ${s.weight[t]}`);
+      }
+    }
     if (aggregation === 'trajectory' && (typeof s.trajectoryId !== 'string' || s.trajectoryId === ''))
       throw new LossInputError(`samples[${i}].trajectoryId`, "is required by aggregation 'trajectory'");
     if (aggregation === 'group' && (typeof s.groupId !== 'string' || s.groupId === ''))

@@ -289,6 +289,13 @@ describe('aggregation (hand-computed normalisers)', () => {
     expectArrayClose(aggregationCoefficients(s, 'seq_mean_token_mean'), [1 / 2, 1 / 6], 12);
   });
 
+  it('aggregationCoefficients validates what it reads', () => {
+    expect(() => aggregationCoefficients([{ ...mk(2, 'T', 'g'), weight: f64([1, -1]) }], 'token_mean')).toThrow(/samples\[0\]\.weight\[1\]/);
+    expect(() => aggregationCoefficients([{ ...mk(2, 'T', 'g'), weight: f64([1]) }], 'token_mean')).toThrow(/samples\[0\]\.weight/);
+    expect(() => aggregationCoefficients([mk(2, 'T', 'g')], 'constant')).toThrow(/constantNormalizer/);
+    expect(() => aggregationCoefficients([mk(2, 'T', 'g')], 'sum' as never)).toThrow(/aggregation/);
+  });
+
   it('trajectory and group need their ids', () => {
     const bare = { logp: f64([-1]), behaviourLogp: f64([-1]), advantage: 1 };
     expect(() => computeLoss([bare], lossConfig({ aggregation: 'trajectory' }))).toThrow(/samples\[0\]\.trajectoryId/);
