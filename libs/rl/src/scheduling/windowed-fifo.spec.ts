@@ -255,7 +255,7 @@ describe('WindowedFifo: off-policy bound in steps (property)', () => {
 });
 
 describe('WindowedFifo: snapshot / restore', () => {
-  it('restores the queue, the window slots behind the head and the counters', () => {
+  it('restores the queue, the window slots of entries consumed after the head and the counters', () => {
     const cfg: WindowConfig = { inFlight: 6, window: 3 };
     const f = new WindowedFifo(cfg);
     fill(f, 0, 6);
@@ -358,6 +358,28 @@ describe('WindowedFifo: bad input gets typed errors naming the field', () => {
     f.submit(entry(2));
     expect(f.take({ now: 1 }).map((e) => e.id)).toEqual(['r0']);
     expect(f.head).toBe(2);
-    expectError(() => f.drop('r0', 'x'), 'unknown_id', 'id'); // behind the head: forgotten
+    expectError(() => f.drop('r0', 'x'), 'unknown_id', 'id'); // older than the head: forgotten
+  });
+
+  it('a late submission older than the head becomes the head; a dropped straggler cannot complete later', () => {
+    const f = new WindowedFifo({ inFlight: 4, window: 2, headAgeLimitMs: 10 });
+    f.submit(entry(5));
+    f.submit(entry(7));
+    f.submit(entry(3)); // reordered submission event: older than the head
+    expect(f.head).toBe(3);
+    f.complete('r3', { tokens: 1, completedAt: 1 });
+    expect(f.take({ now: 1 }).map((e) => e.id)).toEqual(['r3']);
+    f.submit(entry(4)); // still after the passed position 3
+    expect(f.head).toBe(4);
+    expectError(() => f.submit(entry(2)), 'stale_position', 'position');
+    // the straggler at the head is exposed, aborted and dropped; its late completion is refused, typed
+    expect(f.expiredHead(11)?.id).toBe('r4');
+    f.drop('r4', 'head_age_limit');
+    expectError(() => f.complete('r4', { tokens: 1, completedAt: 12 }), 'unknown_id', 'id');
+    // a dropped entry still inside the queue (younger than the head) refuses completion as a bad transition
+    f.drop('r7', 'env_error');
+    expectError(() => f.complete('r7', { tokens: 1, completedAt: 12 }), 'invalid_transition', 'id');
+    expect(f.stats().dropped).toEqual({ head_age_limit: 1, env_error: 1 });
+    expect(f.stats().headExpired).toBe(1);
   });
 });

@@ -3,7 +3,7 @@
 // The queue holds generation tasks in submission order (their queue positions). The head is the
 // oldest unconsumed entry. The trainer may take any COMPLETED entry among the W queue slots
 // [head, head + W - 1]; completed entries beyond that are blocked. Slots are queue entries, not
-// positions: an entry that was already taken (or dropped) behind the head keeps its slot until
+// positions: an entry that was already taken (or dropped) while older ones wait keeps its slot until
 // the head passes it, which is what makes the window advance ONLY as the head is consumed, and
 // bounds how far anything can overtake the head:
 //   - out-of-order tolerance: an entry bypasses at most W - 1 older unconsumed entries;
@@ -111,7 +111,7 @@ export interface WindowedFifoCounters {
 }
 
 export interface WindowedFifoState {
-  /** Entries from the head on, in position order; taken/dropped ones behind the head keep their slot. */
+  /** Entries from the head on, in position order; taken/dropped ones younger than the head keep their slot. */
   entries: WindowedFifoStateEntry[];
   /** Highest position the head has passed (positions <= it cannot be submitted again); null if none. */
   passedPosition: number | null;
@@ -227,7 +227,7 @@ export class WindowedFifo {
     if (e.groupId !== undefined && typeof e.groupId !== 'string') throw new SchedulingError('invalid_argument', 'groupId', 'must be a string');
     if (this.byId.has(e.id)) throw new SchedulingError('duplicate_id', 'id', `entry ${e.id} is already in the queue`);
     if (this.passed !== null && e.position <= this.passed)
-      throw new SchedulingError('stale_position', 'position', `position ${e.position} is at or behind positions the head already passed (${this.passed})`);
+      throw new SchedulingError('stale_position', 'position', `position ${e.position} is at or before positions the head already passed (${this.passed})`);
     const slot: Slot = { id: e.id, position: e.position, submittedAt: e.submittedAt, status: 'pending', takenAtSubmit: this.c.taken };
     if (e.difficulty !== undefined) slot.difficulty = e.difficulty;
     if (e.groupId !== undefined) slot.groupId = e.groupId;
@@ -409,7 +409,7 @@ export class WindowedFifo {
 
   /**
    * Rebuild from durable state (a snapshot, or rows the caller reads back: every unconsumed entry plus the taken or
-   * dropped ones behind the head, which keep their window slot).
+   * dropped ones younger than the head, which keep their window slot).
    */
   static restore(cfg: WindowConfig, s: WindowedFifoState): WindowedFifo {
     const f = new WindowedFifo(cfg);
@@ -436,7 +436,7 @@ export class WindowedFifo {
       if (prev !== null && e.position === prev) throw new SchedulingError('duplicate_position', `${at}.position`, `position ${e.position} appears twice`);
       if (prev !== null && e.position < prev) throw new SchedulingError('invalid_state', `${at}.position`, `entries must be in position order (${e.position} after ${prev})`);
       if (f.passed !== null && e.position <= f.passed)
-        throw new SchedulingError('stale_position', `${at}.position`, `position ${e.position} is at or behind passedPosition ${f.passed}`);
+        throw new SchedulingError('stale_position', `${at}.position`, `position ${e.position} is at or before passedPosition ${f.passed}`);
       if (!['pending', 'completed', 'taken', 'dropped'].includes(e.status))
         throw new SchedulingError('invalid_state', `${at}.status`, `must be pending, completed, taken or dropped, got ${String(e.status)}`);
       if (e.difficulty !== undefined) requireFinite(`${at}.difficulty`, e.difficulty, -Infinity, 'invalid_state');
@@ -472,7 +472,7 @@ export class WindowedFifo {
   private slot(id: string): Slot {
     if (typeof id !== 'string') throw new SchedulingError('invalid_argument', 'id', 'must be a string');
     const s = this.byId.get(id);
-    if (!s) throw new SchedulingError('unknown_id', 'id', `no entry ${id} in the queue (never submitted, or already behind the head)`);
+    if (!s) throw new SchedulingError('unknown_id', 'id', `no entry ${id} in the queue (never submitted, or already passed by the head)`);
     return s;
   }
 
