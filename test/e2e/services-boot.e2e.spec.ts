@@ -1,4 +1,4 @@
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runBuilt, startService, waitFor, type ServiceProcess } from '@anvil/testing';
 
 /**
@@ -21,6 +21,12 @@ const envs: Record<string, NodeJS.ProcessEnv> = {
 };
 
 const running: ServiceProcess[] = [];
+// The gateway is ready only while its inference-proxy answers: one (embedded engine) runs for it.
+beforeAll(async () => {
+  const proxy = await startService('inference-proxy', { ...common, DEPLOYMENT_NAME: 'e2e-boot-gateway-proxy' }, 120_000);
+  running.push(proxy);
+  envs.gateway.INFERENCE_PROXY_URL = proxy.baseUrl;
+});
 afterAll(async () => {
   await Promise.all(running.map((s) => s.stop('SIGKILL')));
 });
@@ -56,6 +62,17 @@ describe('readiness and configuration failures', () => {
     expect(res.status).toBe(503);
     const body = (await res.json()) as { checks: Record<string, { ok: boolean }> };
     expect(body.checks.kafka.ok).toBe(false);
+    expect(body.checks.postgres.ok).toBe(true);
+    expect(await svc.stop('SIGTERM')).toBe(0);
+  });
+
+  it('the gateway reports not ready (503) while its inference-proxy is unreachable, without the proxy\'s address', async () => {
+    const svc = await startService('gateway', { ...envs.gateway, INFERENCE_PROXY_URL: 'http://127.0.0.1:9' });
+    running.push(svc);
+    const res = await fetch(`${svc.baseUrl}/readyz`);
+    expect(res.status).toBe(503);
+    const body = (await res.json()) as { checks: Record<string, { ok: boolean; error?: string }> };
+    expect(body.checks['inference-proxy']).toMatchObject({ ok: false, error: 'the inference-proxy is unreachable' });
     expect(body.checks.postgres.ok).toBe(true);
     expect(await svc.stop('SIGTERM')).toBe(0);
   });
