@@ -22,10 +22,15 @@ export interface ProxConfig {
    * 'recomputed': every sample carries proxLogp (a forward pass of the weights before this
    * step). 'interpolated': log π_prox = log π_b + α(sg(log π_θ) − log π_b) per token, with
    * α = (v_c − 1 − v_b)/(v_c − v_b) clamped to [0, 1] (AReaL's loglinear approximation),
-   * v_b the token's version, v_c = currentVersion; α = 0 when v_b = v_c.
+   * v_b the token's version, v_c = currentVersion; α = 0 when v_b ≥ v_c − 1. The proximal policy
+   * is version v_c − 1.
    */
   mode: 'recomputed' | 'interpolated';
-  /** Version of the weights that computed logp; required for 'interpolated'. */
+  /**
+   * Required for 'interpolated': AReaL's `current_version`, the version this optimizer step
+   * produces. The weights that computed logp (before the update) are version currentVersion − 1,
+   * the proximal policy; a token version above currentVersion is an error.
+   */
   currentVersion?: number;
 }
 
