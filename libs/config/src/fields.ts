@@ -4,17 +4,27 @@ import { z } from 'zod';
 
 export const port = (fallback: number) => z.coerce.number().int().min(0).max(65535).default(fallback);
 
+export const KAFKA_BROKERS_REQUIRED = 'is required (comma-separated host:port list)';
+
+/**
+ * Comma-separated host:port list. May be left out only with EVENT_BUS_KIND=memory (loadConfig
+ * reports it missing otherwise, together with every other problem).
+ */
 export const kafkaBrokers = () =>
   z
-    .string({ error: 'is required (comma-separated host:port list)' })
-    .min(1, 'is required (comma-separated host:port list)')
-    .transform((s) => s.split(',').map((b) => b.trim()).filter(Boolean))
+    .string()
+    .optional()
+    .transform((s) => (s ?? '').split(',').map((b) => b.trim()).filter(Boolean))
     .refine((list) => list.every((b) => /^[^:\s]+:\d{1,5}$/.test(b)), 'each broker must be host:port');
 
+/** Which bus a service uses: Kafka (distributed) or the in-process bus (the embedded one-process default). */
+export const eventBusKind = () => z.enum(['kafka', 'memory']).default('kafka');
+
+/** A PostgreSQL server, or embedded PGlite: `pglite://<dir>` (persisted), `pglite://` or `memory` (in memory). */
 export const databaseUrl = () =>
   z
-    .string({ error: 'is required (postgres://user@host:port/db)' })
-    .regex(/^postgres(ql)?:\/\/\S+$/, 'must be a postgres:// URL');
+    .string({ error: 'is required (postgres://user@host:port/db, pglite://<dir> or memory)' })
+    .regex(/^(postgres(ql)?:\/\/\S+|pglite:\/\/\S*|memory)$/, 'must be a postgres:// URL, pglite://<dir> or memory');
 
 export const httpUrl = () => z.string({ error: 'is required (http(s) URL)' }).url('must be an http(s) URL').regex(/^https?:\/\//, 'must be an http(s) URL');
 
@@ -32,6 +42,7 @@ export const positiveInt = (fallback: number) => z.coerce.number().int().positiv
 
 /** The environment every distributed service shares. */
 export const serviceBaseEnv = {
+  EVENT_BUS_KIND: eventBusKind(),
   KAFKA_BROKERS: kafkaBrokers(),
   DATABASE_URL: databaseUrl(),
   LOG_LEVEL: logLevel(),

@@ -15,16 +15,26 @@ export class ConfigError extends Error {
   }
 }
 
+/** Rules across fields of serviceBaseEnv: Kafka brokers are required unless the bus is in-process. */
+function crossFieldProblems(schema: z.ZodObject, env: NodeJS.ProcessEnv): string[] {
+  const shape = schema.shape as Record<string, unknown>;
+  if (!('KAFKA_BROKERS' in shape)) return [];
+  const busKind = 'EVENT_BUS_KIND' in shape ? (env.EVENT_BUS_KIND ?? 'kafka') : 'kafka';
+  return busKind !== 'memory' && !(env.KAFKA_BROKERS ?? '').trim() ? ['KAFKA_BROKERS: is required (comma-separated host:port list)'] : [];
+}
+
 export function loadConfig<S extends z.ZodObject>(service: string, schema: S, env: NodeJS.ProcessEnv = process.env): z.infer<S> {
   const result = schema.safeParse(env);
-  if (result.success) return result.data;
-  const problems = result.error.issues.map((issue) => {
+  const crossField = crossFieldProblems(schema, env);
+  if (result.success && crossField.length === 0) return result.data;
+  const issues = result.success ? [] : result.error.issues;
+  const problems = issues.map((issue) => {
     const name = issue.path.map(String).join('.') || '(environment)';
     const given = issue.path.length === 1 ? env[String(issue.path[0])] : undefined;
     // Never echo values: a malformed secret must not end up in logs.
     return given === undefined ? `${name}: ${issue.message}` : `${name}: ${issue.message} (value present but rejected)`;
   });
-  throw new ConfigError(service, problems);
+  throw new ConfigError(service, [...problems, ...crossField]);
 }
 
 /**

@@ -5,7 +5,11 @@ import { MIGRATIONS } from './migrations';
 import { createPgliteDriver } from './pglite/pglite-driver';
 
 export interface CreateDataSourceOptions {
-  /** A PostgreSQL server (postgres://user@host:port/db), through node-postgres. Wins over `pglite`. */
+  /**
+   * A PostgreSQL server (postgres://user@host:port/db), through node-postgres; or embedded
+   * PGlite: `pglite://<dir>` (persisted in that directory), `pglite://` or `memory` (in memory).
+   * Wins over `pglite`.
+   */
   url?: string;
   /** Embedded PGlite, the default without a url: `true` (or omitted) keeps it in memory, `dataDir` persists it. */
   pglite?: { dataDir?: string } | true;
@@ -34,10 +38,25 @@ export function createDataSourceOptions(options: CreateDataSourceOptions = {}): 
     applicationName: 'anvil',
     logging: options.logging ?? false,
   } as const;
-  if (options.url) return { ...common, url: options.url, poolSize: options.poolSize };
-  const dataDir = options.pglite === true || options.pglite === undefined ? undefined : options.pglite.dataDir;
+  const embedded = options.url ? pgliteOfUrl(options.url) : options.pglite;
+  if (options.url && embedded === undefined) return { ...common, url: options.url, poolSize: options.poolSize };
+  const dataDir = embedded === true || embedded === undefined ? undefined : embedded.dataDir;
   return { ...common, driver: createPgliteDriver({ dataDir }), connectTimeoutMS: PGLITE_SESSION_WAIT_MS };
 }
+
+/**
+ * The embedded database a DATABASE_URL names: `memory` or `pglite://` -> in memory,
+ * `pglite://<dir>` -> that directory (`pglite:///abs/dir` or `pglite://./rel/dir`); undefined
+ * for a server URL.
+ */
+export function pgliteOfUrl(url: string): { dataDir?: string } | true | undefined {
+  if (url === 'memory' || url === 'pglite://' || url === 'pglite:memory') return true;
+  if (!url.startsWith('pglite://')) return undefined;
+  return { dataDir: decodeURIComponent(url.slice('pglite://'.length)) };
+}
+
+/** True when `url` names an embedded (PGlite) database rather than a PostgreSQL server. */
+export const isEmbeddedDatabaseUrl = (url: string): boolean => pgliteOfUrl(url) !== undefined;
 
 /** A DataSource for Anvil's schema, not yet initialized (call initialize(), then runMigrations()). */
 export function createDataSource(options: CreateDataSourceOptions = {}): DataSource {

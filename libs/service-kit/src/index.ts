@@ -8,3 +8,4 @@ export * from './infra.module';
 export * from './service-modules';
 export * from './linked-abort';
 export * from './background-subscription';
+export * from './embedded-host';
