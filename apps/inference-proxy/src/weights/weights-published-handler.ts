@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { createEvent, type EventEnvelope } from '@anvil/contracts';
 import type { MessageBus } from '@anvil/messaging';
 import type { Logger } from '@anvil/observability';
@@ -21,7 +23,12 @@ export class WeightsPublishedHandler {
   ) {}
 
   async handle(event: EventEnvelope<'weights.published'>): Promise<SwapOutcome> {
-    const { version, checkpointUri } = event.payload;
+    const { version, checkpointUri, sha256 } = event.payload;
+    const refused = await this.verify(checkpointUri, sha256);
+    if (refused) {
+      this.logger.error('weights.published refused: the checkpoint does not match its checksum, the active weights stay', { version, checkpointUri, eventId: event.id, reason: refused });
+      return { status: 'ignored', reason: refused };
+    }
     const outcome = await this.swapper.apply({ version, checkpointUri });
     if (outcome.status === 'ignored') this.logger.info('weights.published ignored', { version, eventId: event.id, reason: outcome.reason });
     if (version === this.versions.current && !this.versions.announced.has(version)) {
@@ -35,5 +42,24 @@ export class WeightsPublishedHandler {
       this.versions.announced.add(version);
     }
     return outcome;
+  }
+
+  /**
+   * Checks a checkpoint this machine can read against the published sha256 (engine
+   * checkpointDigest) before any replica loads it; returns why it is refused, or null. A URI
+   * that names no directory on this machine (an external engine's own storage) is left to the
+   * backend that loads it.
+   */
+  private async verify(checkpointUri: string, sha256: string): Promise<string | null> {
+    const dir = checkpointUri.startsWith('file://') ? fileURLToPath(checkpointUri) : checkpointUri;
+    if (!existsSync(dir)) return null;
+    // Imported here: external backends never load the engine's native addon.
+    const { checkpointDigest } = await import('@anvil/engine');
+    try {
+      const actual = await checkpointDigest(dir);
+      return actual === sha256 ? null : `checksum mismatch: weights.published says sha256 ${sha256}, the files at ${checkpointUri} give ${actual}`;
+    } catch (err) {
+      return `checkpoint ${checkpointUri} is unreadable: ${(err as Error).message}`;
+    }
   }
 }
