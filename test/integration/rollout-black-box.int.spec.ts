@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -84,6 +85,33 @@ describe('black-box rollouts', () => {
     expect(calls).toBeGreaterThanOrEqual(18);
     // llm_call.recorded events for those rollouts reached Kafka too.
     await until('18 llm_call.recorded', () => stack.of('llm_call.recorded').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId)).length >= 18 || undefined);
+  });
+
+  it('runs a Python agent on the official openai package (pip) against built-in chain-add tasks, scored by the environment verifier from its transcript', async () => {
+    const probe = spawnSync('python3', ['-c', 'import openai; print(openai.__version__)'], { encoding: 'utf8' });
+    if (probe.status !== 0) throw new Error(`this test runs a real third-party SDK agent: pip install openai (python3 said: ${probe.stderr.trim()})`);
+    await runtime.loadBuiltin({
+      id: 'py-chain',
+      env: 'chain-add',
+      envConfig: { k: 3 },
+      seed: 11,
+      trainCount: 2,
+      evalCount: 0,
+      agent: { kind: 'black-box', name: 'python-openai', command: ['python3', 'examples/python-agent/agent.py'] },
+      limits: { timeoutMs: 60_000 },
+    });
+    const { rolloutIds } = await runtime.submit({ taskSetId: 'py-chain', groupSize: 2 });
+    const got = await until('four python rollouts', () => {
+      const os = rolloutIds.map((id) => outcomes.find((o) => o.rolloutId === id));
+      return os.every(Boolean) ? (os as RolloutOutcome[]) : undefined;
+    }, 120_000);
+    for (const o of got) {
+      expect(o.finishReason, `${o.error} ${o.blackBox?.stderr}`).toBe('completed');
+      // The oracle policy solves it: the transcript the agent left earns the full chain-add reward (tool calls included).
+      expect(o.outcomeReward).toBe(1);
+      expect(o.numCalls).toBe(3);
+      expect(o.blackBox!.messages!.filter((m) => m.role === 'tool')).toHaveLength(2);
+    }
   });
 
   it('timeout kills the agent process group (no orphan) and ends the rollout as timeout with its session closed', async () => {

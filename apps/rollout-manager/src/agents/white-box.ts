@@ -17,7 +17,7 @@ export interface LoopResult {
   /** Call ids of the main loop's assistant turns (the ones process rewards attach to). */
   stepCallIds: (string | null)[];
   /** The exact message lists sent, per call (tests compare them with what the gateway recorded). */
-  sent: { purpose: 'step' | 'summary' | 'subagent'; messages: ChatMessage[]; rewritten: boolean; callId: string | null }[];
+  sent: { purpose: 'step' | 'summary' | 'subagent'; messages: ChatMessage[]; tools: ToolSpec[]; rewritten: boolean; callId: string | null; capture: string | null }[];
   subAgentRuns: number;
   error?: string;
 }
@@ -156,7 +156,7 @@ export async function runWhiteBoxLoop(deps: LoopDeps, opts: LoopOptions): Promis
       }
     }
     result.callIds.push(completion.callId ?? '');
-    result.sent.push({ purpose, messages, rewritten, callId: completion.callId });
+    result.sent.push({ purpose, messages, tools: withTools, rewritten, callId: completion.callId, capture: completion.capture });
     if (opts.maxContextTokens !== undefined && completion.promptTokens + completion.completionTokens >= opts.maxContextTokens) {
       if (purpose === 'step') {
         history.push(completion.message);

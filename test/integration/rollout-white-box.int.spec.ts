@@ -1,0 +1,176 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createEvent } from '@anvil/contracts';
+import { GatewaySession } from '@anvil/persistence';
+import { RolloutRuntime, type RolloutOutcome } from '../../apps/rollout-manager/src/runtime';
+import { ADMIN_TOKEN, oraclePolicy, renderPrompt, startRolloutStack, until, type RolloutStack } from './fixtures/rollout-stack';
+
+/**
+ * White-box loops through the real gateway (real PostgreSQL + Kafka, scripted policy that solves
+ * chain-add): with each context manager the prompt ids the policy received are exactly the
+ * rendering of what the manager produced, an append-only history is recorded as extensions and
+ * a window rewrite (or a summary) as a branch; rewards and per-call process rewards from the
+ * chain-add verifier; evaluation runs pinned to a version with training admissions gated.
+ */
+let stack: RolloutStack;
+let runtime: RolloutRuntime;
+const outcomes: RolloutOutcome[] = [];
+
+beforeAll(async () => {
+  stack = await startRolloutStack('whitebox', oraclePolicy());
+  runtime = new RolloutRuntime({
+    gatewayUrl: stack.gatewayUrl,
+    adminToken: ADMIN_TOKEN,
+    bus: stack.bus,
+    dataSource: stack.ds,
+    config: { concurrency: 8, eta: 4, groupsPerStep: 8, admissionPollMs: 100, consumerGroup: `it.rm.whitebox.${Date.now()}` },
+  });
+  runtime.onRolloutCompleted((o) => outcomes.push(o));
+  await runtime.start();
+});
+
+afterAll(async () => {
+  await runtime?.stop();
+  await stack?.close();
+});
+
+const k4 = { k: 4, maxOperand: 99 };
+
+async function runOne(taskSetId: string, context: Record<string, unknown>): Promise<RolloutOutcome> {
+  await runtime.loadBuiltin({ id: taskSetId, env: 'chain-add', envConfig: k4, context: context as never, seed: 5, trainCount: 1, evalCount: 0, sampling: { temperature: 1, maxTokens: 96 } });
+  const { rolloutIds } = await runtime.submit({ taskSetId, groupSize: 1 });
+  return until(`${taskSetId} outcome`, () => outcomes.find((o) => o.rolloutId === rolloutIds[0]), 60_000);
+}
+
+async function proxyRequestsOf(rolloutId: string) {
+  const session = await stack.ds.manager.findOneByOrFail(GatewaySession, { rolloutId });
+  expect(session.status).toBe('closed');
+  return stack.proxy.requests.filter((r) => r.sessionId === session.id);
+}
+
+describe('white-box loop with context managers', () => {
+  it('append-only: full reward, every later call extends the previous one, prompt ids = the manager view rendered', async () => {
+    const o = await runOne('wb-append', { kind: 'append_only' });
+    expect(o).toMatchObject({ finishReason: 'completed', outcomeReward: 1, success: true, numCalls: 4 });
+    const sent = o.loop!.sent;
+    expect(sent.map((s) => s.purpose)).toEqual(['step', 'step', 'step', 'step']);
+    const reqs = await proxyRequestsOf(o.rolloutId);
+    expect(reqs).toHaveLength(4);
+    sent.forEach((s, i) => expect(reqs[i].promptIds).toEqual(renderPrompt(s.messages, s.tools)));
+    expect(sent.map((s) => s.capture?.split(':')[0])).toEqual(['branch', 'extend', 'extend', 'extend']);
+    expect(sent.map((s) => s.rewritten)).toEqual([false, false, false, false]);
+    // Process rewards: one per assistant turn, attached to its call id, all correct.
+    const completed = await until('rollout.completed', () => stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === o.rolloutId));
+    const p = completed.payload as { processRewards: { callId: string; value: number }[]; outcomeReward: number; versionsSpanned: number };
+    expect(p.processRewards).toEqual(o.loop!.stepCallIds.map((callId) => ({ callId, value: 1 })));
+    expect(p.outcomeReward).toBe(1);
+    // The calls' records (their event id is the call id) reached Kafka.
+    await until('the 4 llm_call.recorded', () => o.loop!.callIds.every((id) => stack.of('llm_call.recorded').some((e) => e.id === id)) || undefined);
+  });
+
+  it('sliding window: the rewrite is a branch, and still exactly what the manager produced', async () => {
+    const o = await runOne('wb-window', { kind: 'sliding_window', lastTurns: 1 });
+    expect(o).toMatchObject({ finishReason: 'completed', outcomeReward: 1 });
+    const sent = o.loop!.sent;
+    const reqs = await proxyRequestsOf(o.rolloutId);
+    expect(reqs).toHaveLength(sent.length);
+    sent.forEach((s, i) => expect(reqs[i].promptIds).toEqual(renderPrompt(s.messages, s.tools)));
+    // Calls 3 and 4 see only the last turn: history rewritten, so a new branch each time.
+    expect(sent.map((s) => s.rewritten)).toEqual([false, false, true, true]);
+    expect(sent.map((s) => s.capture?.split(':')[0])).toEqual(['branch', 'extend', 'branch', 'branch']);
+    expect(sent[2].messages.filter((m) => m.role === 'assistant')).toHaveLength(1);
+  });
+
+  it('summarisation: the summariser calls the policy through the same session; the summarised view is a branch', async () => {
+    const o = await runOne('wb-summary', { kind: 'summarize', maxTurns: 2, keepLastTurns: 1 });
+    expect(o).toMatchObject({ finishReason: 'completed', outcomeReward: 1 });
+    const sent = o.loop!.sent;
+    expect(sent.map((s) => s.purpose)).toContain('summary');
+    const reqs = await proxyRequestsOf(o.rolloutId);
+    expect(reqs).toHaveLength(sent.length);
+    sent.forEach((s, i) => expect(reqs[i].promptIds).toEqual(renderPrompt(s.messages, s.tools)));
+    const firstSummary = sent.findIndex((s) => s.purpose === 'summary');
+    const after = sent[firstSummary + 1];
+    expect(after.rewritten).toBe(true);
+    expect(after.capture?.startsWith('branch:')).toBe(true);
+    expect(after.messages.some((m) => m.content?.startsWith('Summary of earlier turns: numbers were added'))).toBe(true);
+    expect(o.numCalls).toBe(sent.length);
+  });
+});
+
+describe('evaluation rollouts', () => {
+  it('runs the eval split pinned to the current version, publishes evaluation.completed, gates training admissions meanwhile, never marks them for training', async () => {
+    await runtime.loadBuiltin({ id: 'wb-eval', env: 'chain-add', envConfig: { k: 2, maxOperand: 20, toolDelay: { kind: 'fixed', ms: 150 } }, seed: 9, trainCount: 2, evalCount: 3 });
+    await expect(runtime.runEvaluation({ taskSetId: 'wb-eval', version: runtime.policyVersion + 1, waitForVersionMs: 200 })).rejects.toThrow(/version: 1 was not activated/);
+    const evalDone = runtime.runEvaluation({ taskSetId: 'wb-eval', version: runtime.policyVersion, evalId: 'eval-1' });
+    await until('eval admitted', () => runtime.snapshot().evaluationsRunning === 1 && runtime.snapshot().running > 0);
+    const { rolloutIds: trainIds } = await runtime.submit({ taskSetId: 'wb-eval', groupSize: 1 });
+    const result = await evalDone;
+    expect(result).toMatchObject({ evalId: 'eval-1', taskSetId: 'wb-eval', policyVersion: 0, successRate: 1, meanReward: 1, versionDrift: 0 });
+    expect(result.results).toHaveLength(3);
+    const ev = await until('evaluation.completed in Kafka', () => stack.of('evaluation.completed').find((e) => (e.payload as { evalId: string }).evalId === 'eval-1'));
+    expect(ev.payload).toMatchObject({ policyVersion: 0, successRate: 1 });
+    const started = stack.of('rollout.started').map((e) => e.payload as { rolloutId: string; groupId: string; purpose?: string; evalId?: string });
+    const evalStarts = started.filter((s) => s.evalId === 'eval-1');
+    expect(evalStarts).toHaveLength(3);
+    expect(evalStarts.every((s) => s.purpose === 'eval' && s.groupId.startsWith('eval:'))).toBe(true);
+    // Training rollouts submitted during the evaluation started only after it finished.
+    const trainStarts = await until('train rollouts started', () => {
+      const s = stack.of('rollout.started').filter((e) => trainIds.includes((e.payload as { rolloutId: string }).rolloutId));
+      return s.length === trainIds.length ? s : undefined;
+    });
+    // Each eval rollout ended (the last one just before evaluation.completed) before any of them started.
+    const lastEvalEnd = Math.max(...stack.of('rollout.completed').filter((e) => (e.payload as { groupId: string }).groupId.startsWith('eval:')).map((e) => e.occurredAt));
+    for (const t of trainStarts) expect(t.occurredAt).toBeGreaterThanOrEqual(lastEvalEnd);
+    expect(trainStarts.every((t) => (t.payload as { purpose?: string }).purpose === 'train')).toBe(true);
+  });
+});
+
+describe('staleness admission', () => {
+  it('η = 1: a group is admitted at current − oldest = 1 and refused at 2 until the oldest finishes (fails if the bound is off by one)', async () => {
+    const eta1 = new RolloutRuntime({
+      gatewayUrl: stack.gatewayUrl,
+      adminToken: ADMIN_TOKEN,
+      bus: stack.bus,
+      dataSource: stack.ds,
+      config: { concurrency: 8, eta: 1, groupsPerStep: 100, admissionPollMs: 50, consumerGroup: `it.rm.eta1.${Date.now()}`, initialPolicyVersion: 0 },
+    });
+    const mine: RolloutOutcome[] = [];
+    eta1.onRolloutCompleted((o) => mine.push(o));
+    await eta1.start();
+    try {
+      // The agents of A and B run until the test creates their file; C's answers at once.
+      for (const name of ['A', 'B', 'C'] as const) {
+        await eta1.loadTaskSet(
+          { id: `eta-${name}`, agent: { kind: 'black-box', name: 'echo', command: ['sh', '-c', name === 'C' ? 'echo 1' : `while [ ! -f /tmp/rm-eta-${process.pid}-${name} ]; do sleep 0.05; done; echo 1`] }, verifier: { kind: 'function', name: 'final-answer' } },
+          [{ id: 't', env: null, messages: [{ role: 'user', content: name }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } }],
+        );
+      }
+      const { writeFileSync, rmSync } = await import('node:fs');
+      const file = (n: string) => `/tmp/rm-eta-${process.pid}-${n}`;
+      const startedIds = () => stack.of('rollout.started').map((e) => (e.payload as { rolloutId: string }).rolloutId);
+      const a = await eta1.submit({ taskSetId: 'eta-A', groupSize: 1 });
+      await until('A started', () => startedIds().includes(a.rolloutIds[0]) || undefined);
+      await stack.bus.publish(createEvent('policy_version.activated', { version: 1, deployment: 'it', swapPolicy: 'drain-then-swap', activatedAt: Date.now() }, { key: 'it', producer: 'test' }));
+      await until('version 1 seen', () => eta1.policyVersion === 1 || undefined);
+      const b = await eta1.submit({ taskSetId: 'eta-B', groupSize: 1 });
+      await until('B admitted at 1 − 0 = η', () => startedIds().includes(b.rolloutIds[0]) || undefined, 10_000);
+      await stack.bus.publish(createEvent('policy_version.activated', { version: 2, deployment: 'it', swapPolicy: 'drain-then-swap', activatedAt: Date.now() }, { key: 'it', producer: 'test' }));
+      await until('version 2 seen', () => eta1.policyVersion === 2 || undefined);
+      const c = await eta1.submit({ taskSetId: 'eta-C', groupSize: 1 });
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(startedIds()).not.toContain(c.rolloutIds[0]);
+      expect(eta1.snapshot().queuedGroups).toBe(1);
+      writeFileSync(file('A'), '');
+      await until('C admitted once A finished (2 − 1 = η)', () => startedIds().includes(c.rolloutIds[0]) || undefined, 15_000);
+      const aOut = mine.find((o) => o.rolloutId === a.rolloutIds[0])!;
+      expect(aOut.versionsSpanned).toBe(3);
+      writeFileSync(file('B'), '');
+      await until('all done', () => mine.length >= 3 || undefined, 15_000);
+      for (const n of ['A', 'B']) rmSync(file(n), { force: true });
+      const aCompleted = stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === a.rolloutIds[0])!;
+      expect(aCompleted.payload).toMatchObject({ versionsSpanned: 3, policyVersionAtEnd: 2 });
+    } finally {
+      await eta1.stop();
+    }
+  });
+});
