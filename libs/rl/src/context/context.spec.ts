@@ -56,8 +56,8 @@ describe('append-only (property: never rewrites)', () => {
 });
 
 describe('sliding window (property: never more than k turns, never drops the task)', () => {
-  it('200 random trajectories × k ∈ {1, 2, 3, 5}', async () => {
-    for (let seed = 0; seed < 200; seed++)
+  it('120 random trajectories × k ∈ {1, 2, 3, 5}', async () => {
+    for (let seed = 0; seed < 120; seed++)
       for (const k of [1, 2, 3, 5]) {
         const cm = slidingWindow<Msg>({ lastTurns: k });
         let prev: Msg[] | null = null;
