@@ -33,8 +33,9 @@ export function sampleEventOf(type: EventType, key: string, n = 0): AnyEventEnve
           parentCallId: null,
           turnIndex: n,
           model: 'anvil-tiny',
-          promptIds: ids,
+          promptLength: ids.length,
           reusedPromptTokens: 0,
+          promptDeltaIds: ids,
           outputIds: ids.slice(0, 12),
           outputLogprobs: awkwardFloats(12),
           outputVersions: Uint32Array.from({ length: 12 }, (_, i) => (i < 6 ? 4 : 0xffffffff)),
@@ -89,20 +90,66 @@ export function sampleEventOf(type: EventType, key: string, n = 0): AnyEventEnve
         {
           batchId: `batch-${n}`,
           step: n,
+          runId: null,
           trajectoryIds: [`traj-${key}`],
-          samples: [0, 1].map((s) => ({
-            sampleId: `sample-${s}`,
-            trajectoryId: `traj-${key}`,
-            groupId: 'group-1',
-            promptIds: ids.slice(s, 30),
-            outputIds: ids.slice(0, 8),
-            behaviourLogprobs: awkwardFloats(8),
-            outputVersions: new Uint32Array(8).fill(s),
-            advantage: 0.5,
-            lossWeight: s === 0 ? 1 : 0,
-          })),
+          groupIds: ['group-1'],
+          samples: [0, 1].map((s) => ({ sampleId: `sample-${s}`, trajectoryId: `traj-${key}`, groupId: 'group-1', advantage: -0.3333333333333333, lossWeight: s === 0 ? 1 : 0 })),
+          blob: { store: 'postgres', sha256: 'cd'.repeat(32), bytes: 4096, layout: 'anvil-prefix-tree/1', nodes: 57 },
+          stats: {
+            trajectories: 1,
+            samples: 2,
+            groups: 1,
+            totalTokens: 76,
+            uniqueTokens: 57,
+            outputTokens: 16,
+            sharing: 0.25,
+            staleness: { k: 2, mean: 0.5, max: 1, shareOlderThanK: 0 },
+            positionLag: { mean: 1.5, max: 3 },
+            outOfOrder: { mean: 0, max: 0 },
+            difficulty: { batchMean: null, populationMean: 2.5 },
+            lossMasked: 1,
+            trainerWaitMs: null,
+          },
           policyVersion: 4,
           createdAt: now,
+        },
+        opts,
+      ) as AnyEventEnvelope;
+    case 'rollout_group.settled':
+      return createEvent(type, { groupId: 'group-1', taskId: 'task-1', status: 'dropped', reason: 'zero_variance', trajectoryIds: [`traj-${key}`], retryRolloutIds: [key] }, opts) as AnyEventEnvelope;
+    case 'train_batch.trained':
+      return createEvent(
+        type,
+        {
+          batchId: `batch-${n}`,
+          batchStep: n,
+          runId: 'run-1',
+          trainerStep: 2 * n,
+          policyVersion: 5,
+          groupIds: ['group-1'],
+          trajectoryIds: [`traj-${key}`],
+          outcome: 'trained',
+          reason: null,
+          checkpointed: false,
+          trainedAt: now,
+        },
+        opts,
+      ) as AnyEventEnvelope;
+    case 'evaluation.requested':
+      return createEvent(type, { evalId: `eval-${n}`, taskSetId: 'set-1', policyVersion: 5, samplesPerTask: 2, requestedAt: now }, opts) as AnyEventEnvelope;
+    case 'evaluation.completed':
+      return createEvent(
+        type,
+        {
+          evalId: `eval-${n}`,
+          taskSetId: 'set-1',
+          policyVersion: 5,
+          results: [{ taskId: 'task-1', rolloutId: key, reward: 0.8, success: true, finishReason: 'stop' }],
+          successRate: 1,
+          meanReward: 0.8,
+          versionDrift: 0,
+          startedAt: now,
+          completedAt: now + 1,
         },
         opts,
       ) as AnyEventEnvelope;
