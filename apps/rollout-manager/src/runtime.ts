@@ -4,7 +4,7 @@ import { createEvent, TOPICS, type AnyEventEnvelope, type EvaluationCompletedV1,
 import type { MessageBus, Subscription } from '@anvil/messaging';
 import { createLogger, ServiceMetrics, type Logger } from '@anvil/observability';
 import { StalenessController } from '@anvil/rl';
-import { runBlackBox, checkAgentEnv, type BlackBoxResult } from './agents/black-box';
+import { checkAgentEnv, killLeftoverAgent, runBlackBox, type BlackBoxResult } from './agents/black-box';
 import { MemoryStore, runWhiteBoxLoop, type LoopResult } from './agents/white-box';
 import { BUILTIN_ENVIRONMENTS, type EnvironmentFactory } from './environments/registry';
 import { EnvironmentError, type Environment, type Episode, type Transcript, type VerifyResult } from './environments/types';
@@ -556,6 +556,7 @@ export class RolloutRuntime {
       const members = rows.filter((r) => r.groupId === row.id);
       // Rollouts that were running when the previous manager died: sessions closed, ended as aborted (once: deterministic event id).
       for (const m of members.filter((r) => r.status === 'running')) {
+        if (m.agentPgid && killLeftoverAgent(m.agentPgid)) this.logger.warn('killed a black-box agent left by the previous process', { rolloutId: m.id, pgid: m.agentPgid });
         if (m.sessionId) await this.closeSession(m.sessionId);
         await this.publishCompleted({ rolloutId: m.id, groupId: row.id, taskId: row.taskId, finishReason: 'aborted', outcomeReward: null, processRewards: [], numCalls: 0, error: 'rollout manager restarted while the rollout ran', versionAtStart: m.policyVersionAtStart ?? this.currentVersion, success: null });
         await this.state.rolloutCompleted(m.id, 'aborted');
@@ -738,7 +739,12 @@ export class RolloutRuntime {
           finishReason = loop.finish === 'aborted' && stopSignal.aborted ? 'aborted' : loop.finish === 'aborted' ? 'aborted' : loop.finish;
           transcript = { messages: loop.messages, finalAnswer: loop.finalAnswer };
         } else {
-          blackBox = await runBlackBox(spec.agent, task, session, { timeoutMs: limits.timeoutMs, signal: stopSignal, repoRoot: this.config.repoRoot });
+          blackBox = await runBlackBox(spec.agent, task, session, {
+            timeoutMs: limits.timeoutMs,
+            signal: stopSignal,
+            repoRoot: this.config.repoRoot,
+            onSpawn: (pgid) => void this.state.setAgentPgid(r.id, pgid).catch((err: unknown) => this.logger.warn('agent pgid write failed', { rolloutId: r.id, err })),
+          });
           const st = await this.gateway.session(session.sessionId).catch(() => null);
           numCalls = st?.callCount ?? 0;
           if (blackBox.timedOut) finishReason = 'timeout';

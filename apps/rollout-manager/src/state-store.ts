@@ -24,6 +24,7 @@ export interface RolloutRow {
   sessionId: string | null;
   policyVersionAtStart: number | null;
   attempts: number;
+  agentPgid?: number | null;
 }
 
 /** The manager's durable state (migration 1796600000000-rollout-manager-state), raw SQL. */
@@ -71,6 +72,10 @@ export class RolloutStateStore {
     ]);
   }
 
+  async setAgentPgid(id: string, pgid: number): Promise<void> {
+    await this.ds.query(`UPDATE "rm_rollouts" SET "agent_pgid" = $2 WHERE "id" = $1`, [id, pgid]);
+  }
+
   async rolloutCompleted(id: string, finishReason: string): Promise<void> {
     await this.ds.query(`UPDATE "rm_rollouts" SET "status" = 'completed', "finish_reason" = $2, "updated_at" = now() WHERE "id" = $1`, [id, finishReason]);
   }
@@ -99,7 +104,7 @@ export class RolloutStateStore {
   async rolloutsOfGroups(groupIds: string[]): Promise<RolloutRow[]> {
     if (groupIds.length === 0) return [];
     const rows = (await this.ds.query(
-      `SELECT "id","group_id","task_id","sample_index","queue_position","status","session_id","policy_version_at_start","attempts" FROM "rm_rollouts" WHERE "group_id" = ANY($1) ORDER BY "queue_position"`,
+      `SELECT "id","group_id","task_id","sample_index","queue_position","status","session_id","policy_version_at_start","attempts","agent_pgid" FROM "rm_rollouts" WHERE "group_id" = ANY($1) ORDER BY "queue_position"`,
       [groupIds],
     )) as Record<string, unknown>[];
     return rows.map((r) => ({
@@ -112,6 +117,7 @@ export class RolloutStateStore {
       sessionId: r.session_id === null ? null : String(r.session_id),
       policyVersionAtStart: r.policy_version_at_start === null ? null : Number(r.policy_version_at_start),
       attempts: Number(r.attempts),
+      agentPgid: r.agent_pgid === null || r.agent_pgid === undefined ? null : Number(r.agent_pgid),
     }));
   }
 }

@@ -103,6 +103,22 @@ export function groupMembers(pgid: number): number[] {
   return out;
 }
 
+/**
+ * Kills a process group a previous manager process left behind, if it still is an agent of
+ * ours (its leader's environment has ANVIL_TASK_FILE: a recycled pid is left alone).
+ */
+export function killLeftoverAgent(pgid: number): boolean {
+  try {
+    const environ = readFileSync(`/proc/${pgid}/environ`, 'utf8');
+    if (!environ.split('\0').some((kv) => kv.startsWith('ANVIL_TASK_FILE='))) return false;
+  } catch {
+    // The leader is gone; its group may still hold children.
+    if (!groupAlive(pgid)) return false;
+  }
+  killGroup(pgid, 'SIGKILL');
+  return true;
+}
+
 /** Whether any process of group `pid` is still running (zombies awaiting a reaper do not count). */
 export function groupAlive(pid: number): boolean {
   return groupMembers(pid).length > 0;
@@ -151,7 +167,7 @@ export async function runBlackBox(
   spec: BlackBoxSpec,
   task: EnvTask,
   session: { baseUrl: string; apiKey: string },
-  opts: { timeoutMs: number; signal?: AbortSignal; killGraceMs?: number; repoRoot?: string },
+  opts: { timeoutMs: number; signal?: AbortSignal; killGraceMs?: number; repoRoot?: string; onSpawn?: (pgid: number) => void },
 ): Promise<BlackBoxResult> {
   const workspace = await mkdtemp(join(tmpdir(), 'anvil-agent-'));
   const taskFile = join(workspace, 'task.json');
@@ -180,6 +196,7 @@ export async function runBlackBox(
   const result = await new Promise<{ code: number | null; sig: string | null; pid: number | null }>((resolve) => {
     const child = spawn(argv[0], argv.slice(1), { cwd: spec.cwd ?? opts.repoRoot ?? process.cwd(), env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
     const pid = child.pid;
+    if (pid) opts.onSpawn?.(pid);
     let killTimer: NodeJS.Timeout | undefined;
     const stop = () => {
       killGroup(pid, 'SIGTERM');
