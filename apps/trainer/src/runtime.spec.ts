@@ -6,6 +6,7 @@ import { createEventAt, TOPICS, type AnyEventEnvelope } from '@anvil/contracts';
 import { Model, verifyCheckpointDigest } from '@anvil/engine';
 import { MemoryBus, silentLogger } from '@anvil/messaging';
 import { createLogger } from '@anvil/observability';
+import { waitFor } from '@anvil/testing';
 import { lossConfig, seededRandom } from '@anvil/rl';
 import { CheckpointStore } from './checkpoints/checkpoint-store';
 import { TrainerRuntime, type BatchSource, type TrainBatchEvent, type TrainerStepEvent } from './runtime';
@@ -64,6 +65,7 @@ describe('TrainerRuntime', () => {
     await h.trainer.start();
     for (const e of log) await h.bus.publish(e);
     await h.bus.publish(log[1]); // redelivered
+    await waitFor('four batches', async () => (h.steps.length >= 4 ? true : undefined), 60_000, 20);
     await settle();
     await h.trainer.stop();
     expect(h.steps.map((s) => [s.batchStep, s.fromVersion, s.version])).toEqual([[0, 0, 1], [1, 1, 2], [2, 2, 3], [3, 3, 4]]);
@@ -79,13 +81,35 @@ describe('TrainerRuntime', () => {
     h.model.dispose();
   });
 
+  it('pause holds later batches until resume, after the batch in progress', async () => {
+    const batches = [0, 1, 2].map((s) => batchEvent(s, 30 + s));
+    const log: TrainBatchEvent[] = []; // the Data Pool's log holds what it has cut so far
+    const h = await harness(join(root, 'c'), log);
+    await h.trainer.start();
+    log.push(batches[0]);
+    await h.bus.publish(batches[0]);
+    await waitFor('batch 0', async () => (h.steps.length === 1 ? true : undefined), 60_000, 20);
+    await h.trainer.pause();
+    log.push(batches[1], batches[2]);
+    await h.bus.publish(batches[1]);
+    await h.bus.publish(batches[2]);
+    await settle();
+    expect(h.steps.map((s) => s.batchStep)).toEqual([0]);
+    h.trainer.resume();
+    await waitFor('batches 1 and 2 after resume', async () => (h.steps.length === 3 ? true : undefined), 60_000, 20);
+    expect(h.steps.map((s) => s.batchStep)).toEqual([0, 1, 2]);
+    await h.trainer.stop();
+    await h.bus.close();
+    h.model.dispose();
+  });
+
   it('resumes after a crash at the last full checkpoint: the batches after it are trained again on the same weights, none skipped', async () => {
     const log = [0, 1, 2].map((s) => batchEvent(s, 20 + s));
     const dir = join(root, 'b');
     const first = await harness(dir, log);
     await first.trainer.start();
     for (const e of log) await first.bus.publish(e);
-    await settle();
+    await waitFor('three batches', async () => (first.steps.length === 3 ? true : undefined), 60_000, 20);
     await first.trainer.stop(); // "crash" after batch 2: the newest resume point is after batch 1 (version 2); version 3 is weight-only
     const afterTwo = first.steps[1];
     expect(afterTwo.checkpointed).toBe(true);
@@ -96,6 +120,7 @@ describe('TrainerRuntime', () => {
 
     const second = await harness(dir, log, 99);
     await second.trainer.start();
+    await waitFor('the retrained batch', async () => (second.steps.length >= 1 ? true : undefined), 60_000, 20);
     await settle();
     await second.trainer.stop();
     // restored at position 2, version 2's weights re-published under a fresh number (4), batch 2 retrained -> 5

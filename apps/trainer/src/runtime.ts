@@ -97,6 +97,9 @@ export class TrainerRuntime {
   private fatal: Error | null = null;
   private unsubscribe: (() => Promise<void>) | null = null;
   private doneWaiters: (() => void)[] = [];
+  private pauseGate: { promise: Promise<void>; release: () => void } | null = null;
+  /** The batch being trained right now (pause() waits for it, not for the queue behind it). */
+  private training: Promise<void> | null = null;
   /** Totals for reports: idle and busy time since start. */
   readonly totals = { idleMs: 0, busyMs: 0, batches: 0, publishedVersions: 0, refusedBatches: 0 };
 
@@ -166,9 +169,30 @@ export class TrainerRuntime {
     for (const e of await this.deps.batches.since(this.runIdOf(), this.position.nextBatchStep)) await this.enqueue(e);
   }
 
+  /**
+   * Holds training after the batch in progress (its version published), e.g. while an evaluation
+   * runs pinned to the current version; batches keep queueing and are trained after resume().
+   * Resolves once the trainer is idle.
+   */
+  async pause(): Promise<void> {
+    if (!this.pauseGate) {
+      let release!: () => void;
+      const promise = new Promise<void>((r) => (release = r));
+      this.pauseGate = { promise, release };
+    }
+    while (this.training) await this.training.catch(() => undefined);
+  }
+
+  resume(): void {
+    const gate = this.pauseGate;
+    this.pauseGate = null;
+    gate?.release();
+  }
+
   /** Stops consuming; the batch in progress finishes (its checkpoint and events are written). */
   async stop(): Promise<void> {
     this.stopped = true;
+    this.resume();
     await this.unsubscribe?.();
     await this.busy.catch(() => undefined);
   }
@@ -185,6 +209,7 @@ export class TrainerRuntime {
   }
 
   private async handle(event: TrainBatchEvent): Promise<void> {
+    while (this.pauseGate && !this.stopped) await this.pauseGate.promise;
     if (this.stopped || this.done) return;
     const step = event.payload.step;
     if (step < this.position.nextBatchStep) {
@@ -220,6 +245,16 @@ export class TrainerRuntime {
 
   private async train(event: TrainBatchEvent): Promise<void> {
     if (this.stopped || this.done || event.payload.step < this.position.nextBatchStep) return;
+    const run = this.trainOne(event);
+    this.training = run;
+    try {
+      await run;
+    } finally {
+      if (this.training === run) this.training = null;
+    }
+  }
+
+  private async trainOne(event: TrainBatchEvent): Promise<void> {
     const started = performance.now();
     const idleMs = started - this.idleSince;
     const payload = event.payload;
