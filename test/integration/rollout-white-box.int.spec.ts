@@ -174,3 +174,52 @@ describe('staleness admission', () => {
     }
   });
 });
+
+describe('capacity release', () => {
+  it('(η + 1)·B caps in-flight + untrained groups; train_batch.trained releases one, rollout_group.settled dropped with retries re-runs them in the same group', async () => {
+    const rt = new RolloutRuntime({
+      gatewayUrl: stack.gatewayUrl,
+      adminToken: ADMIN_TOKEN,
+      bus: stack.bus,
+      dataSource: stack.ds,
+      config: { concurrency: 8, eta: 0, groupsPerStep: 1, admissionPollMs: 50, consumerGroup: `it.rm.capacity.${Date.now()}` },
+    });
+    const mine: RolloutOutcome[] = [];
+    rt.onRolloutCompleted((o) => mine.push(o));
+    await rt.start();
+    try {
+      await rt.loadTaskSet(
+        { id: 'cap', agent: { kind: 'black-box', name: 'echo', command: ['sh', '-c', 'echo 1'] }, verifier: { kind: 'function', name: 'final-answer' } },
+        [{ id: 't', env: null, messages: [{ role: 'user', content: 'x' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } }],
+      );
+      const g1 = await rt.submit({ taskSetId: 'cap', groupSize: 1 });
+      const g2 = await rt.submit({ taskSetId: 'cap', groupSize: 1 });
+      await until('g1 done', () => mine.some((o) => o.rolloutId === g1.rolloutIds[0]) || undefined);
+      await new Promise((r) => setTimeout(r, 800));
+      // g1 finished but is untrained: capacity 1 is still held.
+      expect(mine.some((o) => o.rolloutId === g2.rolloutIds[0])).toBe(false);
+      expect(rt.snapshot().staleness).toMatchObject({ inFlight: [], untrained: [g1.groupIds[0]], capacity: 1 });
+      await stack.bus.publish(
+        createEvent(
+          'train_batch.trained',
+          { batchId: 'b1', batchStep: 0, runId: null, trainerStep: 1, policyVersion: 0, groupIds: g1.groupIds, trajectoryIds: [], outcome: 'trained', reason: null, checkpointed: false, trainedAt: Date.now() },
+          { key: 'b1', producer: 'test' },
+        ),
+      );
+      await until('g2 admitted and done after the release', () => mine.some((o) => o.rolloutId === g2.rolloutIds[0]) || undefined, 15_000);
+      await stack.bus.publish(
+        createEvent('rollout_group.settled', { groupId: g2.groupIds[0], taskId: 'cap/t', status: 'dropped', reason: 'all_env_error', trajectoryIds: [], retryRolloutIds: g2.rolloutIds }, { key: g2.groupIds[0], producer: 'test' }),
+      );
+      const retryId = `${g2.rolloutIds[0]}.retry1`;
+      const retry = await until('the retry', () => mine.find((o) => o.rolloutId === retryId), 15_000);
+      expect(retry).toMatchObject({ groupId: g2.groupIds[0], finishReason: 'completed', outcomeReward: 1 });
+      const started = stack.of('rollout.started').find((e) => (e.payload as { rolloutId: string }).rolloutId === retryId)!;
+      expect(started.payload).toMatchObject({ groupId: g2.groupIds[0], sampleIndex: 0 });
+      expect((started.payload as { queuePosition: number }).queuePosition).toBeGreaterThan(
+        (stack.of('rollout.started').find((e) => (e.payload as { rolloutId: string }).rolloutId === g2.rolloutIds[0])!.payload as { queuePosition: number }).queuePosition,
+      );
+    } finally {
+      await rt.stop();
+    }
+  });
+});
