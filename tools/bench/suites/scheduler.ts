@@ -144,18 +144,32 @@ interface RunResult {
   hardLagVer: number[];
   easyLagVer: number[];
   maxOutOfOrder: number;
+  headDropped: number;
 }
 
-function simulate(stepTime: number, spec: WSpec, seed: number, sigma: number): RunResult {
+interface StragglerOptions {
+  /** share of tasks that become pathological stragglers, and how much longer they run */
+  stragglerRate?: number;
+  stragglerFactor?: number;
+  /** WindowedFifo headAgeLimitMs (time units here): an expired head is aborted, dropped and replaced */
+  headAgeLimit?: number;
+}
+
+function simulate(stepTime: number, spec: WSpec, seed: number, sigma: number, opts: StragglerOptions = {}): RunResult {
   const rnd = seededRandom(seed);
   const gauss = () => {
     const u = Math.max(1e-12, rnd()), v = rnd();
     return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * v);
   };
-  const cfg: WindowConfig = { inFlight: N, window: spec.window, ...(spec.window === 'adaptive' && ADAPTIVE ? { adaptive: ADAPTIVE } : {}) };
+  const cfg: WindowConfig = {
+    inFlight: N,
+    window: spec.window,
+    ...(spec.window === 'adaptive' && ADAPTIVE ? { adaptive: ADAPTIVE } : {}),
+    ...(opts.headAgeLimit ? { headAgeLimitMs: opts.headAgeLimit } : {}),
+  };
   const fifo = new WindowedFifo(cfg);
   const heap = new MinHeap();
-  const tasks = new Map<string, { level: number; version: number }>();
+  const tasks = new Map<string, { level: number; version: number; submittedAt: number; done: boolean }>();
   const task = (id: string) => {
     const t = tasks.get(id);
     if (!t) throw new Error(`unknown task ${id}`);
@@ -167,32 +181,65 @@ function simulate(stepTime: number, spec: WSpec, seed: number, sigma: number): R
   const submit = () => {
     const level = 1 + Math.floor(rnd() * LEVELS);
     const id = `t${pos}`;
-    const dur = BASE * Math.pow(2, level - 1) * Math.exp(sigma * gauss());
+    let dur = BASE * Math.pow(2, level - 1) * Math.exp(sigma * gauss());
+    if (opts.stragglerRate && rnd() < opts.stragglerRate) dur *= opts.stragglerFactor ?? 1;
     fifo.submit({ id, position: pos++, submittedAt: now, difficulty: level });
-    tasks.set(id, { level, version });
+    tasks.set(id, { level, version, submittedAt: now, done: false });
     heap.push({ t: now + dur, id });
   };
   for (let i = 0; i < N; i++) submit();
+  // aborted stragglers: their completion events are ignored
+  const aborted = new Set<string>();
+  const completeAt = (id: string, at: number) => {
+    if (aborted.delete(id)) return;
+    const t = task(id);
+    t.done = true;
+    fifo.complete(id, { tokens: 100 * t.level, completedAt: at, version: t.version });
+  };
+  // the rollout manager's side of the head age limit: abort the expired head, drop it, start a replacement
+  const expire = () => {
+    if (!opts.headAgeLimit) return;
+    for (let h = fifo.expiredHead(now); h; h = fifo.expiredHead(now)) {
+      fifo.drop(h.id, 'head_age_limit');
+      aborted.add(h.id);
+      tasks.delete(h.id);
+      res.headDropped++;
+      submit();
+    }
+  };
 
-  const res: RunResult = { idle: 0, elapsed: 0, trained: 0, skews: [], lagPos: [], lagVer: [], windows: [], stepIdle: [], stepCycle: [], hardLagVer: [], easyLagVer: [], maxOutOfOrder: 0 };
+  const res: RunResult = { idle: 0, elapsed: 0, trained: 0, skews: [], lagPos: [], lagVer: [], windows: [], stepIdle: [], stepCycle: [], hardLagVer: [], easyLagVer: [], maxOutOfOrder: 0, headDropped: 0 };
   let measureFrom = 0;
   for (let step = 0; step < STEPS; step++) {
     // the trainer is free at `now`: take a batch, or wait for completions until one is available
+    expire();
     let wUsed = fifo.window;
     let batch = fifo.take({ now, minItems: B, maxItems: B });
     let reported = now;
     const freeAt = now;
     while (batch.length === 0) {
-      const ev = heap.pop();
-      if (!ev) throw new Error('simulation stalled: nothing in flight');
-      now = Math.max(now, ev.t);
-      const t = task(ev.id);
-      fifo.complete(ev.id, { tokens: 100 * t.level, completedAt: now, version: t.version });
-      // every completion at the same instant before retrying
-      while (heap.size > 0 && heap.peek().t <= now) {
-        const e2 = heap.pop();
-        const t2 = task(e2.id);
-        fifo.complete(e2.id, { tokens: 100 * t2.level, completedAt: now, version: t2.version });
+      // the next thing that happens: a completion, or (with a head age limit) the unfinished head expiring
+      // (the oldest unfinished task: the one expiredHead() would expose)
+      let expiresAt = Infinity;
+      if (opts.headAgeLimit && fifo.head !== null)
+        for (let p = fifo.head; p < pos; p++) {
+          const h = tasks.get(`t${p}`);
+          if (h && !h.done) {
+            expiresAt = h.submittedAt + opts.headAgeLimit * (1 + 1e-9);
+            break;
+          }
+        }
+      if (heap.size === 0 && expiresAt === Infinity) throw new Error('simulation stalled: nothing in flight');
+      if (expiresAt < (heap.size > 0 ? heap.peek().t : Infinity)) {
+        now = Math.max(now, expiresAt);
+        expire();
+      } else {
+        const ev = heap.pop();
+        now = Math.max(now, ev.t);
+        completeAt(ev.id, now);
+        // every completion at the same instant before retrying
+        while (heap.size > 0 && heap.peek().t <= now) completeAt(heap.pop().id, now);
+        expire();
       }
       // the trainer reports its wait as it happens (adaptive W sees it at the take that ends it)
       fifo.trainerWaited(now - reported);
@@ -231,8 +278,9 @@ function simulate(stepTime: number, spec: WSpec, seed: number, sigma: number): R
     const end = now + stepTime;
     while (heap.size > 0 && heap.peek().t <= end) {
       const ev = heap.pop();
-      const t = task(ev.id);
-      fifo.complete(ev.id, { tokens: 100 * t.level, completedAt: ev.t, version: t.version });
+      now = ev.t;
+      completeAt(ev.id, ev.t);
+      expire();
     }
     now = end;
     version++;
@@ -459,6 +507,34 @@ function forgeClaim(sc: Scenario) {
   }).filter((x) => x !== null);
 }
 
+/**
+ * Pathological stragglers (a peer saw one 50-minute rollout stall a whole pipeline): 0.5% of tasks run 50x longer.
+ * Balanced regime, with and without the head age limit (5 x the hardest level's median, above that level's p99):
+ * an expired head is aborted, dropped (counted) and replaced.
+ */
+function stragglerCheck(genCapacity: number) {
+  const regime = REGIMES[1];
+  const limit = 5 * BASE * Math.pow(2, LEVELS - 1);
+  const specs = W_SPECS.filter((w) => ['W=1', 'W=0.3N', 'W=N', 'adaptive'].includes(w.label));
+  const rows: Array<Record<string, string | number>> = [];
+  const out: Array<Record<string, unknown>> = [];
+  for (const spec of specs)
+    for (const headAgeLimit of [0, limit]) {
+      const runs = Array.from({ length: SEEDS }, (_, k) =>
+        simulate(B / (genCapacity * regime.trainOverGen), spec, 1000 + 7919 * k, SIGMA, { stragglerRate: 0.005, stragglerFactor: 50, headAgeLimit }),
+      );
+      const idle = runs.reduce((a, r) => a + r.idle, 0) / runs.reduce((a, r) => a + r.elapsed, 0);
+      const throughput = runs.reduce((a, r) => a + r.trained, 0) / runs.reduce((a, r) => a + r.elapsed, 0);
+      const dropped = runs.reduce((a, r) => a + r.headDropped, 0);
+      const lagVerMax = Math.max(...runs.map((r) => Math.max(...r.lagVer)));
+      const skew = runs.flatMap((r) => r.skews).reduce((a, b) => a + b, 0) / runs.reduce((a, r) => a + r.skews.length, 0);
+      rows.push({ W: spec.label, 'head age limit': headAgeLimit ? headAgeLimit : 'none', idle: idle.toFixed(3), skew: skew.toFixed(4), 'traj/unit': throughput, 'lag ver max': lagVerMax, 'heads dropped': dropped });
+      out.push({ config: spec.label, headAgeLimit: headAgeLimit || null, idle, skew, throughput, lagVerMax, headsDropped: dropped });
+    }
+  printTable(`Pathological stragglers (0.5% of tasks x50), ${regime.name} regime, head age limit ${limit} time units (dropped heads summed over ${SEEDS} seeds)`, rows);
+  return out;
+}
+
 function main() {
   const t0 = performance.now();
   const sc = runScenario(SIGMA);
@@ -506,6 +582,7 @@ function main() {
       holds: f.holds ? 'yes' : 'no',
     })),
   );
+  const stragglers = stragglerCheck(sc.genCapacity);
   const sensitivity = SENSITIVITY.map((sigma) => {
     const o = runScenario(sigma, SENSITIVITY_SEEDS);
     return { sigma, adaptiveBeyondFrontierRegimes: o.beyond, verdicts: o.verdicts, forgeHolds: forgeClaim(o).filter((f) => f.holds).map((f) => f.regime) };
@@ -546,6 +623,7 @@ function main() {
       adaptiveBeyondFrontierRegimes: sc.beyond,
       adaptiveBeyondFrontierRegimesWithoutNoiseGuard: sc.verdicts.filter((v) => v.beyondWithoutNoiseGuard).length,
       fixedShapeExpected: sc.verdicts.every((v) => v.idleFalls && v.skewRises),
+      stragglers,
       sensitivitySeeds: SENSITIVITY_SEEDS,
       sensitivity,
       svg: svgPath,

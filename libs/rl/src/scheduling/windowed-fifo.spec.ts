@@ -181,10 +181,18 @@ describe('WindowedFifo: drops and the head age limit', () => {
     expect(f.take({ now: 2001 }).map((e) => e.id)).toEqual(['r1']);
     expect(f.stats().dropped).toEqual({ head_age_limit: 1 });
     // a completed head is not stalled: the trainer can take it
-    const g = new WindowedFifo({ inFlight: 2, window: 1, headAgeLimitMs: 5 });
+    const g = new WindowedFifo({ inFlight: 3, window: 1, headAgeLimitMs: 5 });
     g.submit(entry(0));
     g.complete('r0', { tokens: 1, completedAt: 1 });
     expect(g.expiredHead(100)).toBeNull();
+    // but when a batch needs more than the completed head, the first unfinished entry is what the window waits on
+    g.submit(entry(1, 0));
+    g.submit(entry(2, 50));
+    g.complete('r2', { tokens: 1, completedAt: 51 });
+    expect(g.take({ now: 100, minItems: 3 })).toEqual([]);
+    expect(g.expiredHead(100)?.id).toBe('r1');
+    g.drop('r1', 'head_age_limit');
+    expect(g.take({ now: 100, minItems: 2 }).map((e) => e.id)).toEqual(['r0', 'r2']);
     expect(new WindowedFifo({ inFlight: 2 }).expiredHead(1e12)).toBeNull(); // no limit configured
   });
 });

@@ -15,9 +15,11 @@
 //
 // How entries leave: take() (trained), drop(id, reason) (failed, filtered, aborted, expired:
 // counted by reason). A dropped entry never blocks the head. A straggler at the head is bounded
-// by headAgeLimitMs: expiredHead(now) returns the head once it is older than that (and still not
-// completed), counted once per entry; the caller aborts its rollout and drops it (or completes it
-// with what it has). The scheduler never drops by itself: the caller owns the rollout.
+// by headAgeLimitMs: expiredHead(now) returns the oldest entry that has not completed — the head,
+// or, when the head and the entries after it are completed but cannot fill the batch yet, the first
+// unfinished one the window is waiting on — once it is older than that; counted once per entry. The
+// caller aborts its rollout and drops it (or completes it with what it has). The scheduler never
+// drops by itself: the caller owns the rollout.
 import { AdaptiveWindow, adaptiveWindowConfig, type AdaptiveWindowConfig, type AdaptiveWindowState } from './adaptive';
 import { requireFinite, requireInt, SchedulingError } from './errors';
 
@@ -36,7 +38,7 @@ export interface WindowConfig {
   inFlight: number;
   /** W in [1, N], or 'adaptive'. Default round(0.3 N), at least 1. */
   window?: number | 'adaptive';
-  /** Age (ms since submission) after which a head that has not completed is exposed by expiredHead(). */
+  /** Age (ms since submission) after which the oldest entry that has not completed is exposed by expiredHead(). */
   headAgeLimitMs?: number;
   /** Adaptive-W knobs (used when window = 'adaptive'); see adaptive.ts. */
   adaptive?: Partial<AdaptiveWindowConfig>;
@@ -280,12 +282,19 @@ export class WindowedFifo {
     this.advanceHead();
   }
 
-  /** The head, if it has not completed and is older than headAgeLimitMs: the caller aborts or drops it. */
+  /**
+   * The oldest entry that has not completed (the head, or the first unfinished entry after completed ones: the one
+   * the window waits on), if it is older than headAgeLimitMs; the caller aborts or drops it. Null when no limit is
+   * configured, nothing is unfinished, or the oldest unfinished entry is young enough.
+   */
   expiredHead(now: number): FifoEntry | null {
     requireFinite('now', now);
-    if (this.headAgeLimitMs === null || this.h >= this.q.length) return null;
-    const s = this.q[this.h];
-    if (s.status !== 'pending' || now - s.submittedAt <= this.headAgeLimitMs) return null;
+    if (this.headAgeLimitMs === null) return null;
+    let i = this.h;
+    while (i < this.q.length && this.q[i].status !== 'pending') i++;
+    if (i >= this.q.length) return null;
+    const s = this.q[i];
+    if (now - s.submittedAt <= this.headAgeLimitMs) return null;
     if (!this.expired.has(s.id)) {
       this.expired.add(s.id);
       this.c.headExpired++;
