@@ -223,3 +223,37 @@ describe('capacity release', () => {
     }
   });
 });
+
+describe('long-horizon environment', () => {
+  it('many turns with environment memory and a delegated sub-agent: its calls are branches of the same session and share the outcome reward', async () => {
+    await runtime.loadBuiltin({
+      id: 'wb-long',
+      env: 'long-horizon',
+      envConfig: { facts: 6, questionKeys: 2 },
+      context: { kind: 'sliding_window', lastTurns: 6 },
+      builtinTools: ['delegate'],
+      seed: 4,
+      trainCount: 1,
+      evalCount: 0,
+      sampling: { temperature: 1, maxTokens: 96 },
+    });
+    const { rolloutIds } = await runtime.submit({ taskSetId: 'wb-long', groupSize: 1 });
+    const o = await until('the long rollout', () => outcomes.find((x) => x.rolloutId === rolloutIds[0]), 120_000);
+    expect(o, o.error ?? '').toMatchObject({ finishReason: 'completed', outcomeReward: 1, success: true });
+    const loop = o.loop!;
+    expect(loop.subAgentRuns).toBe(1);
+    expect(loop.steps).toBe(15);
+    const sub = loop.sent.filter((s) => s.purpose === 'subagent');
+    expect(sub).toHaveLength(3);
+    expect(sub[0].capture?.startsWith('branch:')).toBe(true);
+    expect(sub[1].capture?.startsWith('extend:')).toBe(true);
+    // Everything went through the one session: the policy saw exactly what the loop sent.
+    const reqs = await proxyRequestsOf(o.rolloutId);
+    expect(reqs).toHaveLength(loop.sent.length);
+    loop.sent.forEach((s, i) => expect(reqs[i].promptIds).toEqual(renderPrompt(s.messages, s.tools)));
+    const done = await until('rollout.completed', () => stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === o.rolloutId));
+    expect(done.payload).toMatchObject({ numCalls: 18, outcomeReward: 1 });
+    // The window rewrote the growing history: later steps are branches.
+    expect(loop.sent.filter((s) => s.purpose === 'step' && s.rewritten).length).toBeGreaterThan(0);
+  });
+});

@@ -16,3 +16,5 @@ export {
   type ChainAddConfig,
   type ChainAddData,
 } from './chain-add';
+export { LongHorizonEnvironment, longHorizonTask, longHorizonDemonstration, verifyLongHorizon, LONG_HORIZON_SYSTEM, type LongHorizonConfig } from './long-horizon';
+export { BUILTIN_ENVIRONMENTS, type EnvironmentFactory } from './registry';

@@ -1,4 +1,5 @@
 import { ChainAddEnvironment } from './chain-add';
+import { LongHorizonEnvironment } from './long-horizon';
 import type { Environment } from './types';
 
 export type EnvironmentFactory = (config: Record<string, unknown>) => Environment;
@@ -6,4 +7,5 @@ export type EnvironmentFactory = (config: Record<string, unknown>) => Environmen
 /** Built-in environments by name; the runtime takes more through its `environments` option. */
 export const BUILTIN_ENVIRONMENTS: Record<string, EnvironmentFactory> = {
   'chain-add': (config) => new ChainAddEnvironment(config),
+  'long-horizon': (config) => new LongHorizonEnvironment(config),
 };
