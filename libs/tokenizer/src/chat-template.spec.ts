@@ -91,7 +91,7 @@ describe('the tiny model template', () => {
     const withSystem = tiny.render([{ role: 'system', content: 'S' }, { role: 'user', content: 'u' }], { tools: [weather] });
     expect(withSystem.startsWith('<|im_start|>system\nS\n\n# Tools\n')).toBe(true);
     expect(withSystem).toContain(`<tools>\n${JSON.stringify(weather).replace(/":/g, '": ').replace(/,"/g, ', "')}\n</tools>`);
-    expect(withSystem.endsWith('</tool_call><|im_end|>\n<|im_start|>user\nu<|im_end|>\n')).toBe(true);
+    expect(withSystem.endsWith('\n</tools><|im_end|>\n<|im_start|>user\nu<|im_end|>\n')).toBe(true);
     const noSystem = tiny.render([{ role: 'user', content: 'u' }], { tools: [weather], addGenerationPrompt: true });
     expect(noSystem.startsWith('<|im_start|>system\n# Tools\n')).toBe(true);
     expect(tiny.render([{ role: 'user', content: 'u' }])).toBe('<|im_start|>user\nu<|im_end|>\n');

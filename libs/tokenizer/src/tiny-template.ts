@@ -1,6 +1,7 @@
 /**
  * ChatML chat template of the built-in tiny model, in the style of Qwen's: tools listed in the
- * system turn, Hermes `<tool_call>` JSON for calls, tool results as `<tool_response>` blocks in a
+ * system turn (signatures only: the model is trained from scratch, and every token of a long
+ * instruction preamble dilutes a 1M-parameter model's attention to the task it must read), Hermes `<tool_call>` JSON for calls, tool results as `<tool_response>` blocks in a
  * user turn, reasoning as a `<think>` block. Unlike Qwen3's template it never rewrites history
  * (earlier reasoning is kept), so every extension of a conversation is token-exact.
  *
@@ -15,12 +16,12 @@ export const TINY_CHAT_TEMPLATE = `{%- if tools %}
     {%- if messages[0].role == 'system' %}
         {{- messages[0].content + '\\n\\n' }}
     {%- endif %}
-    {{- '# Tools\\n\\nYou may call one or more functions. Their signatures are within <tools></tools>:\\n<tools>' }}
+    {{- '# Tools\\n<tools>' }}
     {%- for tool in tools %}
         {{- '\\n' }}
         {{- tool | tojson }}
     {%- endfor %}
-    {{- '\\n</tools>\\n\\nFor each call, reply with a JSON object with the function name and arguments within <tool_call></tool_call> tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}
+    {{- '\\n</tools><|im_end|>\\n' }}
 {%- elif messages[0].role == 'system' %}
     {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
 {%- endif %}
