@@ -455,7 +455,7 @@ function svg(points: Point[]): string {
       parts.push(`<text x="${Number(cx) + 7}" y="${Number(cy) - 6}" fill="${c}">${p.config}</text>`);
     }
   });
-  parts.push(`<text x="${pad}" y="${H - 8}" fill="#444">circles: fixed W (dashed: in order of W); square: adaptive; bars: 2 standard errors. Lower-left is better.</text>`);
+  parts.push(`<text x="${pad}" y="${H - 8}" fill="#444">circles: fixed W (dashed: in order of W); square: adaptive; bars: 2 standard errors of each point alone (every W runs the same tasks, so differences are tighter: see the paired SE in the table). Lower-left is better.</text>`);
   parts.push('</svg>');
   return parts.join('\n');
 }
