@@ -4,7 +4,7 @@ import type { DataSource } from 'typeorm';
 import { InferenceProxyClient } from '@anvil/inference-client';
 import type { MessageBus } from '@anvil/messaging';
 import type { Logger, ServiceMetrics } from '@anvil/observability';
-import { DATA_SOURCE, EVENT_BUS, LOGGER, METRICS } from '@anvil/service-kit';
+import { DATA_SOURCE, ERROR_FILTER_OPTIONS, EVENT_BUS, LOGGER, METRICS, OpenAiErrorFilter } from '@anvil/service-kit';
 import { SessionAuthenticator } from './auth/session-auth';
 import { CallRecorder } from './capture/call-recorder';
 import { CaptureStore } from './capture/capture-store';
@@ -15,7 +15,7 @@ import type { GatewayConfig } from './config';
 import { AdminController } from './http/admin.controller';
 import { HttpSetup } from './http/http-setup';
 import { OpenAiController } from './http/openai.controller';
-import { OpenAiErrorFilter } from './http/openai-error.filter';
+import { gatewayErrorOptions } from './http/http-errors';
 import { GatewayLifecycle } from './lifecycle/gateway-lifecycle';
 import { InFlightCalls } from './lifecycle/in-flight';
 import { GatewayMetrics } from './metrics';
@@ -81,14 +81,15 @@ export class GatewayApiModule {
         },
         {
           provide: CALL_SERVICE,
-          inject: [DATA_SOURCE, SQL_CLIENT, OUTBOX_RELAY, CAPTURE_STORE, SESSION_STORE, POLICY_VERSIONS, INFERENCE_CLIENT, MODEL_REGISTRY, GATEWAY_METRICS, LOGGER],
-          useFactory: (ds: DataSource, sql: SqlClient, relay: OutboxRelay, captures: CaptureStore, sessions: SessionStore, versions: PolicyVersionStore, client: InferenceProxyClient, registry: ModelRegistry, metrics: GatewayMetrics, logger: Logger) => {
+          inject: [DATA_SOURCE, SQL_CLIENT, OUTBOX_RELAY, CAPTURE_STORE, SESSION_STORE, SESSION_AUTH, POLICY_VERSIONS, INFERENCE_CLIENT, MODEL_REGISTRY, GATEWAY_METRICS, LOGGER],
+          useFactory: (ds: DataSource, sql: SqlClient, relay: OutboxRelay, captures: CaptureStore, sessions: SessionStore, auth: SessionAuthenticator, versions: PolicyVersionStore, client: InferenceProxyClient, registry: ModelRegistry, metrics: GatewayMetrics, logger: Logger) => {
             const committer = new RecordCommitter(sql, relay);
             return new CallService({
               config,
               registry,
               client,
               sessions,
+              auth,
               gate: new StalenessGate(ds, versions, config.MAX_STALENESS),
               captures,
               recorder: new CallRecorder(committer, captures, 'gateway'),
@@ -97,6 +98,7 @@ export class GatewayApiModule {
             });
           },
         },
+        { provide: ERROR_FILTER_OPTIONS, useValue: gatewayErrorOptions(config.MAX_REQUEST_BYTES) },
         { provide: APP_FILTER, useClass: OpenAiErrorFilter },
         HttpSetup,
         GatewayLifecycle,

@@ -1,10 +1,10 @@
 import { Module, type DynamicModule } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import type { ServiceContext } from '@anvil/observability';
-import { serviceCoreModules } from '@anvil/service-kit';
+import { ERROR_FILTER_OPTIONS, OpenAiErrorFilter, serviceCoreModules } from '@anvil/service-kit';
 import type { InferenceProxyConfig } from './config';
 import { GenerateController } from './http/generate.controller';
-import { OpenAiErrorFilter } from './http/openai-error.filter';
+import { proxyApiError } from './http/http-errors';
 import { RuntimeLifecycle, runtimeProvider } from './runtime.provider';
 import { INFERENCE_CONFIG } from './tokens';
 import { WeightsConsumer } from './weights/weights.consumer';
@@ -20,7 +20,7 @@ export class InferenceProxyModule {
       module: InferenceProxyModule,
       imports: [...serviceCoreModules(ctx)],
       controllers: [GenerateController],
-      providers: [{ provide: INFERENCE_CONFIG, useValue: ctx.config }, { provide: APP_FILTER, useClass: OpenAiErrorFilter }, runtimeProvider, RuntimeLifecycle, WeightsConsumer],
+      providers: [{ provide: INFERENCE_CONFIG, useValue: ctx.config }, { provide: ERROR_FILTER_OPTIONS, useValue: { domain: proxyApiError } }, { provide: APP_FILTER, useClass: OpenAiErrorFilter }, runtimeProvider, RuntimeLifecycle, WeightsConsumer],
     };
   }
 }

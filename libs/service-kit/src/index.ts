@@ -7,5 +7,6 @@ export * from './nest-logger';
 export * from './infra.module';
 export * from './service-modules';
 export * from './linked-abort';
+export * from './http';
 export * from './background-subscription';
 export * from './embedded-host';

@@ -23,15 +23,23 @@ export interface RenderOptions {
   extra?: Record<string, unknown>;
 }
 
+/**
+ * Messages a chat template cannot render: an unsupported role or content part, or the
+ * template's own refusal (`raise_exception`, a Jinja error). The gateway answers it with 422.
+ */
+export class ChatTemplateError extends Error {
+  override readonly name = 'ChatTemplateError';
+}
+
 /** Text of a message's content: a string as is, text parts joined with '\n' (as vLLM does), none -> ''. */
 export function contentText(content: ChatMessage['content']): string {
   if (content === null || content === undefined) return '';
   if (typeof content === 'string') return content;
-  if (!Array.isArray(content)) throw new TypeError('message content must be a string, an array of text parts, or null');
+  if (!Array.isArray(content)) throw new ChatTemplateError('message content must be a string, an array of text parts, or null');
   return content
     .map((p: TextPart) => {
       if (p === null || typeof p !== 'object' || p.type !== 'text' || typeof p.text !== 'string') {
-        throw new TypeError(`unsupported content part ${JSON.stringify((p as { type?: unknown })?.type)}: only text parts are supported`);
+        throw new ChatTemplateError(`unsupported content part ${JSON.stringify((p as { type?: unknown })?.type)}: only text parts are supported`);
       }
       return p.text;
     })
@@ -67,8 +75,8 @@ export class ChatTemplate {
   /** OpenAI-shaped messages -> the dicts Hugging Face templates read. */
   toTemplateMessages(messages: readonly ChatMessage[]): Record<string, unknown>[] {
     return messages.map((m, i) => {
-      if (m === null || typeof m !== 'object') throw new TypeError(`message ${i}: not an object`);
-      if (!['system', 'user', 'assistant', 'tool'].includes(m.role)) throw new TypeError(`message ${i}: unsupported role ${JSON.stringify(m.role)}`);
+      if (m === null || typeof m !== 'object') throw new ChatTemplateError(`message ${i}: not an object`);
+      if (!['system', 'user', 'assistant', 'tool'].includes(m.role)) throw new ChatTemplateError(`message ${i}: unsupported role ${JSON.stringify(m.role)}`);
       const out: Record<string, unknown> = { role: m.role, content: contentText(m.content) };
       if (m.role === 'assistant') {
         const reasoning = messageReasoning(m);
@@ -102,7 +110,7 @@ export class ChatTemplate {
     try {
       return this.template.render({ ...this.specialTokens, ...context });
     } catch (err) {
-      throw new Error(`chat template: ${(err as Error).message}`);
+      throw new ChatTemplateError(`chat template: ${(err as Error).message}`, { cause: err });
     }
   }
 

@@ -1,8 +1,8 @@
 import type { GatewaySession } from '@anvil/persistence';
-import { ApiError } from '../http/api-error';
+import { GatewayError } from '../errors';
 import type { SessionLookup, SessionLookups } from '../sessions/session-lookups';
 import type { SessionStore } from '../sessions/session-store';
-import { keyMatches, sessionIdOfKey } from './api-key';
+import { constantTimeEqual, keyMatches, sessionIdOfKey } from './api-key';
 
 /**
  * Finds the one session a request may touch. The credential is the session key, taken from the
@@ -11,6 +11,8 @@ import { keyMatches, sessionIdOfKey } from './api-key';
  * does, so a key can only ever reach its own session.
  *
  *  - no key, a malformed key, an unknown session (Bearer form), a wrong secret → 401
+ *  - a per-session URL with an `Authorization` header carrying another Anvil key → 401 (a
+ *    placeholder that is not an Anvil key, which SDKs insist on sending, is ignored)
  *  - a per-session URL whose segment names no session → 404
  *  - a closed or expired session → 410
  * The row is read from PostgreSQL on every call, so a close is seen by every instance at once.
@@ -32,14 +34,18 @@ export class SessionAuthenticator {
    */
   async authenticateCall(authorization: string | undefined, pathKey: string | undefined, fingerprints: readonly string[]): Promise<SessionLookup> {
     const viaUrl = pathKey !== undefined;
-    const key = viaUrl ? pathKey : bearer(authorization);
-    if (!key) throw ApiError.unauthorized('missing API key: send `Authorization: Bearer <session key>` or use the session base URL');
+    const header = bearer(authorization);
+    const key = viaUrl ? pathKey : header;
+    if (!key) throw GatewayError.unauthorized('missing API key: send `Authorization: Bearer <session key>` or use the session base URL');
     const sessionId = sessionIdOfKey(key);
-    if (!sessionId) throw viaUrl ? notFound() : ApiError.unauthorized('invalid API key');
+    if (!sessionId) throw viaUrl ? notFound() : GatewayError.unauthorized('invalid API key');
     const found = await this.lookups.find(sessionId, fingerprints);
-    if (!found) throw viaUrl ? notFound() : ApiError.unauthorized('invalid API key');
+    if (!found) throw viaUrl ? notFound() : GatewayError.unauthorized('invalid API key');
+    if (viaUrl && header?.startsWith(KEY_PREFIX) && !constantTimeEqual(header, key)) {
+      throw GatewayError.unauthorized('the Authorization header carries another session key than the session URL: send that URL\'s key, or any placeholder that is not an Anvil key');
+    }
     const { session } = found;
-    if (!keyMatches(key, session.keyHash)) throw ApiError.unauthorized('invalid API key');
+    if (!keyMatches(key, session.keyHash)) throw GatewayError.unauthorized('invalid API key');
     if (session.status === 'closed') throw gone(session.closeReason === 'expired' ? 'session_expired' : 'session_closed');
     if (session.expiresAt && session.expiresAt.getTime() <= Date.now()) {
       await this.sessions.close(session.id, 'expired');
@@ -49,12 +55,13 @@ export class SessionAuthenticator {
   }
 }
 
+const KEY_PREFIX = 'anvil-';
+
 export function bearer(authorization: string | undefined): string | null {
   if (!authorization) return null;
   const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
   return m ? m[1] : null;
 }
 
-const notFound = () => new ApiError(404, 'invalid_request_error', 'no such session', 'session_not_found');
-const gone = (code: 'session_closed' | 'session_expired') =>
-  new ApiError(410, 'invalid_request_error', code === 'session_expired' ? 'this session has expired' : 'this session is closed', code);
+const notFound = () => GatewayError.sessionNotFound();
+const gone = (code: 'session_closed' | 'session_expired') => new GatewayError('gone', code === 'session_expired' ? 'this session has expired' : 'this session is closed', code);

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { GenerateRequestInput } from '@anvil/contracts';
 import { InferenceProxyClient, InferenceProxyError } from '@anvil/inference-client';
 import type { GatewaySession } from '@anvil/persistence';
-import { appendFingerprint, fingerprintMessages, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
+import { appendFingerprint, ChatTemplateError, fingerprintMessages, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
 import type { Logger } from '@anvil/observability';
 import { linkAbort } from '@anvil/service-kit';
 import type { AnsweredCall, CallRecorder } from '../capture/call-recorder';
@@ -12,11 +12,12 @@ import { planPrompt, type PlannedPrompt } from '../capture/prompt-planner';
 import { RenderCache } from '../capture/render-cache';
 import type { GatewayConfig } from '../config';
 import { runGeneration, type GenerationResult } from '../generation/generation-runner';
-import { ApiError } from '../http/api-error';
+import type { SessionAuthenticator } from '../auth/session-auth';
+import { GatewayError } from '../errors';
 import type { GatewayMetrics } from '../metrics';
 import type { ModelRegistry, ServedModel } from '../models/model-registry';
 import { buildAssistantReply, type AssistantReply } from '../openai/assistant-reply';
-import type { ChatRequest, CompletionRequest } from '../openai/chat-request';
+import { chatRequestSchema, completionRequestSchema, describeSchemaError, type ChatRequest, type CompletionRequest } from '../openai/chat-request';
 import { toChatMessages, toToolDefinitions } from '../openai/messages';
 import type { SessionStore } from '../sessions/session-store';
 import { StalenessGate } from '../sessions/staleness-gate';
@@ -43,11 +44,30 @@ export interface ChoiceResult {
   branchId: string;
 }
 
+/** One agent request as the HTTP layer received it. */
+export interface CallRequest {
+  kind: 'chat' | 'completion';
+  body: unknown;
+  authorization: string | undefined;
+  /** The per-session URL's path segment, when the request came that way. */
+  sessionKey: string | undefined;
+  receivedAt: number;
+  /** Aborted when the agent hangs up: the generation stops and nothing is recorded. */
+  signal: AbortSignal;
+}
+
+/** What the HTTP layer learns while a call runs: the prepared call before generation starts (it may stream from then on). */
+export interface CallHooks {
+  /** Returns what should see each choice's text as it grows (SSE), if anything. */
+  prepared?: (call: PreparedCall) => ((index: number, text: string) => void) | void;
+}
+
 export interface CallServiceDeps {
   config: Pick<GatewayConfig, 'GATEWAY_DEFAULT_MAX_TOKENS' | 'GATEWAY_MAX_N' | 'MAX_STALENESS' | 'GATEWAY_RETRY_AFTER_S'> & Partial<Pick<GatewayConfig, 'GATEWAY_CAPTURE'>>;
   registry: ModelRegistry;
   client: InferenceProxyClient;
   sessions: SessionStore;
+  auth: SessionAuthenticator;
   gate: StalenessGate;
   captures: CaptureStore;
   recorder: CallRecorder;
@@ -56,9 +76,11 @@ export interface CallServiceDeps {
 }
 
 /**
- * The path of every answered call: validate → plan the prompt (token-exact extension or a new
- * branch) → admit (staleness) → generate n choices → record them durably → answer. The HTTP
- * layer (JSON or SSE) only shapes what this returns.
+ * The path of every answered call, in one place (`answer`): validate → authenticate (with the
+ * capture row the call extends, in the same round trip) → plan the prompt (token-exact
+ * extension or a new branch) → admit (staleness) → generate n choices → record them durably.
+ * The HTTP layer (JSON or SSE) only shapes what this returns; failures are GatewayErrors, which
+ * the edge maps onto statuses.
  */
 export class CallService {
   /** Branch prompts rendered recently (the opening prompt of every rollout of a group, retries). */
@@ -66,17 +88,50 @@ export class CallService {
 
   constructor(private readonly d: CallServiceDeps) {}
 
+  async answer(req: CallRequest, hooks: CallHooks = {}): Promise<{ call: PreparedCall; choices: ChoiceResult[] }> {
+    const call = await this.prepare(req);
+    await this.admit(call);
+    const onText = hooks.prepared?.(call) ?? undefined;
+    const generations = await this.generate(call, { signal: req.signal, onText });
+    return { call, choices: await this.record(call, generations) };
+  }
+
+  private async prepare(req: CallRequest): Promise<PreparedCall> {
+    if (req.kind === 'completion') {
+      const session = await this.d.auth.authenticate(req.authorization, req.sessionKey);
+      const parsed = completionRequestSchema.safeParse(req.body);
+      if (!parsed.success) throw describeSchemaError(parsed.error);
+      return this.prepareCompletion(session, parsed.data, req.receivedAt);
+    }
+    const parsed = chatRequestSchema.safeParse(req.body);
+    // The request's fingerprints go with the session lookup (one database round trip finds the
+    // session and the call this one extends); a bad request still answers 401 first when the
+    // key is bad.
+    let input: ChatInput | undefined;
+    let invalid: unknown = parsed.success ? undefined : describeSchemaError(parsed.error);
+    if (parsed.success) {
+      try {
+        input = this.chatInput(parsed.data);
+      } catch (err) {
+        invalid = err;
+      }
+    }
+    const { session, match } = await this.d.auth.authenticateCall(req.authorization, req.sessionKey, input ? input.fingerprints.slice(1) : []);
+    if (invalid !== undefined || !parsed.success || !input) throw invalid;
+    return this.prepareChat(session, parsed.data, req.receivedAt, input, match);
+  }
+
   private servedModel(session: GatewaySession, name: string): ServedModel {
     const model = this.d.registry.get(name);
-    if (!model) return throwError(new ApiError(404, 'invalid_request_error', `The model \`${name}\` does not exist`, 'model_not_found', 'model'));
-    if (name !== session.model) throw ApiError.invalid(`this session serves model \`${session.model}\`, not \`${name}\``, 'model', 'model_not_found');
+    if (!model) throw GatewayError.modelNotFound(name);
+    if (name !== session.model) throw GatewayError.invalid(`this session serves model \`${session.model}\`, not \`${name}\``, 'model', 'model_not_found');
     return model;
   }
 
   private common(session: GatewaySession, req: ChatRequest | CompletionRequest) {
     const model = this.servedModel(session, req.model);
     const n = req.n ?? 1;
-    if (n > this.d.config.GATEWAY_MAX_N) throw ApiError.invalid(`n must be at most ${this.d.config.GATEWAY_MAX_N}`, 'n');
+    if (n > this.d.config.GATEWAY_MAX_N) throw GatewayError.invalid(`n must be at most ${this.d.config.GATEWAY_MAX_N}`, 'n');
     const stop = req.stop === null || req.stop === undefined ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
     const temperature = req.temperature ?? 1;
     const sampling = { temperature, topP: req.top_p ?? 1, topK: req.top_k !== null && req.top_k !== undefined && req.top_k > 0 ? req.top_k : 0, seed: req.seed ?? null };
@@ -86,7 +141,7 @@ export class CallService {
 
   private limits(promptTokens: number, contextLimit: number, requested: number | null | undefined): number {
     if (promptTokens >= contextLimit) {
-      throw new ApiError(400, 'invalid_request_error', `This model's maximum context length is ${contextLimit} tokens; the prompt has ${promptTokens}.`, 'context_length_exceeded', 'messages');
+      throw GatewayError.invalid(`This model's maximum context length is ${contextLimit} tokens; the prompt has ${promptTokens}.`, 'messages', 'context_length_exceeded');
     }
     // A black-box agent often asks for more than fits: it gets what the context leaves
     // (finish_reason "length" tells it), rather than an error it cannot act on.
@@ -94,40 +149,39 @@ export class CallService {
   }
 
   /**
-   * What a chat request renders and is fingerprinted as (validated; throws ApiError): computed
+   * What a chat request renders and is fingerprinted as (validated; throws GatewayError): computed
    * before the session lookup, which fetches the capture row it extends in the same round trip.
    */
-  chatInput(req: ChatRequest): ChatInput {
+  private chatInput(req: ChatRequest): ChatInput {
     if (req.top_logprobs !== null && req.top_logprobs !== undefined && req.top_logprobs > 0 && req.logprobs !== true) {
-      throw ApiError.invalid('top_logprobs needs logprobs: true', 'top_logprobs');
+      throw GatewayError.invalid('top_logprobs needs logprobs: true', 'top_logprobs');
     }
     const tools = toToolDefinitions(req.tools);
     const toolChoice = req.tool_choice ?? undefined;
     if (toolChoice && typeof toolChoice === 'object' && !tools?.some((t) => t.function.name === toolChoice.function.name)) {
-      throw ApiError.invalid(`tool_choice names \`${toolChoice.function.name}\`, which is not among the tools`, 'tool_choice');
+      throw GatewayError.invalid(`tool_choice names \`${toolChoice.function.name}\`, which is not among the tools`, 'tool_choice');
     }
-    if (toolChoice === 'required' && !tools) throw ApiError.invalid('tool_choice "required" needs tools', 'tool_choice');
+    if (toolChoice === 'required' && !tools) throw GatewayError.invalid('tool_choice "required" needs tools', 'tool_choice');
     const messages = toChatMessages(req.messages);
     const extra = req.chat_template_kwargs ?? {};
     return { messages, tools, toolChoice, extra, fingerprints: fingerprintMessages(messages, tools, extra) };
   }
 
-  async prepareChat(session: GatewaySession, req: ChatRequest, receivedAt: number, input: ChatInput = this.chatInput(req), match?: CaptureRow | null): Promise<PreparedCall> {
+  private async prepareChat(session: GatewaySession, req: ChatRequest, receivedAt: number, input: ChatInput = this.chatInput(req), match?: CaptureRow | null): Promise<PreparedCall> {
     const { model, n, stop, sampling, contextLimit } = this.common(session, req);
     const { messages, tools, toolChoice, extra, fingerprints } = input;
     let plan: PlannedPrompt;
     try {
       plan = await planPrompt({ format: model.format, store: this.d.captures, sessionId: session.id, isFirstCall: session.callCount === 0, messages, tools, extra, fingerprints, match, renders: this.renders });
     } catch (err) {
-      if (err instanceof ApiError) throw err;
-      if (err instanceof TypeError || /template|jinja|raise_exception|Conversation|role/i.test((err as Error).message ?? '')) {
-        throw new ApiError(422, 'invalid_request_error', `the messages cannot be rendered with this model's chat template: ${(err as Error).message}`, 'unprocessable_messages', 'messages');
-      }
+      if (err instanceof ChatTemplateError) throw new GatewayError('unrenderable', `the messages cannot be rendered with this model's chat template: ${err.message}`, 'unprocessable_messages', 'messages');
       throw err;
     }
     const maxTokens = this.limits(plan.promptIds.length, contextLimit, req.max_completion_tokens ?? req.max_tokens);
     return {
       kind: 'chat',
+      stream: req.stream === true,
+      includeUsage: req.stream_options?.include_usage === true,
       requestId: randomUUID(),
       receivedAt,
       session,
@@ -149,22 +203,24 @@ export class CallService {
   }
 
   /** /v1/completions: the prompt is text (encoded as is, no template) or token ids; every call starts its own branch. */
-  async prepareCompletion(session: GatewaySession, req: CompletionRequest, receivedAt: number): Promise<PreparedCall> {
+  private async prepareCompletion(session: GatewaySession, req: CompletionRequest, receivedAt: number): Promise<PreparedCall> {
     const { model, n, stop, sampling, contextLimit } = this.common(session, req);
     const tok = model.format.tokenizer;
     let promptIds: number[];
     if (typeof req.prompt === 'string' || typeof req.prompt[0] === 'string') {
       const text = typeof req.prompt === 'string' ? req.prompt : (req.prompt[0] as string);
-      if (text.length === 0) throw ApiError.invalid('prompt must not be empty', 'prompt');
+      if (text.length === 0) throw GatewayError.invalid('prompt must not be empty', 'prompt');
       promptIds = tok.encode(text);
     } else {
       promptIds = req.prompt as number[];
-      if (promptIds.some((id) => id >= tok.vocabSize)) throw ApiError.invalid(`prompt token ids must be below ${tok.vocabSize}`, 'prompt');
+      if (promptIds.some((id) => id >= tok.vocabSize)) throw GatewayError.invalid(`prompt token ids must be below ${tok.vocabSize}`, 'prompt');
     }
     const maxTokens = this.limits(promptIds.length, contextLimit, req.max_tokens ?? 16);
     const plan: PlannedPrompt = { promptIds, messages: [], parent: null, reusedTokens: 0, branchCause: 'no-matching-call', promptOpensThink: false, text: '' };
     return {
       kind: 'completion',
+      stream: req.stream === true,
+      includeUsage: req.stream_options?.include_usage === true,
       requestId: randomUUID(),
       receivedAt,
       session,
@@ -184,8 +240,8 @@ export class CallService {
     };
   }
 
-  /** Staleness gating of the session's first call (429 + Retry-After when over capacity). */
-  async admit(call: PreparedCall): Promise<void> {
+  /** Staleness gating of the session's first call (over_capacity, 429 + Retry-After, when over capacity). */
+  private async admit(call: PreparedCall): Promise<void> {
     if (call.session.policyVersionAtStart !== null) return;
     const admission = await this.d.gate.admit(call.session.id);
     if (!admission.admitted) {
@@ -195,7 +251,7 @@ export class CallService {
   }
 
   /** Generates the n choices in parallel; `onText(index, text)` sees each one's text as it grows. */
-  async generate(call: PreparedCall, opts: { signal: AbortSignal; onText?: (index: number, text: string) => void }): Promise<GenerationResult[]> {
+  private async generate(call: PreparedCall, opts: { signal: AbortSignal; onText?: (index: number, text: string) => void }): Promise<GenerationResult[]> {
     const failFast = new AbortController();
     const link = linkAbort([opts.signal, failFast.signal]);
     const signal = link.signal;
@@ -216,6 +272,7 @@ export class CallService {
       try {
         return await runGeneration({ client: this.d.client, request, tokenizer: call.model.format.tokenizer, stop: call.stop, signal, onText: opts.onText && ((t) => opts.onText?.(index, t)) });
       } catch (err) {
+        if (!failFast.signal.aborted && !opts.signal.aborted && !(err instanceof InferenceProxyError)) this.d.logger.warn('generation failed at the inference-proxy', { sessionId: call.session.id, err });
         failFast.abort();
         throw err;
       }
@@ -231,7 +288,7 @@ export class CallService {
   }
 
   /** Turns generations into replies and records them durably (throws instead when that fails). */
-  async record(call: PreparedCall, generations: GenerationResult[]): Promise<ChoiceResult[]> {
+  private async record(call: PreparedCall, generations: GenerationResult[]): Promise<ChoiceResult[]> {
     const { session, plan } = call;
     const fmt = call.model.format;
     const replies = generations.map((g, i) =>
@@ -289,11 +346,11 @@ export class CallService {
       this.d.metrics.records.inc({ outcome: 'failed' }, answered.length);
       if (err instanceof RecordNotDurableError) {
         this.d.logger.error('record not durable; answering an error', { sessionId: session.id, err });
-        throw new ApiError(503, 'server_error', 'the call could not be recorded durably, so it is not answered; retry', 'record_unavailable');
+        throw new GatewayError('unavailable', 'the call could not be recorded durably, so it is not answered; retry', 'record_unavailable');
       }
       throw err;
     }
-    if (!recorded) throw new ApiError(410, 'invalid_request_error', 'this session was closed while the call ran; it was not recorded', 'session_closed');
+    if (!recorded) throw new GatewayError('gone', 'this session was closed while the call ran; it was not recorded', 'session_closed');
     this.d.metrics.records.inc({ outcome: 'durable' }, answered.length);
     this.d.metrics.capture.inc({ kind: plan.parent ? 'extend' : 'branch', reason: plan.branchCause ?? 'extends' });
     this.d.metrics.tokens.inc({ kind: 'prompt' }, plan.promptIds.length * answered.length);
@@ -305,18 +362,16 @@ export class CallService {
 
 const newBranchId = () => `branch_${randomUUID()}`;
 
-function throwError(e: Error): never {
-  throw e;
-}
-
-/** Maps a failed generation onto the status the agent gets. */
-function generationError(err: unknown, clientGone: boolean): ApiError {
-  if (err instanceof ApiError) return err;
-  if (clientGone) return new ApiError(499, 'invalid_request_error', 'the client went away', 'client_closed');
+/** A failed generation as the agent should see it: what the engine refused, what is unavailable, what failed (never an internal address). */
+function generationError(err: unknown, clientGone: boolean): GatewayError {
+  if (err instanceof GatewayError) return err;
+  if (clientGone) return new GatewayError('client_closed', 'the client went away', 'client_closed');
   if (err instanceof InferenceProxyError) {
-    if (err.status === 400 || err.status === 422) return new ApiError(400, 'invalid_request_error', `the inference engine refused the request: ${err.body.error.message}`, err.code ?? 'backend_rejected');
-    if (err.status === 503 || err.status === 429) return new ApiError(503, 'server_error', `inference unavailable: ${err.body.error.message}`, err.code ?? 'backend_unavailable');
-    return new ApiError(502, 'server_error', `inference failed: ${err.body.error.message}`, err.code ?? 'backend_error');
+    if (err.status === 400 || err.status === 422) return new GatewayError('invalid_request', `the inference engine refused the request: ${err.body.error.message}`, err.code ?? 'backend_rejected');
+    if (err.status === 503 || err.status === 429) return new GatewayError('unavailable', `inference unavailable: ${err.body.error.message}`, err.code ?? 'backend_unavailable');
+    return new GatewayError('inference_failed', `inference failed: ${err.body.error.message}`, err.code ?? 'backend_error');
   }
-  return new ApiError(502, 'server_error', `inference failed: ${(err as Error)?.message ?? String(err)}`, 'backend_unreachable');
+  // A transport failure (connection refused, reset, timeout): its message names the proxy's
+  // address, which is none of the agent's business; the log has it.
+  return new GatewayError('inference_failed', 'inference failed: the inference-proxy could not be reached', 'backend_unreachable');
 }

@@ -7,6 +7,9 @@ import type { ChatRequest } from '../openai/chat-request';
 /** A validated, admitted request with its prompt planned: everything generation and recording need. */
 export interface PreparedCall {
   kind: 'chat' | 'completion';
+  /** Answered as server-sent events (`stream: true`), with a usage chunk when `stream_options.include_usage`. */
+  stream: boolean;
+  includeUsage: boolean;
   requestId: string;
   receivedAt: number;
   session: GatewaySession;

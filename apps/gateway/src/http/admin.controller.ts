@@ -9,7 +9,8 @@ import type { GatewayConfig } from '../config';
 import type { ModelRegistry } from '../models/model-registry';
 import { sessionState, type SessionStore } from '../sessions/session-store';
 import { GATEWAY_CONFIG, MODEL_REGISTRY, SESSION_STORE } from '../tokens';
-import { ApiError } from './api-error';
+import { GatewayError } from '../errors';
+import { describeSchemaError } from '../openai/chat-request';
 
 /**
  * The admin API the rollout manager uses (credential: GATEWAY_ADMIN_TOKEN as a Bearer token).
@@ -32,11 +33,11 @@ export class AdminController {
   async create(@Req() req: FastifyRequest, @Body() body: unknown): Promise<CreateSessionResponse> {
     assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
     const parsed = createSessionRequestSchema.safeParse(body);
-    if (!parsed.success) throw ApiError.fromZod(parsed.error);
+    if (!parsed.success) throw describeSchemaError(parsed.error);
     const r = parsed.data;
     const model = this.registry.get(r.model);
-    if (!model) throw new ApiError(404, 'invalid_request_error', `The model \`${r.model}\` does not exist`, 'model_not_found', 'model');
-    if (r.expiresAt !== undefined && r.expiresAt <= Date.now()) throw ApiError.invalid('expiresAt is in the past', 'expiresAt');
+    if (!model) throw GatewayError.modelNotFound(r.model);
+    if (r.expiresAt !== undefined && r.expiresAt <= Date.now()) throw GatewayError.invalid('expiresAt is in the past', 'expiresAt');
     const key = issueKey();
     await this.sessions.create({
       id: key.sessionId,
@@ -58,7 +59,7 @@ export class AdminController {
   async close(@Req() req: FastifyRequest, @Param('id') id: string): Promise<SessionState> {
     assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
     const session = await this.sessions.close(id, 'closed');
-    if (!session) throw new ApiError(404, 'invalid_request_error', 'no such session', 'session_not_found');
+    if (!session) throw GatewayError.sessionNotFound();
     return sessionState(session);
   }
 
@@ -66,7 +67,7 @@ export class AdminController {
   async get(@Req() req: FastifyRequest, @Param('id') id: string): Promise<SessionState> {
     assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
     const session = await this.sessions.find(id);
-    if (!session) throw new ApiError(404, 'invalid_request_error', 'no such session', 'session_not_found');
+    if (!session) throw GatewayError.sessionNotFound();
     return sessionState(session);
   }
 }

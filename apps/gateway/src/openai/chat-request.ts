@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import { describeZodError } from '@anvil/service-kit';
+import { GatewayError } from '../errors';
 
 /**
  * The OpenAI chat-completions request, as the official SDKs send it. Unknown fields
@@ -6,7 +8,16 @@ import { z } from 'zod';
  * vLLM does, so unmodified agents keep working; the fields Anvil acts on are validated.
  */
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
-const content = z.union([z.string(), z.array(textPart)]).nullable().optional();
+
+/** Names the first content part that is not a text part (images, audio and files need a model that reads them). */
+function contentError(issue: { input?: unknown }): string {
+  const parts = Array.isArray(issue.input) ? (issue.input as unknown[]) : [];
+  const bad = parts.find((p) => !p || typeof p !== 'object' || (p as { type?: unknown }).type !== 'text');
+  const type = bad && typeof bad === 'object' ? (bad as { type?: unknown }).type : undefined;
+  if (typeof type === 'string') return `content part type \`${type.slice(0, 64)}\` is not supported; only \`text\` parts are`;
+  return 'must be a string, null, or an array of {"type": "text", "text": string} parts';
+}
+const content = z.union([z.string(), z.array(textPart)], { error: contentError }).nullable().optional();
 
 const toolCall = z.object({
   id: z.string().min(1).max(256),
@@ -44,7 +55,12 @@ export const toolChoiceSchema = z.union([
   z.object({ type: z.literal('function'), function: z.object({ name: z.string().min(1) }) }),
 ]);
 
-const stop = z.union([z.string().min(1), z.array(z.string().min(1)).max(4)]).nullable().optional();
+/** OpenAI's limit: up to 4 stop sequences. */
+export const MAX_STOP_STRINGS = 4;
+const stop = z
+  .union([z.string().min(1), z.array(z.string().min(1)).max(MAX_STOP_STRINGS)], { error: `must be a non-empty string or an array of at most ${MAX_STOP_STRINGS} non-empty strings` })
+  .nullable()
+  .optional();
 
 const sampling = {
   model: z.string().min(1),
@@ -81,3 +97,9 @@ export const completionRequestSchema = z.looseObject({
   echo: z.boolean().nullable().optional(),
 });
 export type CompletionRequest = z.infer<typeof completionRequestSchema>;
+
+/** A request that fails its schema, as the GatewayError naming the first bad field. */
+export function describeSchemaError(error: z.ZodError): GatewayError {
+  const { message, param } = describeZodError(error);
+  return GatewayError.invalid(message, param);
+}

@@ -1,6 +1,6 @@
 import { versionBoundAdmits } from '@anvil/rl';
 import type { DataSource } from 'typeorm';
-import { ApiError } from '../http/api-error';
+import { GatewayError } from '../errors';
 import type { PolicyVersionStore } from './policy-version-store';
 
 /** Advisory lock key serialising first-call admissions across gateway instances ('gwadm'). */
@@ -49,14 +49,13 @@ export class StalenessGate {
   }
 
   /** The 429 a refused first call gets (OpenAI's rate-limit shape, with Retry-After). */
-  static refusal(a: { current: number; oldest: number }, maxStaleness: number, retryAfterS: number): ApiError {
-    return new ApiError(
-      429,
-      'rate_limit_error',
+  static refusal(a: { current: number; oldest: number }, maxStaleness: number, retryAfterS: number): GatewayError {
+    return new GatewayError(
+      'over_capacity',
       `over staleness capacity: policy version ${a.current} is ${a.current - a.oldest} ahead of the oldest in-flight session (max ${maxStaleness}); retry after ${retryAfterS} s`,
       'staleness_capacity',
       null,
-      { 'retry-after': String(retryAfterS) },
+      retryAfterS,
     );
   }
 }

@@ -1,5 +1,13 @@
 import type { ServerResponse } from 'node:http';
-import type { ApiError } from '../http/api-error';
+import type { ApiError } from '@anvil/service-kit';
+import type { ChoiceResult } from '../chat/call-service';
+
+/** A streamed answer as the controller drives it: text as it is generated, then the recorded choices (or the error). */
+export interface CallStream {
+  text(index: number, text: string): void;
+  finish(choices: readonly ChoiceResult[]): void;
+  fail(error: ApiError): void;
+}
 
 /**
  * One server-sent-events answer on a raw Node response. The status line goes out with the
@@ -11,10 +19,6 @@ export class SseStream {
   private started = false;
 
   constructor(private readonly raw: ServerResponse) {}
-
-  get isStarted(): boolean {
-    return this.started;
-  }
 
   get closed(): boolean {
     return this.raw.destroyed || this.raw.writableEnded;

@@ -2,11 +2,11 @@ import { Body, Controller, Get, HttpCode, Inject, Post, Res } from '@nestjs/comm
 import type { FastifyReply } from 'fastify';
 import type { GenerateStreamLine } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
-import { LOGGER } from '@anvil/service-kit';
+import { ApiError, LOGGER } from '@anvil/service-kit';
 import type { RuntimeHandle } from '../runtime.provider';
 import { RequestStop } from '../generation/request-stop';
 import { INFERENCE_RUNTIME } from '../tokens';
-import { ApiError } from './api-error';
+import { generationApiError } from './http-errors';
 import { parseGenerateRequest } from './generate-request';
 
 /**
@@ -29,7 +29,7 @@ export class GenerateController {
     const parsed = parseGenerateRequest(body ?? undefined);
     if (!parsed.success) return this.fail(reply, ApiError.fromZod(parsed.error));
     const runtime = this.handle.runtime;
-    if (!runtime) return this.fail(reply, new ApiError(503, 'server_error', this.handle.unavailable ?? 'no inference backend', 'backend_unavailable'));
+    if (!runtime) return this.fail(reply, ApiError.unavailable(this.handle.unavailable ?? 'no inference backend', 'backend_unavailable'));
     const req = parsed.data;
 
     // The response's socket closing before we finished = the client went away: stop the
@@ -47,7 +47,7 @@ export class GenerateController {
         const response = await runtime.generation.generate(req, { stop });
         if (!clientGone) await reply.status(200).send(response);
       } catch (err) {
-        this.fail(reply, ApiError.from(err));
+        this.fail(reply, generationApiError(err));
       }
       return;
     }
@@ -72,7 +72,7 @@ export class GenerateController {
       write({ type: 'done', response });
       raw.end();
     } catch (err) {
-      const apiError = ApiError.from(err);
+      const apiError = generationApiError(err);
       if (!started) {
         raw.writeHead(apiError.status, { 'content-type': 'application/json' });
         raw.end(JSON.stringify(apiError.body()));
