@@ -6,5 +6,6 @@ export { StreamDecoder } from './stream-decoder';
 export { ChatTemplate, ChatTemplateError, contentText, messageReasoning, type ChatTemplateOptions, type RenderOptions } from './chat-template';
 export { TINY_CHAT_TEMPLATE } from './tiny-template';
 export * from './tool-calls';
+export { forcedToolCallOpening } from './forced-tool-call';
 export * from './continuation';
 export * from './chat-format';

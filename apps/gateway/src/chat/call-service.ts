@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { GenerateRequestInput } from '@anvil/contracts';
 import { InferenceProxyClient, InferenceProxyError } from '@anvil/inference-client';
 import type { GatewaySession } from '@anvil/persistence';
-import { appendFingerprint, ChatTemplateError, fingerprintMessages, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
+import { appendFingerprint, ChatTemplateError, fingerprintMessages, forcedToolCallOpening, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
 import type { Logger } from '@anvil/observability';
 import { linkAbort } from '@anvil/service-kit';
 import type { AnsweredCall, CallRecorder } from '../capture/call-recorder';
@@ -177,9 +177,12 @@ export class CallService {
       if (err instanceof ChatTemplateError) throw new GatewayError('unrenderable', `the messages cannot be rendered with this model's chat template: ${err.message}`, 'unprocessable_messages', 'messages');
       throw err;
     }
+    const forcedText = forcedToolCall(model, toolChoice, tools, plan, extra);
+    if (forcedText) plan = { ...plan, promptIds: [...plan.promptIds, ...model.format.tokenizer.encode(forcedText)], text: plan.text + forcedText };
     const maxTokens = this.limits(plan.promptIds.length, contextLimit, req.max_completion_tokens ?? req.max_tokens);
     return {
       kind: 'chat',
+      forcedText,
       stream: req.stream === true,
       includeUsage: req.stream_options?.include_usage === true,
       requestId: randomUUID(),
@@ -228,6 +231,7 @@ export class CallService {
       plan,
       branchId: newBranchId(),
       callIds: Array.from({ length: n }, () => `call_${randomUUID()}`),
+      forcedText: '',
       maxTokens,
       sampling,
       stop,
@@ -292,7 +296,7 @@ export class CallService {
     const { session, plan } = call;
     const fmt = call.model.format;
     const replies = generations.map((g, i) =>
-      call.kind === 'chat' ? buildAssistantReply(g.text, { format: fmt, tools: call.tools, toolChoice: call.toolChoice, promptOpensThink: plan.promptOpensThink, idSeed: call.callIds[i] }) : null,
+      call.kind === 'chat' ? buildAssistantReply(call.forcedText + g.text, { format: fmt, tools: call.tools, toolChoice: call.toolChoice, promptOpensThink: plan.promptOpensThink, idSeed: call.callIds[i] }) : null,
     );
     const branchId = call.branchId;
     const finishedAt = Date.now();
@@ -358,6 +362,18 @@ export class CallService {
     this.d.metrics.tokens.inc({ kind: 'output' }, generations.reduce((s, g) => s + g.outputIds.length, 0));
     return results(recorded.firstTurn);
   }
+}
+
+/**
+ * `tool_choice: "required"` or a named tool: the opening of a call in the model family's
+ * format (through the name when one is named), appended to the prompt so that the model's
+ * continuation is that call. '' when nothing is forced (auto, none, no tools, or a template
+ * that cannot be continued into a call).
+ */
+function forcedToolCall(model: ServedModel, toolChoice: ChatRequest['tool_choice'], tools: ToolDefinition[] | null, plan: PlannedPrompt, extra: Record<string, unknown>): string {
+  if (!tools || !toolChoice || toolChoice === 'auto' || toolChoice === 'none' || model.format.toolCallFormat === 'none') return '';
+  const name = typeof toolChoice === 'object' ? toolChoice.function.name : null;
+  return forcedToolCallOpening(model.format.template, { messages: plan.messages, tools, extra }, name) ?? '';
 }
 
 const newBranchId = () => `branch_${randomUUID()}`;

@@ -19,6 +19,11 @@ export interface PreparedCall {
   branchId: string;
   /** One call id per choice (also the inference-proxy request id and the record's event id). */
   callIds: string[];
+  /**
+   * Chat with `tool_choice` "required" or a named tool: the opening of the tool call appended
+   * to the prompt (already in plan.promptIds and plan.text), which the reply text starts with.
+   */
+  forcedText: string;
   maxTokens: number;
   sampling: { temperature: number; topP: number; topK: number; seed: number | null };
   stop: string[];

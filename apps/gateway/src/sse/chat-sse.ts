@@ -31,7 +31,7 @@ export function openChatStream(call: PreparedCall, reply: FastifyReply, headers:
   };
   return {
     text(i, text) {
-      const d = streamers[i].update(text);
+      const d = streamers[i].update(call.forcedText + text);
       if (d.reasoning !== undefined || d.content) {
         open(i);
         emit(i, d);
