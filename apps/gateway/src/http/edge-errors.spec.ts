@@ -71,6 +71,15 @@ describe('the gateway edge as a new user meets it', () => {
     await expect(placeholder.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }] })).resolves.toBeTruthy();
   });
 
+  it('lists the served model without a session key under /v1, and checks the key under a per-session URL', async () => {
+    const open = await fetch(`${h.baseUrl}/v1/models`);
+    expect(open.status).toBe(200);
+    expect(((await open.json()) as { data: { id: string }[] }).data.map((m) => m.id)).toEqual(['anvil-tiny']);
+    expect((await fetch(`${h.baseUrl}/v1/models/anvil-tiny`)).status).toBe(200);
+    expect((await fetch(`${url}/models`)).status).toBe(200);
+    expect((await fetch(`${h.baseUrl}/sessions/anvil-sess_AAAAAAAAAAAAAAAAAAAAAA.${'A'.repeat(43)}/v1/models`)).status).toBe(404);
+  });
+
   it('names the body limit in a 413', async () => {
     const huge = JSON.stringify({ ...chat, messages: [{ role: 'user', content: 'x'.repeat(h.config.MAX_REQUEST_BYTES) }] });
     const r = await post('/v1/chat/completions', huge, { 'content-type': 'application/json', authorization: `Bearer ${key}` });

@@ -42,15 +42,20 @@ export class OpenAiController {
     this.errorOptions = gatewayErrorOptions(config.MAX_REQUEST_BYTES);
   }
 
+  /**
+   * The served model needs no session key under /v1 (its name is no secret, and whoever sets up
+   * a rollout must learn it before any session exists); under a per-session URL the key is
+   * checked as for every call.
+   */
   @Get(routes('models'))
   async models(@Req() req: FastifyRequest, @Param('sessionKey') sessionKey?: string) {
-    await this.auth.authenticate(req.headers.authorization, sessionKey);
+    if (sessionKey !== undefined) await this.auth.authenticate(req.headers.authorization, sessionKey);
     return { object: 'list', data: this.registry.list().map((m) => ({ id: m.name, object: 'model', created: m.created, owned_by: 'anvil', max_model_len: m.maxContextTokens })) };
   }
 
   @Get(routes('models/:model'))
   async model(@Req() req: FastifyRequest, @Param('model') name: string, @Param('sessionKey') sessionKey?: string) {
-    await this.auth.authenticate(req.headers.authorization, sessionKey);
+    if (sessionKey !== undefined) await this.auth.authenticate(req.headers.authorization, sessionKey);
     const m = this.registry.get(name);
     if (!m) throw GatewayError.modelNotFound(name);
     return { id: m.name, object: 'model', created: m.created, owned_by: 'anvil', max_model_len: m.maxContextTokens };

@@ -19,7 +19,7 @@ export const createSessionResponseSchema = z.object({
   sessionId: z.string(),
   /** Secret shown once: accepted as `Authorization: Bearer <key>`. */
   apiKey: z.string(),
-  /** Per-session base URL for agents that cannot set headers: /sessions/<id>/v1. */
+  /** Per-session base URL for agents that cannot set headers: <gateway>/sessions/<the whole apiKey>/v1 (the path segment is the secret). */
   baseUrl: z.string(),
 });
 export type CreateSessionResponse = z.infer<typeof createSessionResponseSchema>;
