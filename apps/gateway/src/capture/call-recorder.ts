@@ -1,5 +1,4 @@
 import { createEvent, llmCallDelta, type EventEnvelope, type LlmCallRecordedV1 } from '@anvil/contracts';
-import { bindTraceContext } from '@anvil/messaging';
 import type { GatewaySession } from '@anvil/persistence';
 import { context } from '@opentelemetry/api';
 import { storedCapture, type CaptureState, type CaptureStore } from './capture-store';
@@ -81,7 +80,8 @@ export class CallRecorder {
       calls: calls.length,
       newBranches: opts.newBranches,
       captures: calls.flatMap((c, turn) => (c.capture ? [{ turn, row: storedCapture({ ...c.capture, turnIndex: 0 }, opts.parent) }] : [])),
-      records: this.events(session, model, calls, 0).map((e) => bindTraceContext(e, trace)),
+      records: this.events(session, model, calls, 0),
+      trace,
     });
     if (result) calls.forEach((c, i) => c.capture && this.captures.remember({ ...c.capture, turnIndex: result.firstTurn + i }));
     return result;

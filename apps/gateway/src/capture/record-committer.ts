@@ -1,7 +1,10 @@
-import { encodeEvent, type EventEnvelope } from '@anvil/contracts';
+import type { EventEnvelope } from '@anvil/contracts';
+import { bindTraceContext } from '@anvil/messaging';
+import type { Context } from '@opentelemetry/api';
 import type { SqlClient } from '../db/sql-client';
 import type { StoredCapture } from './capture-store';
 import type { OutboxRelay } from './outbox-relay';
+import { encodeOutboxRow, withAbsoluteTurn, type OutboxEntry } from './outbox-row';
 
 /** The call could not be made durable (the database refused it): it must not be answered. */
 export class RecordNotDurableError extends Error {
@@ -19,9 +22,11 @@ export interface CommitRequest {
   captures: readonly { turn: number; row: StoredCapture }[];
   /**
    * The llm_call.recorded events, one per choice, with `turnIndex` = the choice's position
-   * (0..calls-1): the committer adds the first turn it reserves.
+   * (0..calls-1): the committer publishes copies numbered from the first turn it reserves.
    */
   records: readonly EventEnvelope<'llm_call.recorded'>[];
+  /** The trace the published events carry (the call's, although the relay publishes them later, in a batch with others). */
+  trace?: Context;
 }
 
 /** null: the session was closed meanwhile (nothing recorded, nothing to answer). */
@@ -59,7 +64,7 @@ export class RecordCommitter {
   constructor(
     private readonly sql: SqlClient,
     private readonly relay: OutboxRelay,
-    private readonly opts: { maxBatch?: number; onRowsWritten?: (reqs: CommitRequest[]) => void } = {},
+    private readonly opts: { maxBatch?: number } = {},
   ) {}
 
   /** Calls queued or being written. */
@@ -166,42 +171,20 @@ export class RecordCommitter {
       }
       const callFirst = first + p.offset;
       for (const e of p.req.records) {
-        e.payload.turnIndex += callFirst;
-        toPublish.push(e);
+        const numbered = withAbsoluteTurn(e, callFirst);
+        toPublish.push(p.req.trace ? bindTraceContext(numbered, p.req.trace) : numbered);
       }
       p.resolve({ firstTurn: callFirst });
     }
-    this.opts.onRowsWritten?.(batch.map((p) => p.req));
     this.relay.enqueue(toPublish);
   }
 }
 
-interface OutboxEntry {
-  id: string;
-  sessionId: string;
-  /** Turn offset: within the request from outboxEntries, within the session's calls of the batch in the statement. */
-  k: number;
-  frame: Buffer;
-  promptFromCapture: boolean;
-  reusedPromptTokens: number;
-}
-
-/**
- * A request's outbox rows. A call with a capture row (every chat call) stores its event without
- * the prompt ids, which that row already holds as a delta of its parent (see the migration:
- * whole prompts here would grow with the square of a session's length). Encoding validates
- * each event: one the bus would refuse must not be answered either.
- */
+/** A request's outbox rows (the encoding and its rule: outbox-row.ts). */
 function outboxEntries(req: CommitRequest): OutboxEntry[] {
   const captured = new Set(req.captures.map((c) => c.row.callId));
-  return req.records.map((e) => {
-    const promptFromCapture = captured.has(e.id);
-    const stored = promptFromCapture ? { ...e, payload: { ...e.payload, promptLength: 0, promptDeltaIds: EMPTY_PROMPT, reusedPromptTokens: 0 } } : e;
-    return { id: e.id, sessionId: req.sessionId, k: e.payload.turnIndex, frame: encodeEvent(stored), promptFromCapture, reusedPromptTokens: e.payload.reusedPromptTokens };
-  });
+  return req.records.map((e) => encodeOutboxRow(e, req.sessionId, captured.has(e.id)));
 }
-
-const EMPTY_PROMPT = new Int32Array(0);
 
 /**
  * Reserves turns for each session of the batch (v: session, calls, new branches; an UPDATE
