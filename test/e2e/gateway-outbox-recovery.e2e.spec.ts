@@ -10,7 +10,7 @@ import { RecordCommitter, type CommitRequest } from '../../apps/gateway/src/capt
 import { SqlClient } from '../../apps/gateway/src/db/sql-client';
 
 /**
- * "A crash after answering loses no record" (issue 4), with the built gateway as a process on
+ * "A crash after answering loses no record", with the built gateway as a process on
  * the real broker and server. A gateway that died between commit and publish is played by the
  * gateway's own RecordCommitter in this process, whose broker never acknowledges: its calls are
  * committed (they would have been answered) and their events sit in the outbox, one of them a

@@ -8,7 +8,7 @@ import type { FixtureServer } from '../../tools/bench/fixtures/fixture-model';
 import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';
 
 /**
- * Graceful shutdown of the built gateway (issue 4): SIGTERM while calls are in flight, on the
+ * Graceful shutdown of the built gateway: SIGTERM while calls are in flight, on the
  * real Kafka broker and PostgreSQL, behind the built inference-proxy and a slow vLLM fixture.
  * Every call is either answered (200: then its record is in Kafka and its capture row in
  * PostgreSQL) or cleanly refused (503 `shutting_down` while draining, or a refused connection

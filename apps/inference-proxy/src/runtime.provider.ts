@@ -42,7 +42,7 @@ export const runtimeProvider = {
       });
       return { runtime, unavailable: null };
     } catch (err) {
-      // The embedded engine may not generate yet in this build: keep the service up (ops
+      // A backend that cannot start (the native addon missing, a checkpoint unreadable): keep the service up (ops
       // endpoints, honest errors) rather than crash-looping; every generate answers 503 with why.
       logger.error('no inference backend: generations will be refused', { backend: config.INFERENCE_BACKEND, err });
       return { runtime: null, unavailable: (err as Error).message };

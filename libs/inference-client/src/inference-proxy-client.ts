@@ -25,11 +25,6 @@ export class InferenceProxyError extends Error {
   get code(): string | null {
     return this.body.error.code;
   }
-
-  /** Worth retrying later or elsewhere (no replica, shutting down, engine failure). */
-  get retryable(): boolean {
-    return this.status >= 500;
-  }
 }
 
 export interface ReplicasReport {

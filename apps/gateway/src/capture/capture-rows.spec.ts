@@ -7,8 +7,8 @@ import { startGatewayHarness, type GatewayHarness, type RecordedCall } from '../
 import { CaptureStore } from './capture-store';
 
 /**
- * Capture rows are stored relative to their parent (issue 4: whole histories on every call grew
- * with the square of a session's length) and rebuilt exactly: by a cold store (another gateway
+ * Capture rows are stored relative to their parent (so a session stores each token once, not
+ * the square of its length) and rebuilt exactly: by a cold store (another gateway
  * instance), and by the down migration that makes them whole again.
  */
 const tok = tinyChatFormat().tokenizer;
