@@ -69,6 +69,6 @@ describe('Data Pool consumer killed before commit', () => {
     expect(deliveries).toEqual([{ id: event.id, changed: false }]);
     expect(await ds.getRepository(LlmCall).countBy({ id: event.payload.callId })).toBe(1);
     const stored = await ds.getRepository(LlmCall).findOneByOrFail({ id: event.payload.callId });
-    expect(Buffer.from(stored.promptIds.buffer).equals(Buffer.from(event.payload.promptIds.buffer))).toBe(true);
+    expect(Buffer.from(stored.promptIds.buffer).equals(Buffer.from(event.payload.promptDeltaIds.buffer))).toBe(true);
   });
 });

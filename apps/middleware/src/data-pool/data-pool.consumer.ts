@@ -1,75 +1,74 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import { TOPICS } from '@anvil/contracts';
 import type { MessageBus } from '@anvil/messaging';
 import { runMigrations } from '@anvil/persistence';
 import type { Logger, ServiceMetrics } from '@anvil/observability';
-import { BackgroundSubscription, DATA_SOURCE, EVENT_BUS, LOGGER, METRICS, ReadinessRegistry } from '@anvil/service-kit';
-import { DataPoolIngestion } from './ingestion';
+import { DATA_SOURCE, EVENT_BUS, LOGGER, METRICS, ReadinessRegistry } from '@anvil/service-kit';
+import { DataPoolRuntime } from '../runtime';
+import type { DataPoolConfig } from './pool';
 
 export const DATA_POOL_OPTIONS = Symbol('DATA_POOL_OPTIONS');
 export interface DataPoolOptions {
   group: string;
   concurrency: number;
   migrateOnStart: boolean;
+  pool?: Partial<DataPoolConfig>;
 }
 
 /**
- * Consumes llm-call and rollout events into PostgreSQL. Stopping commits what was handled
- * and leaves the rest to the next member of the group (graceful shutdown hands work back).
+ * The thin Nest wrapper around DataPoolRuntime: starts it in the background (the database and
+ * the broker may still be coming up; /readyz says so until it has subscribed) and stops it
+ * gracefully (commits what was handled, publishes the outbox, gives the scheduler lease up).
  */
 @Injectable()
 export class DataPoolConsumer implements OnModuleInit, OnModuleDestroy {
-  private readonly subscription: BackgroundSubscription;
+  private readonly runtime: DataPoolRuntime;
+  private started = false;
+  private stopping = false;
+  private starting: Promise<void> | null = null;
 
   constructor(
     @Inject(EVENT_BUS) bus: MessageBus,
-    @Inject(DATA_SOURCE) dataSource: DataSource,
-    @Inject(DATA_POOL_OPTIONS) options: DataPoolOptions,
-    @Inject(LOGGER) logger: Logger,
+    @Inject(DATA_SOURCE) private readonly dataSource: DataSource,
+    @Inject(DATA_POOL_OPTIONS) private readonly options: DataPoolOptions,
+    @Inject(LOGGER) private readonly logger: Logger,
     @Inject(METRICS) metrics: ServiceMetrics,
-    @Inject(ReadinessRegistry) readiness: ReadinessRegistry,
+    @Inject(ReadinessRegistry) private readonly readiness: ReadinessRegistry,
   ) {
-    const ingested = metrics.counter('data_pool_events_ingested_total', 'Events written to the Data Pool', ['type']);
-    const duplicates = metrics.counter('data_pool_events_duplicate_total', 'Redelivered events that changed nothing', ['type']);
-    const ingestion = new DataPoolIngestion(dataSource, options.group);
-    // Subscribing waits for the database and the broker: in the background, so the service
-    // still answers /healthz and an honest /readyz while they come up.
-    this.subscription = new BackgroundSubscription({
-      name: 'data-pool-consumer',
-      bus,
-      logger,
-      readiness,
-      prepare: async () => {
-        if (!dataSource.isInitialized) await dataSource.initialize();
-        if (options.migrateOnStart) {
-          const applied = await runMigrations(dataSource);
-          if (applied.length) logger.info('migrations applied', { applied });
-        }
-      },
-      subscribe: {
-        group: options.group,
-        topics: [TOPICS.llmCalls, TOPICS.rollouts],
-        concurrency: options.concurrency,
-        fromBeginning: true,
-        handler: async (event) => {
-          const changed = await ingestion.ingest(event);
-          (changed ? ingested : duplicates).inc({ type: event.type });
-        },
-        // One transaction per fetched run of events instead of one per event.
-        batchHandler: async (items) => {
-          const fresh = await ingestion.ingestBatch(items.map((i) => i.event));
-          for (const { event } of items) (fresh.has(event.id) ? ingested : duplicates).inc({ type: event.type });
-        },
-      },
-    });
+    this.runtime = new DataPoolRuntime({ bus, dataSource, group: options.group, concurrency: options.concurrency, config: options.pool, logger, metrics });
   }
 
   onModuleInit(): void {
-    this.subscription.start();
+    this.readiness.add({
+      name: 'data-pool',
+      check: async () => {
+        if (!this.started) throw new Error('not subscribed yet');
+      },
+    });
+    this.starting = this.connect();
+  }
+
+  private async connect(): Promise<void> {
+    for (let attempt = 1; !this.started && !this.stopping; attempt++) {
+      try {
+        if (!this.dataSource.isInitialized) await this.dataSource.initialize();
+        if (this.options.migrateOnStart) {
+          const applied = await runMigrations(this.dataSource);
+          if (applied.length) this.logger.info('migrations applied', { applied });
+        }
+        await this.runtime.start();
+        this.started = true;
+        this.logger.info('data pool running', { group: this.options.group, runId: this.runtime.config.runId, owner: this.runtime.config.owner });
+      } catch (err) {
+        this.logger.warn('data pool not started yet; retrying', { attempt, err });
+        await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * attempt)));
+      }
+    }
   }
 
   async onModuleDestroy(): Promise<void> {
-    await this.subscription.stop();
+    this.stopping = true;
+    await this.starting;
+    if (this.started) await this.runtime.stop();
   }
 }

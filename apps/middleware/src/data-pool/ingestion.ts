@@ -1,4 +1,4 @@
-import type { DataSource } from 'typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
 import type { AnyEventEnvelope } from '@anvil/contracts';
 import { ProcessedEventStore } from '@anvil/persistence';
 import { EventStore } from './projections';
@@ -6,7 +6,10 @@ import { EventStore } from './projections';
 /**
  * The Data Pool's write path, free of Nest so benchmarks and the embedded host use the very
  * same code: each event is applied and marked processed for this consumer group in ONE
- * transaction, so a redelivery (the bus is at-least-once) changes nothing.
+ * transaction, so a redelivery (the bus is at-least-once) changes nothing. Besides the
+ * projections it keeps the scheduler's inputs: a queue row per training rollout (its queue
+ * position: rollout.started `queuePosition`, else arrival order), a row per group, and the
+ * trainer's acknowledgements (train_batch.trained).
  */
 export class DataPoolIngestion {
   private readonly events: EventStore;
@@ -15,6 +18,7 @@ export class DataPoolIngestion {
   constructor(
     dataSource: DataSource,
     private readonly consumer: string,
+    private readonly runId = 'default',
   ) {
     this.events = new EventStore(dataSource);
     this.processed = new ProcessedEventStore(dataSource);
@@ -29,10 +33,9 @@ export class DataPoolIngestion {
       this.consumer,
       events.map((e) => e.id),
       async (manager, freshIds) => {
-        await this.events.applyEvents(
-          events.filter((e) => freshIds.has(e.id)),
-          manager,
-        );
+        const fresh = events.filter((e) => freshIds.has(e.id));
+        await this.events.applyEvents(fresh, manager);
+        for (const e of fresh) await this.applyPoolEvent(e, manager);
       },
     );
   }
@@ -41,6 +44,33 @@ export class DataPoolIngestion {
   ingest(event: AnyEventEnvelope): Promise<boolean> {
     return this.processed.withEventOnce(this.consumer, event.id, async (manager) => {
       await this.events.applyEvent(event, manager);
+      await this.applyPoolEvent(event, manager);
     });
+  }
+
+  private async applyPoolEvent(event: AnyEventEnvelope, m: EntityManager): Promise<void> {
+    switch (event.type) {
+      case 'rollout.started': {
+        const p = event.payload as typeof event.payload & { queuePosition?: number; purpose?: 'train' | 'eval' };
+        if (p.purpose === 'eval') return; // evaluation rollouts are never trained on
+        await m.query(`INSERT INTO "data_pool_groups" ("group_id", "run_id", "task_id", "group_size", "opened_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0)) ON CONFLICT DO NOTHING`, [p.groupId, this.runId, p.taskId, p.groupSize, p.startedAt]);
+        // queue position: the rollout-manager's submission order, else arrival order
+        await m.query(
+          `INSERT INTO "data_pool_queue" ("rollout_id", "run_id", "group_id", "task_id", "position", "submitted_at")
+           VALUES ($1, $2::varchar, $3, $4, coalesce($5::bigint, (SELECT coalesce(max("position"), -1) + 1 FROM "data_pool_queue" WHERE "run_id" = $2::varchar)), to_timestamp($6::float8 / 1000.0))
+           ON CONFLICT DO NOTHING`,
+          [p.rolloutId, this.runId, p.groupId, p.taskId, p.queuePosition ?? null, p.startedAt],
+        );
+        return;
+      }
+      case 'train_batch.trained': {
+        const p = event.payload;
+        await m.query(`UPDATE "data_pool_batch_stats" SET "trained_at" = to_timestamp($2::float8 / 1000.0), "trained_version" = $3, "checkpointed" = $4 WHERE "batch_id" = $1`, [p.batchId, event.occurredAt, p.policyVersion, p.checkpointed]);
+        await m.query(`UPDATE "data_pool_scheduler" SET "last_trained_at" = greatest(coalesce("last_trained_at", to_timestamp(0)), to_timestamp($2::float8 / 1000.0)) WHERE "run_id" = $1`, [this.runId, event.occurredAt]);
+        return;
+      }
+      default:
+        return;
+    }
   }
 }

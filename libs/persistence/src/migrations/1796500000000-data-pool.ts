@@ -87,6 +87,7 @@ export class DataPool1796500000000 implements MigrationInterface {
       "created_at" TIMESTAMP WITH TIME ZONE NOT NULL,
       "trained_at" TIMESTAMP WITH TIME ZONE,
       "trained_version" integer,
+      "checkpointed" boolean NOT NULL DEFAULT false,
       "pruned_at" TIMESTAMP WITH TIME ZONE,
       CONSTRAINT "pk_data_pool_batch_stats" PRIMARY KEY ("batch_id"))`);
     await q.query(`CREATE UNIQUE INDEX "uq_data_pool_batch_stats_step" ON "data_pool_batch_stats" ("run_id", "step")`);

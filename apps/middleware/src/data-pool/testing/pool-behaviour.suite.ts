@@ -1,0 +1,211 @@
+import { expect, it } from 'vitest';
+import type { DataSource } from 'typeorm';
+import { encodeEvent, TOPICS, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
+import type { MessageBus } from '@anvil/messaging';
+import { buildPack } from '@anvil/rl';
+import { readTrainBatch, BatchChecksumError } from '@anvil/train-batch';
+import { DataPoolRuntime } from '../../runtime';
+import type { DataPoolConfig } from '../pool';
+import { completed, rollout, started, trajectoryCalls, uid } from './pool-events';
+
+export interface PoolEnv {
+  ds: () => DataSource;
+  bus: () => MessageBus;
+  /** Resolves once the runtime's consumer group has handled everything published so far. */
+  drain: (rt: DataPoolRuntime) => Promise<void>;
+}
+
+async function collect(bus: MessageBus, topic: string, group: string) {
+  const seen: AnyEventEnvelope[] = [];
+  const sub = await bus.subscribe({ group, topics: [topic], fromBeginning: true, handler: async (e) => void seen.push(e) });
+  return { seen, stop: () => sub.stop() };
+}
+
+async function until<T>(what: string, f: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 60_000): Promise<T> {
+  const t0 = Date.now();
+  for (;;) {
+    const v = await f();
+    if (v) return v as T;
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function runtime(env: PoolEnv, config: Partial<DataPoolConfig>) {
+  const runId = uid('run');
+  return new DataPoolRuntime({ bus: env.bus(), dataSource: env.ds(), group: uid('dp'), config: { runId, ...config }, tickIntervalMs: 100, pruneIntervalMs: 0, outbox: { staleAfterMs: 1_000, sweepIntervalMs: 500 } });
+}
+
+export function describePoolBehaviour(env: PoolEnv): void {
+  it('hand-built group: GRPO advantages (r - mean) / std through the bus and the database; trajectory.ready and rollout_group.settled published', async () => {
+    const g = uid('g');
+    const rt = runtime(env, { batchTrajectories: 4, window: { inFlight: 4, window: 4 } });
+    const out = await collect(env.bus(), TOPICS.trajectories, uid('obs'));
+    await rt.start();
+    const rewards = [1, 0, 0.5, 0.5];
+    const rs = rewards.map((reward, i) => rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 4, reward, sampleIndex: i }));
+    await env.bus().publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
+    const ready = await until('4 trajectory.ready + settled', () => {
+      const mine = out.seen.filter((e) => (e.payload as { groupId: string }).groupId === g);
+      return mine.length >= 5 && mine;
+    });
+    // mean 0.5, population std sqrt(0.125) = 0.35355
+    const std = Math.sqrt(((0.5 ** 2) * 2) / 4);
+    const adv = Object.fromEntries(ready.filter((e) => e.type === 'trajectory.ready').map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.advantage]));
+    rewards.forEach((r, i) => expect(adv[`${g}-r${i}`]).toBeCloseTo((r - 0.5) / (std + 1e-6), 5));
+    const settled = ready.find((e) => e.type === 'rollout_group.settled') as EventEnvelope<'rollout_group.settled'>;
+    expect(settled.payload).toMatchObject({ groupId: g, status: 'ready', reason: null, retryRolloutIds: [] });
+    expect(settled.payload.trajectoryIds.sort()).toEqual(rs.map((r) => r.started.payload.rolloutId).sort());
+    const rows: { advantage: number }[] = await env.ds().query(`SELECT "advantage" FROM "trajectories" WHERE "group_id" = $1 ORDER BY "id"`, [g]);
+    expect(rows.map((r) => Number(r.advantage))).toEqual(rewards.map((r) => expect.closeTo((r - 0.5) / (std + 1e-6), 5)));
+    await out.stop();
+    await rt.stop();
+  });
+
+  it('compact filter: max_steps and max_context are masked (weight 0) but kept; completed is not; an env_error rollout is dropped and asked to be retried', async () => {
+    const g = uid('g');
+    const rt = runtime(env, { batchTrajectories: 4, window: { inFlight: 5, window: 5 } });
+    const out = await collect(env.bus(), TOPICS.trajectories, uid('obs'));
+    await rt.start();
+    const reasons = ['completed', 'max_steps', 'max_context', 'completed', 'env_error'] as const;
+    const rewards = [1, 0, 0, 0, null];
+    const rs = reasons.map((finishReason, i) => rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 5, reward: rewards[i], finishReason, sampleIndex: i }));
+    await env.bus().publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
+    const settled = await until('settled', () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g) as EventEnvelope<'rollout_group.settled'> | undefined);
+    expect(settled.payload.retryRolloutIds).toEqual([`${g}-r4`]);
+    const masked = Object.fromEntries(out.seen.filter((e) => e.type === 'trajectory.ready' && e.payload.groupId === g).map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.lossMasked]));
+    expect(masked).toEqual({ [`${g}-r0`]: false, [`${g}-r1`]: true, [`${g}-r2`]: true, [`${g}-r3`]: false });
+    // the statistics leave the masked ones out: mean of [1, 0] = 0.5, advantages +-1 (std 0.5)
+    const adv = out.seen.filter((e) => e.type === 'trajectory.ready' && e.payload.groupId === g).map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.advantage]);
+    expect(Object.fromEntries(adv)[`${g}-r0`]).toBeCloseTo(1, 4);
+    expect(Object.fromEntries(adv)[`${g}-r3`]).toBeCloseTo(-1, 4);
+    // batch of 4: masked samples carry loss weight 0
+    const batches = await until('a batch', async () => (await rt.settle()).length > 0 || ((await env.ds().query(`SELECT count(*) AS n FROM "data_pool_batch_stats" WHERE "run_id" = $1`, [rt.config.runId]))[0].n > 0));
+    expect(batches).toBeTruthy();
+    const [b]: { sample_ids: string[]; id: string }[] = await env.ds().query(`SELECT "id", "sample_ids" FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]);
+    expect(b.sample_ids.length).toBe(8);
+    const [st]: { stats: { lossMasked: number } }[] = await env.ds().query(`SELECT "stats" FROM "data_pool_batch_stats" WHERE "batch_id" = $1`, [b.id]);
+    expect(st.stats.lossMasked).toBe(2);
+    await out.stop();
+    await rt.stop();
+  });
+
+  it('zero-variance drop: equal rewards drop the group (off by one: one different reward keeps it)', async () => {
+    const rt = runtime(env, { batchTrajectories: 3, window: { inFlight: 6, window: 6 } });
+    const out = await collect(env.bus(), TOPICS.trajectories, uid('obs'));
+    await rt.start();
+    const same = uid('g');
+    const differs = uid('g');
+    const a = [0.5, 0.5, 0.5].map((reward, i) => rollout({ rolloutId: `${same}-r${i}`, groupId: same, groupSize: 3, reward, sampleIndex: i }));
+    const b = [0.5, 0.5, 0.5 + 1e-3].map((reward, i) => rollout({ rolloutId: `${differs}-r${i}`, groupId: differs, groupSize: 3, reward, sampleIndex: i }));
+    await env.bus().publish([...a, ...b].flatMap((r) => [r.started, ...r.calls, r.completed]));
+    const s1 = await until('same settled', () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === same) as EventEnvelope<'rollout_group.settled'> | undefined);
+    const s2 = await until('differs settled', () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === differs) as EventEnvelope<'rollout_group.settled'> | undefined);
+    expect(s1.payload).toMatchObject({ status: 'dropped', reason: 'zero_variance', trajectoryIds: [] });
+    expect(s2.payload).toMatchObject({ status: 'ready', reason: null });
+    expect(s2.payload.trajectoryIds).toHaveLength(3);
+    // dropped trajectories leave the queue: the position moves past them and the other group's batch is cut
+    await until('batch', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]))[0].n) === 1);
+    const [q]: { dropped: string; taken: string }[] = await env.ds().query(`SELECT count(*) FILTER (WHERE "status" = 'dropped') AS dropped, count(*) FILTER (WHERE "status" = 'taken') AS taken FROM "data_pool_queue" WHERE "run_id" = $1`, [rt.config.runId]);
+    expect([Number(q.dropped), Number(q.taken)]).toEqual([3, 3]);
+    await out.stop();
+    await rt.stop();
+  });
+
+  it('window: a slow head blocks completed work beyond W and releases it when it completes', async () => {
+    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 4, window: 2 }, dropZeroVariance: false });
+    await rt.start();
+    // four single-rollout groups at positions 0..3; position 0 is slow
+    const ids = [0, 1, 2, 3].map(() => uid('g'));
+    const rs = ids.map((g, i) => rollout({ rolloutId: `${g}-r`, groupId: g, groupSize: 1, reward: 1, queuePosition: i }));
+    await env.bus().publish(rs.map((r) => r.started));
+    await env.bus().publish(rs.slice(1).flatMap((r) => [...r.calls, r.completed]));
+    const taken = async () => (await env.ds().query(`SELECT "rollout_id" FROM "data_pool_queue" WHERE "run_id" = $1 AND "status" = 'taken' ORDER BY "batch_id"`, [rt.config.runId])).map((r: { rollout_id: string }) => r.rollout_id);
+    await until('position 1 taken (inside the window [0, 1])', async () => (await taken()).length === 1);
+    await new Promise((r) => setTimeout(r, 800));
+    await rt.settle();
+    expect(await taken()).toEqual([rs[1].started.payload.rolloutId]); // 2 and 3 are completed but blocked
+    const [blocked]: { n: string }[] = await env.ds().query(`SELECT count(*) AS n FROM "data_pool_queue" WHERE "run_id" = $1 AND "status" = 'completed'`, [rt.config.runId]);
+    expect(Number(blocked.n)).toBe(2);
+    await env.bus().publish([...rs[0].calls, rs[0].completed]);
+    await until('all four taken', async () => (await taken()).length === 4);
+    const stats: { stats: { outOfOrder: { max: number } } }[] = await env.ds().query(`SELECT "stats" FROM "data_pool_batch_stats" WHERE "run_id" = $1 ORDER BY "step"`, [rt.config.runId]);
+    expect(stats[0].stats.outOfOrder.max).toBe(1); // position 1 taken with the head (0) unconsumed
+    await rt.stop();
+  });
+
+  it('linear in unique tokens: a 100-call trajectory growing to ~200k tokens; bytes on the bus and in the database are O(unique), the tree read back equals buildPack over the materialised samples', async () => {
+    const g = uid('g');
+    const r = `${g}-r`;
+    const calls = trajectoryCalls({ rolloutId: r, groupId: g, calls: 100, firstPrompt: 1000, newTokens: 1980, outputTokens: 20 });
+    const promptTotal = calls.v1.reduce((a, c) => a + c.promptIds.length, 0);
+    const unique = calls.v1[99].promptIds.length + calls.v1[99].outputIds.length;
+    const outputs = calls.v1.reduce((a, c) => a + c.outputIds.length, 0);
+    expect(unique).toBeGreaterThan(195_000);
+    expect(promptTotal).toBeGreaterThan(9_000_000); // what v1 would carry
+    const raw = 4 * (unique - outputs) + 12 * outputs; // 4 bytes a prompt token + 12 an output token
+    const kafkaBytes = calls.v2.reduce((a, e) => a + encodeEvent(e).length, 0);
+    expect(kafkaBytes).toBeLessThan(1.2 * raw + 100 * 2048); // + per-event header
+    expect(kafkaBytes).toBeGreaterThan(raw);
+    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 1, window: 1 }, dropZeroVariance: false });
+    await rt.start();
+    await env.bus().publish([started({ rolloutId: r, groupId: g, groupSize: 1 }), ...calls.v2, completed({ rolloutId: r, groupId: g, reward: 1, numCalls: 100 })]);
+    const [batch] = await until('batch', async () => {
+      const rows: { id: string }[] = await env.ds().query(`SELECT "id" FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]);
+      return rows.length ? rows : null;
+    }, 120_000);
+    const [stored]: { bytes: string }[] = await env.ds().query(
+      `SELECT sum(octet_length("prompt_ids") + octet_length("output_ids") + octet_length("output_logprobs") + octet_length("output_versions")) AS bytes FROM "llm_calls" WHERE "rollout_id" = $1`,
+      [r],
+    );
+    expect(Number(stored.bytes)).toBe(raw); // exactly: deltas + outputs, nothing repeated
+    const [blob]: { bytes: number }[] = await env.ds().query(`SELECT "bytes" FROM "train_batch_blobs" WHERE "batch_id" = $1`, [batch.id]);
+    expect(blob.bytes).toBeLessThan(1.2 * 20 * unique); // 20 bytes a node + per-sample metadata
+    // one query rebuilds any call's whole prompt
+    expect(Array.from(await rt.pool.calls.fullPrompt(`${r}-call-99`))).toEqual(Array.from(calls.v1[99].promptIds));
+    expect(Array.from(await rt.pool.calls.fullPrompt(`${r}-call-37`))).toEqual(Array.from(calls.v1[37].promptIds));
+    // the tree a trainer reads back equals the packer's tree over the fully materialised samples
+    const event = await until('train_batch.created', async () => {
+      const seen = await collect(env.bus(), TOPICS.trainBatches, uid('obs'));
+      const e = await until('event', () => seen.seen.find((x) => x.type === 'train_batch.created' && x.payload.batchId === batch.id), 30_000).catch(() => null);
+      await seen.stop();
+      return e as EventEnvelope<'train_batch.created'> | null;
+    });
+    expect(event.version).toBe(2);
+    expect(encodeEvent(event).length).toBeLessThan(64 * 1024);
+    const tree = await readTrainBatch(event, env.ds());
+    const pack = buildPack(calls.v1.map((c) => ({ promptIds: c.promptIds, outputIds: c.outputIds })));
+    expect(tree.tokens.length).toBe(unique);
+    expect(Buffer.from(tree.tokens.buffer).equals(Buffer.from(pack.tokens.buffer))).toBe(true);
+    expect(Buffer.from(tree.parents.buffer).equals(Buffer.from(pack.parents.buffer))).toBe(true);
+    expect(Buffer.from(tree.lossWeight.buffer).equals(Buffer.from(pack.lossWeights.buffer))).toBe(true);
+    expect(tree.samples.map((s) => Array.from(s.outputNodes))).toEqual(pack.outputNodes.map((o) => Array.from(o)));
+    expect(tree.samples.every((s) => s.advantage === 0)).toBe(true); // a group of one: zero variance, kept
+    // corrupt blob: refused with a typed error, marked, re-cut under a new batch id
+    await env.ds().query(`UPDATE "train_batch_blobs" SET "blob" = overlay("blob" placing '\\xff'::bytea from 200 for 1) WHERE "batch_id" = $1`, [batch.id]);
+    await expect(readTrainBatch(event, env.ds())).rejects.toBeInstanceOf(BatchChecksumError);
+    const recut = await until('re-cut', async () => {
+      const rows: { id: string }[] = await env.ds().query(`SELECT "id" FROM "train_batches" WHERE "id" LIKE $1 AND "id" <> $2`, [`${rt.config.runId}:%`, batch.id]);
+      return rows[0];
+    });
+    expect(recut.id).toBe(`${rt.config.runId}:batch:1`);
+    await rt.stop();
+  });
+
+  it('v1 events still ingest (cut to deltas), unknown-rollout and duplicate events change nothing, eval rollouts are never queued', async () => {
+    const g = uid('g');
+    const r = `${g}-r`;
+    const calls = trajectoryCalls({ rolloutId: r, groupId: g, calls: 3, firstPrompt: 5, newTokens: 4, outputTokens: 3 });
+    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 1, window: 1 }, dropZeroVariance: false });
+    await rt.start();
+    const ev = started({ rolloutId: `${g}-eval`, groupId: `${g}-evalg`, groupSize: 1, purpose: 'eval' });
+    await env.bus().publish([started({ rolloutId: r, groupId: g, groupSize: 1 }), ev, ...calls.v1Events, ...calls.v1Events, completed({ rolloutId: r, groupId: g, reward: 1, numCalls: 3 })]);
+    await until('batch', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]))[0].n) === 1);
+    const rows: { prompt_prefix_tokens: number; n: number }[] = await env.ds().query(`SELECT "prompt_prefix_tokens", octet_length("prompt_ids") / 4 AS n FROM "llm_calls" WHERE "rollout_id" = $1 ORDER BY "turn_index"`, [r]);
+    expect(rows.map((x) => [x.prompt_prefix_tokens, Number(x.n)])).toEqual([[0, 5], [8, 4], [15, 4]]);
+    expect(Array.from(await rt.pool.calls.fullPrompt(`${r}-call-2`))).toEqual(Array.from(calls.v1[2].promptIds));
+    const q: unknown[] = await env.ds().query(`SELECT 1 FROM "data_pool_queue" WHERE "rollout_id" = $1`, [`${g}-eval`]);
+    expect(q).toHaveLength(0);
+    await rt.stop();
+  });
+}
