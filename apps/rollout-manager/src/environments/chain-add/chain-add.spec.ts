@@ -141,4 +141,17 @@ describe('chain-add', () => {
     ac.abort(new Error('timeout'));
     await expect(p).rejects.toThrow('timeout');
   });
+
+  it("the compact prompt has no system message and names the tool only; tasks, split and verifier are the same", () => {
+    const full = new ChainAddEnvironment({ k: 2, maxOperand: 9 }).generate({ seed: 3, count: 5, split: 'train' });
+    const compact = new ChainAddEnvironment({ k: 2, maxOperand: 9, prompt: 'compact' }).generate({ seed: 3, count: 5, split: 'train' });
+    expect(compact.map((t) => t.id)).toEqual(full.map((t) => t.id));
+    for (const t of compact) {
+      expect(t.messages).toEqual([{ role: 'user', content: t.id.slice('chain-add:'.length) }]);
+      expect(t.tools).toEqual([{ type: 'function', function: { name: 'add' } }]);
+      const demo = demonstration(t);
+      expect(verifyChainAdd(t, { messages: demo, finalAnswer: demo[demo.length - 1].content })).toMatchObject({ success: true, outcomeReward: 1 });
+    }
+    expect(() => new ChainAddEnvironment({ prompt: 'short' as never })).toThrow(/prompt: must be 'full' or 'compact'/);
+  });
 });

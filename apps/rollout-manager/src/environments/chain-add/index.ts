@@ -39,7 +39,17 @@ export const ADD_TOOL: ToolSpec = {
   },
 };
 
+/** The add tool as the compact prompt declares it: its name only (the demonstrations teach the arguments). */
+export const ADD_TOOL_COMPACT: ToolSpec = { type: 'function', function: { name: 'add' } };
+
 export interface ChainAddConfig {
+  /**
+   * 'full': a system instruction and the add tool's full JSON schema; 'compact': no system message
+   * and the tool's name only. The built-in tiny model learns from scratch, and every fixed prompt
+   * token dilutes its attention to the operands it must copy: its warm start needs about half the
+   * steps with the compact prompt (the main job uses it).
+   */
+  prompt: 'full' | 'compact';
   /** Operand count k (the difficulty knob): one value or an inclusive range, each in 2..4. */
   k: number | { min: number; max: number };
   /** Operands are drawn uniformly from 0..maxOperand. */
@@ -49,7 +59,7 @@ export interface ChainAddConfig {
   toolDelay: ToolDelay;
 }
 
-export const CHAIN_ADD_DEFAULTS: ChainAddConfig = { k: { min: 2, max: 4 }, maxOperand: 99, evalFraction: 0.1, toolDelay: { kind: 'none' } };
+export const CHAIN_ADD_DEFAULTS: ChainAddConfig = { prompt: 'full', k: { min: 2, max: 4 }, maxOperand: 99, evalFraction: 0.1, toolDelay: { kind: 'none' } };
 
 export class ChainAddConfigError extends Error {
   override readonly name = 'ChainAddConfigError';
@@ -70,6 +80,7 @@ export function chainAddConfig(input: Partial<ChainAddConfig> = {}): ChainAddCon
   const { min, max } = kRange(cfg.k);
   if (!Number.isInteger(min) || !Number.isInteger(max) || min < 2 || max > 4 || min > max) problems.push(`k: must be an integer (or range) within 2..4, got ${JSON.stringify(cfg.k)}`);
   if (!Number.isInteger(cfg.maxOperand) || cfg.maxOperand < 1 || cfg.maxOperand > 1_000_000) problems.push(`maxOperand: must be an integer in 1..1000000, got ${String(cfg.maxOperand)}`);
+  if (cfg.prompt !== 'full' && cfg.prompt !== 'compact') problems.push(`prompt: must be 'full' or 'compact', got ${JSON.stringify(cfg.prompt)}`);
   if (typeof cfg.evalFraction !== 'number' || !(cfg.evalFraction >= 0 && cfg.evalFraction <= 1)) problems.push(`evalFraction: must be in 0..1, got ${String(cfg.evalFraction)}`);
   try {
     validateToolDelay(cfg.toolDelay);
@@ -91,17 +102,17 @@ function splitOf(operands: number[], evalFraction: number): Split {
   return (h % 10_000) / 10_000 < evalFraction ? 'eval' : 'train';
 }
 
-export function chainAddTask(operands: number[], evalFraction = CHAIN_ADD_DEFAULTS.evalFraction): EnvTask {
+export function chainAddTask(operands: number[], evalFraction = CHAIN_ADD_DEFAULTS.evalFraction, prompt: ChainAddConfig['prompt'] = 'full'): EnvTask {
   const total = operands.reduce((a, b) => a + b, 0);
   const text = operands.join('+');
   return {
     id: `chain-add:${text}`,
     env: 'chain-add',
-    messages: [
+    messages: prompt === 'full' ? [
       { role: 'system', content: CHAIN_ADD_SYSTEM },
       { role: 'user', content: text },
-    ],
-    tools: [ADD_TOOL],
+    ] : [{ role: 'user', content: text }],
+    tools: [prompt === 'full' ? ADD_TOOL : ADD_TOOL_COMPACT],
     split: splitOf(operands, evalFraction),
     difficulty: operands.length,
     data: { operands, total } satisfies ChainAddData,
@@ -220,7 +231,7 @@ export class ChainAddEnvironment implements Environment<ChainAddConfig> {
       const k = min + Math.floor(rand() * (max - min + 1));
       const ops = Array.from({ length: k }, () => Math.floor(rand() * (this.config.maxOperand + 1)));
       if (splitOf(ops, this.config.evalFraction) !== split) continue;
-      const task = chainAddTask(ops, this.config.evalFraction);
+      const task = chainAddTask(ops, this.config.evalFraction, this.config.prompt);
       if (seen.has(task.id)) continue;
       seen.add(task.id);
       out.push(task);
