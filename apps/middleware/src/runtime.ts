@@ -22,6 +22,13 @@ export interface DataPoolRuntimeOptions {
   pruneIntervalMs?: number;
   /** Outbox sweeper knobs (produce-after-write of trajectory.ready, rollout_group.settled, train_batch.created). */
   outbox?: { staleAfterMs?: number; sweepIntervalMs?: number };
+  /**
+   * Run a scheduler round inside the event handler, before the consumed offsets are committed
+   * (lower latency; the crash tests use it to die between a batch's commit and the offsets').
+   */
+  roundInHandler?: boolean;
+  /** Called after a batch's transaction committed. */
+  onBatch?: (batchId: string, stats: TrainBatchStats) => void;
   logger?: Logger;
   metrics?: ServiceMetrics;
 }
@@ -76,7 +83,10 @@ export class DataPoolRuntime {
         }
       : null;
     this.pool = new DataPool(opts.dataSource, this.outbox, this.config, {
-      onBatch: (_id, s) => this.onBatch(s),
+      onBatch: (id, s) => {
+        this.onBatch(s);
+        opts.onBatch?.(id, s);
+      },
       onSettled: (status, reason) => this.m?.groups.inc({ status, reason: (reason ?? 'none').split(':')[0] }),
       onDropped: (reason) => this.m?.dropped.inc({ reason }),
       warn: (msg, f) => opts.logger?.warn(msg, f),
@@ -111,11 +121,13 @@ export class DataPoolRuntime {
       fromBeginning: true,
       handler: async (event) => {
         observe(event, await this.ingestion.ingest(event));
+        if (this.opts.roundInHandler) await this.pool.tick().catch((err) => (err instanceof NotSchedulerError ? undefined : Promise.reject(err)));
         this.kick();
       },
       batchHandler: async (items) => {
         const fresh = await this.ingestion.ingestBatch(items.map((i) => i.event));
         for (const { event } of items) observe(event, fresh.has(event.id));
+        if (this.opts.roundInHandler) await this.pool.tick().catch((err) => (err instanceof NotSchedulerError ? undefined : Promise.reject(err)));
         this.kick();
       },
     });

@@ -6,7 +6,8 @@
  * the broker's own ceiling from kafka-producer-perf-test (same jars) as a ratio.
  * Targets (2-core machine): ≥ 50 MB/s of token payload persisted; p99 < 50 ms at 1k events/s.
  */
-import { encodeEvent, sampleLlmCallEvent, TOPICS, type EventEnvelope } from '@anvil/contracts';
+import { encodeEvent, TOPICS, type EventEnvelope } from '@anvil/contracts';
+import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import { createBus, type MessageBus } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
 import { DataPoolIngestion } from '../../../apps/middleware/src/data-pool/ingestion';
@@ -22,7 +23,7 @@ const MB = 1024 * 1024;
 const PARTITIONS = Number(process.env.BENCH_PARTITIONS ?? 3);
 
 /** Token payload of a call: prompt ids + output ids, logprobs and versions (4 bytes each). */
-const tokenBytes = (e: Call) => e.payload.promptIds.byteLength + e.payload.outputIds.byteLength * 3;
+const tokenBytes = (e: Call) => e.payload.promptDeltaIds.byteLength + e.payload.outputIds.byteLength * 3;
 
 function makeCalls(count: number, totalTokens: number, outputTokens: number, seed: number): Call[] {
   // A few hundred distinct payloads, reused with fresh ids: generating 32k random tokens per

@@ -1,0 +1,204 @@
+/**
+ * `npm run bench -- datapool`: the Data Pool on real Kafka + PostgreSQL with sessions shaped
+ * like agent trajectories (20-100 calls, 200-2k new tokens per call, contexts up to 64k):
+ * sustained calls/s ingested (llm_call.recorded v2: prompt deltas), unique-token MB/s stored,
+ * trajectories/s assembled and batches/s cut (DataPoolRuntime: groups, advantages, Windowed
+ * FIFO, claim-check blobs), p50/p99 from a call's publish to its row being committed at 1k
+ * calls/s offered, and stored bytes per unique token against 4 B a prompt token + 12 B an
+ * output token. The same sessions as v1 events (whole prompts) are published in the same run
+ * for the comparison. Targets: >= 2,000 calls/s; p99 < 100 ms at 1k calls/s; ratio <= 1.2.
+ * BENCH_SCALE (default 1) scales the session counts.
+ */
+import { encodeEvent, TOPICS, type AnyEventEnvelope } from '@anvil/contracts';
+import { createBus, type MessageBus } from '@anvil/messaging';
+import { createDataSource, runMigrations } from '@anvil/persistence';
+import type { DataSource } from 'typeorm';
+import { DataPoolIngestion } from '../../../apps/middleware/src/data-pool/ingestion';
+import { completed, started, trajectoryCalls } from '../../../apps/middleware/src/data-pool/testing/pool-events';
+import { DataPoolRuntime } from '../../../apps/middleware/src/runtime';
+import { percentile, printTable, sleep } from './bench-kit';
+
+process.env.KAFKA_PORT ??= '39092';
+process.env.PG_PORT ??= '35432';
+process.env.ANVIL_INFRA_QUIET ??= '1';
+const MB = 1024 * 1024;
+const PARTITIONS = Number(process.env.BENCH_PARTITIONS ?? 3);
+const SCALE = Number(process.env.BENCH_SCALE ?? 1);
+
+interface Session { rolloutId: string; groupId: string; v2: AnyEventEnvelope[]; v1: AnyEventEnvelope[]; started: AnyEventEnvelope; completed: AnyEventEnvelope; unique: number; outputs: number; wholePrompt: number }
+
+function rng(seed: number) {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    return (s >>> 0) / 0x1_0000_0000;
+  };
+}
+
+/** Sessions in groups of 4: calls 20..100, new tokens per call 200..2k, context capped near 64k. */
+function sessions(count: number, seed: number, tag: string): Session[] {
+  const r = rng(seed);
+  return Array.from({ length: count }, (_, i) => {
+    const groupId = `${tag}-g${Math.floor(i / 4)}`;
+    const rolloutId = `${tag}-r${i}`;
+    let calls = 20 + Math.floor(r() * 81);
+    const newTokens = 200 + Math.floor(r() * 1800);
+    const outputTokens = 100;
+    calls = Math.max(2, Math.min(calls, Math.floor(64_000 / (newTokens + outputTokens))));
+    const c = trajectoryCalls({ rolloutId, groupId, calls, firstPrompt: newTokens, newTokens, outputTokens, seed: seed * 1000 + i });
+    const last = c.v1[c.v1.length - 1];
+    return {
+      rolloutId,
+      groupId,
+      v2: c.v2,
+      v1: c.v1Events,
+      started: started({ rolloutId, groupId, groupSize: 4, sampleIndex: i % 4 }),
+      completed: completed({ rolloutId, groupId, reward: r() < 0.5 ? 1 : 0, numCalls: calls }),
+      unique: last.promptIds.length + last.outputIds.length,
+      outputs: c.v1.reduce((a, x) => a + x.outputIds.length, 0),
+      wholePrompt: c.v1.reduce((a, x) => a + x.promptIds.length, 0),
+    };
+  });
+}
+
+interface Phase { name: string; calls: number; seconds: number; callsPerSec: number; uniqueMBps: number; p50ms: number; p99ms: number; kafkaBytes: number }
+
+async function ingestPhase(bus: MessageBus, ds: DataSource, group: string, name: string, ss: Session[], which: 'v1' | 'v2', pace: { perSecond?: number; batch: number }): Promise<Phase> {
+  const ingestion = new DataPoolIngestion(ds, group);
+  const events = ss.flatMap((s) => s[which]);
+  const publishedAt = new Map<string, number>();
+  const latencies: number[] = [];
+  let persisted = 0;
+  let resolveDone!: () => void;
+  const done = new Promise<void>((r) => (resolveDone = r));
+  const now = (items: readonly { id: string }[]) => {
+    const t = performance.now();
+    for (const e of items) {
+      const t0 = publishedAt.get(e.id);
+      if (t0 === undefined) continue;
+      publishedAt.delete(e.id);
+      latencies.push(t - t0);
+      if (++persisted === events.length) resolveDone();
+    }
+  };
+  const sub = await bus.subscribe({
+    group,
+    topics: [TOPICS.llmCalls],
+    concurrency: PARTITIONS,
+    fromBeginning: true,
+    handler: async (e) => {
+      await ingestion.ingest(e);
+      now([e]);
+    },
+    batchHandler: async (items) => {
+      await ingestion.ingestBatch(items.map((i) => i.event));
+      now(items.map((i) => i.event));
+    },
+  });
+  const t0 = performance.now();
+  const inflight: Promise<void>[] = [];
+  for (let i = 0; i < events.length; i += pace.batch) {
+    const batch = events.slice(i, i + pace.batch);
+    if (pace.perSecond) {
+      const wait = t0 + (i / pace.perSecond) * 1000 - performance.now();
+      if (wait > 0) await sleep(wait);
+    }
+    const t = performance.now();
+    for (const e of batch) publishedAt.set(e.id, t);
+    inflight.push(bus.publish(batch));
+    if (inflight.length >= 8) await inflight.shift();
+  }
+  await Promise.all(inflight);
+  await Promise.race([done, sleep(300_000).then(() => Promise.reject(new Error(`${name}: only ${persisted}/${events.length} persisted after 300 s`)))]);
+  const seconds = (performance.now() - t0) / 1000;
+  await sub.stop();
+  latencies.sort((a, b) => a - b);
+  const unique = ss.reduce((a, s) => a + 4 * (s.unique - s.outputs) + 12 * s.outputs, 0);
+  return { name, calls: events.length, seconds, callsPerSec: events.length / seconds, uniqueMBps: unique / MB / seconds, p50ms: percentile(latencies, 50), p99ms: percentile(latencies, 99), kafkaBytes: events.reduce((a, e) => a + encodeEvent(e).length, 0) };
+}
+
+async function main() {
+  const { startStack, stopStack } = await import('../../infra/lib.mjs');
+  const stack = await startStack({ fresh: true });
+  const ds = createDataSource({ url: stack.url, poolSize: 16 });
+  const bus = createBus({ kind: 'kafka', brokers: [stack.brokers], clientId: 'bench-datapool', topicPrefix: `benchdp${Date.now()}.`, partitions: PARTITIONS });
+  try {
+    await ds.initialize();
+    await runMigrations(ds);
+    await ingestPhase(bus, ds, 'bench.warm', 'warm-up', sessions(4, 1, 'warm'), 'v2', { batch: 20 });
+    const sustained = sessions(Math.round(40 * SCALE), 2, 'sus');
+    const paced = sessions(Math.round(60 * SCALE), 3, 'lat');
+    const legacy = sessions(Math.round(12 * SCALE), 4, 'v1');
+    const phases: Phase[] = [];
+    phases.push(await ingestPhase(bus, ds, 'bench.dp.sustained', 'sustained (v2 deltas)', sustained, 'v2', { batch: 50 }));
+    phases.push(await ingestPhase(bus, ds, 'bench.dp.latency', 'latency @1k calls/s (v2)', paced, 'v2', { perSecond: 1000, batch: 5 }));
+    phases.push(await ingestPhase(bus, ds, 'bench.dp.v1', 'sustained (v1 whole prompts)', legacy, 'v1', { batch: 10 }));
+
+    // stored bytes per unique token (v2 sessions): token bytea of the call rows
+    const ids = [...sustained, ...paced].map((s) => s.rolloutId);
+    const [st]: { bytes: string }[] = await ds.query(
+      `SELECT sum(octet_length("prompt_ids") + octet_length("output_ids") + octet_length("output_logprobs") + octet_length("output_versions")) AS bytes FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[])`,
+      [ids],
+    );
+    const [rowBytes]: { bytes: string }[] = await ds.query(`SELECT sum(pg_column_size(t.*)) AS bytes FROM "llm_calls" t WHERE "rollout_id" = ANY($1::varchar[])`, [ids]);
+    const raw = [...sustained, ...paced].reduce((a, s) => a + 4 * (s.unique - s.outputs) + 12 * s.outputs, 0);
+    const v1Raw = [...sustained, ...paced].reduce((a, s) => a + 4 * s.wholePrompt + 12 * s.outputs, 0);
+    const bytesPerUniqueTokenRatio = Number(st.bytes) / raw;
+
+    // assembly + scheduling: rollout events for the sustained sessions, then the runtime settles and cuts batches
+    const rt = new DataPoolRuntime({ bus, dataSource: ds, group: 'bench.dp.sustained', tickIntervalMs: 60_000, pruneIntervalMs: 0, config: { runId: 'bench', batchTrajectories: 4, window: { inFlight: 16, window: 8 }, dropZeroVariance: false } });
+    const ing = new DataPoolIngestion(ds, 'bench.dp.rollouts', 'bench');
+    await ing.ingestBatch(sustained.map((s) => s.started));
+    await ing.ingestBatch(sustained.map((s) => s.completed));
+    const ta = performance.now();
+    const batchIds = await rt.settle(200);
+    const assembleS = (performance.now() - ta) / 1000;
+    await rt.outbox.stop(10_000);
+    const [blob]: { bytes: string; n: string }[] = await ds.query(`SELECT sum("bytes") AS bytes, count(*) AS n FROM "train_batch_blobs" WHERE "run_id" = 'bench'`);
+
+    const sus = phases[0];
+    const lat = phases[1];
+    const v1 = phases[2];
+    const v2KafkaPerCall = sus.kafkaBytes / sus.calls;
+    const v1KafkaPerCall = v1.kafkaBytes / v1.calls;
+    printTable('Kafka -> Data Pool -> PostgreSQL', phases.map((p) => ({ phase: p.name, calls: p.calls, 'calls/s': Math.round(p.callsPerSec), 'unique MB/s': p.uniqueMBps, 'p50 ms': p.p50ms, 'p99 ms': p.p99ms, 'Kafka bytes/call': Math.round(p.kafkaBytes / p.calls) })));
+    printTable('Linear in unique tokens, assembly and batches', [
+      { measure: 'stored token bytes / (4 B prompt + 12 B output per unique token)', value: bytesPerUniqueTokenRatio.toFixed(3) },
+      { measure: 'whole llm_calls rows (pg_column_size) / same', value: (Number(rowBytes.bytes) / raw).toFixed(3) },
+      { measure: 'v1 path (whole prompts per call) / same, computed', value: (v1Raw / raw).toFixed(2) },
+      { measure: 'Kafka bytes per call, v1 / v2 (different sessions: per-token below)', value: `${Math.round(v1KafkaPerCall)} / ${Math.round(v2KafkaPerCall)}` },
+      { measure: 'Kafka bytes per unique token, v1 / v2', value: `${(v1.kafkaBytes / legacy.reduce((a, s) => a + s.unique, 0)).toFixed(1)} / ${(sus.kafkaBytes / sustained.reduce((a, s) => a + s.unique, 0)).toFixed(1)}` },
+      { measure: 'trajectories assembled + batches cut', value: `${sustained.length} in ${assembleS.toFixed(2)} s (${(sustained.length / assembleS).toFixed(1)}/s), ${batchIds.length} batches (${(batchIds.length / assembleS).toFixed(1)}/s)` },
+      { measure: 'batch blobs (anvil-prefix-tree/1)', value: `${blob.n} blobs, ${(Number(blob.bytes) / MB).toFixed(1)} MiB` },
+      { measure: 'target >= 2000 calls/s', value: sus.callsPerSec >= 2000 ? 'met' : `short (${Math.round(sus.callsPerSec)})` },
+      { measure: 'target p99 < 100 ms at 1k calls/s', value: lat.p99ms < 100 ? 'met' : `short (${lat.p99ms.toFixed(1)} ms)` },
+      { measure: 'target ratio <= 1.2', value: bytesPerUniqueTokenRatio <= 1.2 ? 'met' : 'short' },
+    ]);
+    console.log(JSON.stringify({
+      suite: 'datapool',
+      sustainedCallsPerSec: sus.callsPerSec,
+      uniqueMBpsStored: sus.uniqueMBps,
+      p50MsAt1k: lat.p50ms,
+      p99MsAt1k: lat.p99ms,
+      achievedCallsPerSecAt1k: lat.callsPerSec,
+      bytesPerUniqueTokenRatio,
+      rowBytesPerUniqueTokenRatio: Number(rowBytes.bytes) / raw,
+      v1: { sustainedCallsPerSec: v1.callsPerSec, kafkaBytesPerUniqueToken: v1.kafkaBytes / legacy.reduce((a, s) => a + s.unique, 0), storedRatioComputed: v1Raw / raw },
+      v2: { kafkaBytesPerUniqueToken: sus.kafkaBytes / sustained.reduce((a, s) => a + s.unique, 0) },
+      trajectoriesPerSec: sustained.length / assembleS,
+      batchesPerSec: batchIds.length / assembleS,
+      targets: { callsPerSecMin: 2000, p99MsMax: 100, ratioMax: 1.2 },
+    }));
+  } finally {
+    await bus.close().catch(() => undefined);
+    if (ds.isInitialized) await ds.destroy().catch(() => undefined);
+    await stopStack();
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
