@@ -4,36 +4,14 @@
 // shared by samples of one pack is computed once; a shared prefix is repeated only in the packs
 // whose samples need it. Cost: O(nodes placed in packs), i.e. O(unique tokens) when the batch fits
 // in one pack — never O(sum of prompts).
+import type { PrefixTree, PrefixTreeSample } from '@anvil/contracts';
 import { buildPack, Pack, PackingError } from './trie';
 import type { PackingResult } from './budget';
 
-/** One training sample of a PrefixTree: its output tokens are nodes on one root-to-leaf path. */
-export interface PrefixTreeSample {
-  sampleId: string;
-  trajectoryId: string;
-  groupId: string;
-  advantage: number;
-  /** 0 for compact-filtered samples (kept for statistics, no loss). */
-  lossWeight: number;
-  /** Node index of each output token, in order (strictly increasing, each the parent's child). */
-  outputNodes: Int32Array;
-  /** Prompt tokens of the sample = depth of its first output node. */
-  promptLength: number;
-}
-
-/**
- * A batch's samples merged into one forest in DFS pre-order (parents[i] < i, -1 for roots), with
- * what generation recorded per node. behaviourLogp and versions are meaningful on output nodes;
- * lossWeight[i] sums the weights of the samples for which node i is an output token.
- */
-export interface PrefixTree {
-  tokens: Int32Array;
-  parents: Int32Array;
-  behaviourLogp: Float32Array;
-  versions: Uint32Array;
-  lossWeight: Float32Array;
-  samples: PrefixTreeSample[];
-}
+// The tree layout is the train-batch contract's (libs/contracts codec/prefix-tree-blob.ts): unique
+// nodes in DFS pre-order, parents, per-node behaviour logprobs, versions and loss weights, and each
+// sample's output nodes.
+export type { PrefixTree, PrefixTreeSample };
 
 export interface TreePackingResult extends PackingResult {
   /** For each pack: the tree node each pack node came from (pack node j = tree node nodeOf[p][j]). */
