@@ -5,7 +5,12 @@ import { fileURLToPath } from 'node:url';
 // tests against the real Kafka broker and PostgreSQL server (started by tools/test/run-all.mjs),
 // and end-to-end tests that run built services as separate processes.
 const root = fileURLToPath(new URL('.', import.meta.url));
+// Test support (each project's src/testing/, excluded from builds) under `@anvil/<project>/testing`;
+// listed first, since an alias also matches the paths below it.
 const alias = {
+  '@anvil/contracts/testing': `${root}libs/contracts/src/testing/index.ts`,
+  '@anvil/gateway/testing': `${root}apps/gateway/src/testing/index.ts`,
+  '@anvil/inference-proxy/testing': `${root}apps/inference-proxy/src/testing/index.ts`,
   '@anvil/contracts': `${root}libs/contracts/src/index.ts`,
   '@anvil/config': `${root}libs/config/src/index.ts`,
   '@anvil/messaging': `${root}libs/messaging/src/index.ts`,

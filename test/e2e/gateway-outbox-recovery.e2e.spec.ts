@@ -1,6 +1,7 @@
 import type { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sampleLlmCallEvent, TOPICS, type EventEnvelope } from '@anvil/contracts';
+import { TOPICS, type EventEnvelope } from '@anvil/contracts';
+import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import { createBus, type MessageBus, type Subscription } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
 import { createScratchDatabase, startService, waitFor, type ScratchDatabase, type ServiceProcess } from '@anvil/testing';

@@ -1,7 +1,8 @@
 import { createServer, type Server } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
-import { encodeEvent, sampleLlmCallEvent, TOPICS } from '@anvil/contracts';
+import { encodeEvent, TOPICS } from '@anvil/contracts';
+import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import { createBus } from '@anvil/messaging';
 import { startService, waitFor } from '@anvil/testing';
 import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';

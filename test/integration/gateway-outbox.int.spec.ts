@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sampleLlmCallEvent, TOPICS, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
+import { TOPICS, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
+import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import { createBus, stderrLogger, type KafkaConsumerTuning, type MessageBus } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
 import { createScratchDatabase, waitFor, type ScratchDatabase } from '@anvil/testing';

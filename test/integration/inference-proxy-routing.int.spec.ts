@@ -9,7 +9,7 @@ import type { InferenceBackend } from '../../apps/inference-proxy/src/backends/b
 import { SglangBackend } from '../../apps/inference-proxy/src/backends/sglang-backend';
 import { VllmBackend } from '../../apps/inference-proxy/src/backends/vllm-backend';
 import type { InferenceRuntime } from '../../apps/inference-proxy/src/runtime';
-import { testRuntime } from '../../apps/inference-proxy/src/testing/test-runtime';
+import { testRuntime } from '@anvil/inference-proxy/testing';
 import { WeightsPublishedHandler } from '../../apps/inference-proxy/src/weights/weights-published-handler';
 
 /**

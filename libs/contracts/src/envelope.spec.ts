@@ -4,7 +4,7 @@ import { createEvent, createEventAt, decodeEvent, encodeEvent } from './envelope
 import { encodeFrame } from './codec/binary-frame';
 import { EVENTS, EVENT_TYPES } from './events/registry';
 import { MAX_EVENT_BYTES } from './topics';
-import { sampleLlmCallEvent } from './testing-fixtures';
+import { sampleLlmCallEvent } from './testing';
 
 const now = 1_700_000_000_000;
 

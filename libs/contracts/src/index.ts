@@ -15,4 +15,3 @@ export * from './envelope';
 export * from './api/generate';
 export * from './api/sessions';
 export * from './json-schema';
-export * from './testing-fixtures';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { decodeEvent, encodeEvent, sampleLlmCallEvent, type EventEnvelope } from '@anvil/contracts';
+import { decodeEvent, encodeEvent, type EventEnvelope } from '@anvil/contracts';
+import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import type { MessageBus } from '@anvil/messaging';
 import type { SqlClient } from '../db/sql-client';
 import type { StoredCapture } from './capture-store';

@@ -3,12 +3,12 @@ import {
   deadLetterTopicOf,
   encodeFrame,
   retryTopicOf,
-  sampleLlmCallEvent,
   TOPICS,
   topicOf,
   type AnyEventEnvelope,
   type EventEnvelope,
 } from '@anvil/contracts';
+import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import { trace } from '@opentelemetry/api';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { MessageBus, MessageMeta, RawRecord } from '../bus';

@@ -1,4 +1,4 @@
-import { createEvent, type EventEnvelope } from './envelope';
+import { createEvent, type EventEnvelope } from '../envelope';
 
 /**
  * A realistic llm_call.recorded event with `promptTokens` prompt ids and `outputTokens`

@@ -1,0 +1,2 @@
+/** Test support of the inference-proxy (`@anvil/inference-proxy/testing`): excluded from builds, imported by specs, tests and benches only. */
+export * from './test-runtime';
