@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { TOPICS, createEvent, type AnyEventEnvelope } from '@anvil/contracts';
 import { MemoryBroker, MemoryBus, silentLogger, type MessageBus, type SubscribeOptions, type Subscription } from '@anvil/messaging';
 import { createLogger } from '@anvil/observability';
-import { BackgroundSubscription, retryDelayMs, sleepUnlessAborted } from './background-subscription';
+import { BackgroundStart, BackgroundSubscription, retryDelayMs, sleepUnlessAborted } from './background-subscription';
 import { ReadinessRegistry } from './readiness';
 
 const logger = createLogger({ service: 'test', level: 'error' });
@@ -213,5 +213,62 @@ describe('BackgroundSubscription', () => {
     helper.start();
     await helper.stop();
     expect(flaky.calls).toBe(0);
+  });
+});
+
+describe('BackgroundStart (a runtime rather than a bare subscription)', () => {
+  class Runtime {
+    stopped = false;
+    async stop() {
+      this.stopped = true;
+    }
+  }
+
+  it('retries start until it succeeds, reports readiness, and stops what it started', async () => {
+    const readiness = new ReadinessRegistry();
+    let failures = 2;
+    const made: Runtime[] = [];
+    const task = new BackgroundStart<Runtime>({
+      name: 'data-pool',
+      logger,
+      readiness,
+      backoff: () => 5,
+      start: async () => {
+        if (failures-- > 0) throw new Error('database not up');
+        const r = new Runtime();
+        made.push(r);
+        return r;
+      },
+      stop: (r) => r.stop(),
+    }).run();
+    expect((await readiness.evaluate()).checks['data-pool'].ok).toBe(false);
+    await task.whenStarted();
+    expect(task.failedAttempts).toBe(2);
+    expect(task.current).toBe(made[0]);
+    expect((await readiness.evaluate()).checks['data-pool'].ok).toBe(true);
+    await task.stop();
+    expect(made.map((r) => r.stopped)).toEqual([true]);
+    expect(task.isStarted).toBe(false);
+  });
+
+  it('stopped while start is in flight: returns after stopTimeoutMs, and stops the runtime once start returns it', async () => {
+    let finish!: () => void;
+    const late = new Runtime();
+    const task = new BackgroundStart<Runtime>({
+      name: 'c',
+      logger,
+      stopTimeoutMs: 30,
+      start: () => new Promise<Runtime>((r) => (finish = () => r(late))),
+      stop: (r) => r.stop(),
+    }).run();
+    await new Promise((r) => setTimeout(r, 10));
+    const started = Date.now();
+    await task.stop();
+    expect(Date.now() - started).toBeLessThan(1_000);
+    expect(late.stopped).toBe(false);
+    finish();
+    for (let i = 0; i < 100 && !late.stopped; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(late.stopped).toBe(true);
+    expect(task.isStarted).toBe(false);
   });
 });

@@ -26,8 +26,131 @@ export function sleepUnlessAborted(ms: number, signal: AbortSignal): Promise<voi
   });
 }
 
+export interface BackgroundStartOptions<T> {
+  /** Readiness check name and log label, e.g. 'data-pool'. */
+  name: string;
+  logger: Logger;
+  /** When given, a check `name` that fails until `start` has succeeded. */
+  readiness?: ReadinessRegistry;
+  /**
+   * Runs before each attempt (open the database, run migrations, wait for a schema): an error
+   * is logged and retried with the backoff. `signal` aborts on stop, and stop does not wait for it.
+   */
+  prepare?: (signal: AbortSignal) => Promise<void>;
+  /** One attempt to start (join a group, start a runtime): an error is logged and retried. */
+  start: () => Promise<T>;
+  /** Stops what `start` returned: on stop(), and at once for an attempt that succeeds after stop() was called. */
+  stop: (started: T) => Promise<void>;
+  /** Log fields once started. */
+  describe?: (started: T) => Record<string, unknown>;
+  /** Delay before attempt n+1 after n failures. Default `retryDelayMs`. */
+  backoff?: (attempt: number) => number;
+  /** How long stop() waits for a `start` in flight. Default 10 s. */
+  stopTimeoutMs?: number;
+}
+
+/**
+ * Starts something in the background and keeps trying until it has started, so a service
+ * answers /healthz (and an honest /readyz) while its broker and database come up. `stop()`
+ * is safe at any moment: before `start()`, during `prepare` (aborted, not waited for), while
+ * `start` is still running (waited for up to `stopTimeoutMs`; what it returns later is
+ * stopped as soon as it exists, and no further attempt is made), during the backoff sleep
+ * (cut short), or after it started.
+ */
+export class BackgroundStart<T> {
+  private value: { started: T } | null = null;
+  private readonly abort = new AbortController();
+  private loop: Promise<void> | null = null;
+  /** The `start` call in flight, if any: stop() waits for it (bounded). */
+  private starting: Promise<unknown> | null = null;
+  private startedResolve!: () => void;
+  private readonly startedPromise = new Promise<void>((resolve) => (this.startedResolve = resolve));
+  private attempts = 0;
+  private lastError: unknown = null;
+
+  constructor(private readonly options: BackgroundStartOptions<T>) {
+    options.readiness?.add({
+      name: options.name,
+      check: async () => {
+        if (this.value) return;
+        const why = this.lastError instanceof Error ? `: ${this.lastError.message}` : '';
+        throw new Error(`${options.name} not started yet${why}`);
+      },
+    });
+  }
+
+  /** Starts the loop (idempotent) and returns at once. */
+  run(): this {
+    if (!this.loop && !this.abort.signal.aborted) this.loop = this.attemptUntilStarted();
+    return this;
+  }
+
+  /** What `start` returned, once it has. */
+  get current(): T | null {
+    return this.value ? this.value.started : null;
+  }
+
+  get isStarted(): boolean {
+    return this.value !== null;
+  }
+
+  /** Failed attempts so far. */
+  get failedAttempts(): number {
+    return this.attempts;
+  }
+
+  /** Resolves once started (never, if stopped first). */
+  whenStarted(): Promise<void> {
+    return this.startedPromise;
+  }
+
+  private async attemptUntilStarted(): Promise<void> {
+    const { logger, name } = this.options;
+    const backoff = this.options.backoff ?? retryDelayMs;
+    const signal = this.abort.signal;
+    while (!signal.aborted) {
+      try {
+        await this.options.prepare?.(signal);
+        if (signal.aborted) return;
+        const starting = this.options.start();
+        this.starting = starting.catch(() => undefined);
+        const started = await starting.finally(() => (this.starting = null));
+        if (signal.aborted) {
+          // Stopped while starting: stop it at once instead of running for a service that is going away.
+          await this.options.stop(started);
+          return;
+        }
+        this.value = { started };
+        this.lastError = null;
+        logger.info(`${name} started`, this.options.describe?.(started) ?? {});
+        this.startedResolve();
+        return;
+      } catch (err) {
+        if (signal.aborted) return;
+        this.attempts++;
+        this.lastError = err;
+        logger.warn(`${name} not started yet; retrying`, { attempt: this.attempts, err });
+        await sleepUnlessAborted(backoff(this.attempts), signal);
+      }
+    }
+  }
+
+  /** Stops retrying, then stops what was started (see the class comment). Idempotent. */
+  async stop(): Promise<void> {
+    this.abort.abort();
+    if (this.starting) {
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, this.options.stopTimeoutMs ?? 10_000)));
+      await Promise.race([this.loop, deadline]).finally(() => clearTimeout(timer));
+    }
+    const value = this.value;
+    this.value = null;
+    if (value) await this.options.stop(value.started);
+  }
+}
+
 export interface BackgroundSubscriptionOptions {
-  /** Readiness check name and log label, e.g. 'data-pool-consumer'. */
+  /** Readiness check name and log label, e.g. 'policy-versions'. */
   name: string;
   bus: MessageBus;
   logger: Logger;
@@ -42,106 +165,55 @@ export interface BackgroundSubscriptionOptions {
   subscribe: SubscribeOptions | (() => SubscribeOptions);
   /** Delay before attempt n+1 after n failures. Default `retryDelayMs`. */
   backoff?: (attempt: number) => number;
-  /** Passed to `Subscription.stop` on stop. Default 10 s. */
+  /** How long stop() waits for a bus.subscribe in flight, and `Subscription.stop`'s deadline. Default 10 s. */
   stopTimeoutMs?: number;
 }
 
 /**
- * Subscribes in the background and keeps trying until it has joined, so a service answers
- * /healthz (and an honest /readyz) while its broker and database come up. `stop()` is safe
- * at any moment: before `start()`, while `prepare` or `bus.subscribe` is still running (the
- * subscription that attempt returns is stopped as soon as it exists, and no further attempt
- * is made), during the backoff sleep (cut short), or after it joined.
+ * A BackgroundStart whose attempt is `bus.subscribe`: joins the group in the background,
+ * readiness until it has joined, leaves the group on stop (committing what was handled),
+ * a member that joins after stop() is left at once.
  */
 export class BackgroundSubscription {
-  private subscription: Subscription | null = null;
-  private readonly abort = new AbortController();
-  private loop: Promise<void> | null = null;
-  /** The bus.subscribe call in flight, if any: stop() waits for it (bounded). */
-  private joining: Promise<unknown> | null = null;
-  private joinedResolve!: () => void;
-  private readonly joined = new Promise<void>((resolve) => (this.joinedResolve = resolve));
-  private attempts = 0;
-  private lastError: unknown = null;
+  private readonly task: BackgroundStart<Subscription>;
 
-  constructor(private readonly options: BackgroundSubscriptionOptions) {
-    options.readiness?.add({
+  constructor(options: BackgroundSubscriptionOptions) {
+    const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
+    this.task = new BackgroundStart<Subscription>({
       name: options.name,
-      check: async () => {
-        if (this.subscription) return;
-        const why = this.lastError instanceof Error ? `: ${this.lastError.message}` : '';
-        throw new Error(`${options.name} not subscribed yet${why}`);
-      },
+      logger: options.logger,
+      readiness: options.readiness,
+      prepare: options.prepare,
+      backoff: options.backoff,
+      stopTimeoutMs,
+      start: () => options.bus.subscribe(typeof options.subscribe === 'function' ? options.subscribe() : options.subscribe),
+      stop: (subscription) => subscription.stop({ timeoutMs: stopTimeoutMs }),
+      describe: (subscription) => ({ group: subscription.group, topics: subscription.topics }),
     });
   }
 
   /** Starts the loop (idempotent) and returns at once. */
   start(): this {
-    if (!this.loop && !this.abort.signal.aborted) this.loop = this.run();
+    this.task.run();
     return this;
   }
 
   get subscribed(): boolean {
-    return this.subscription !== null;
+    return this.task.isStarted;
   }
 
   /** Failed attempts so far. */
   get failedAttempts(): number {
-    return this.attempts;
+    return this.task.failedAttempts;
   }
 
   /** Resolves once the subscription has joined (never, if it is stopped first). */
   whenSubscribed(): Promise<void> {
-    return this.joined;
+    return this.task.whenStarted();
   }
 
-  private async run(): Promise<void> {
-    const { bus, logger, name } = this.options;
-    const backoff = this.options.backoff ?? retryDelayMs;
-    const signal = this.abort.signal;
-    while (!signal.aborted) {
-      try {
-        await this.options.prepare?.(signal);
-        if (signal.aborted) return;
-        const subscribeOptions = typeof this.options.subscribe === 'function' ? this.options.subscribe() : this.options.subscribe;
-        const joining = bus.subscribe(subscribeOptions);
-        this.joining = joining.catch(() => undefined);
-        const subscription = await joining.finally(() => (this.joining = null));
-        if (signal.aborted) {
-          // Stopped while joining: leave at once instead of consuming for a service that is going away.
-          await subscription.stop({ timeoutMs: this.options.stopTimeoutMs ?? 10_000 });
-          return;
-        }
-        this.subscription = subscription;
-        this.lastError = null;
-        logger.info(`${name} subscribed`, { group: subscription.group, topics: subscription.topics });
-        this.joinedResolve();
-        return;
-      } catch (err) {
-        if (signal.aborted) return;
-        this.attempts++;
-        this.lastError = err;
-        logger.warn(`${name} not connected yet; retrying`, { attempt: this.attempts, err });
-        await sleepUnlessAborted(backoff(this.attempts), signal);
-      }
-    }
-  }
-
-  /**
-   * Stops retrying and leaves the group (committing what was handled). A `prepare` in flight
-   * is not waited for (it sees the aborted signal); a `bus.subscribe` in flight is waited for
-   * up to `stopTimeoutMs`, and if it returns later still, the loop stops that subscription
-   * itself, so nothing keeps consuming. Idempotent.
-   */
-  async stop(): Promise<void> {
-    this.abort.abort();
-    if (this.joining) {
-      let timer: NodeJS.Timeout | undefined;
-      const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, this.options.stopTimeoutMs ?? 10_000)));
-      await Promise.race([this.loop, deadline]).finally(() => clearTimeout(timer));
-    }
-    const subscription = this.subscription;
-    this.subscription = null;
-    await subscription?.stop({ timeoutMs: this.options.stopTimeoutMs ?? 10_000 });
+  /** Stops retrying and leaves the group. Idempotent. */
+  stop(): Promise<void> {
+    return this.task.stop();
   }
 }

@@ -3,7 +3,7 @@ import type { DataSource } from 'typeorm';
 import type { MessageBus } from '@anvil/messaging';
 import { runMigrations } from '@anvil/persistence';
 import type { Logger, ServiceMetrics } from '@anvil/observability';
-import { DATA_SOURCE, EVENT_BUS, LOGGER, METRICS, ReadinessRegistry } from '@anvil/service-kit';
+import { BackgroundStart, DATA_SOURCE, EVENT_BUS, LOGGER, METRICS, ReadinessRegistry } from '@anvil/service-kit';
 import { DataPoolRuntime } from '../runtime';
 import type { DataPoolConfig } from './pool';
 
@@ -16,59 +16,46 @@ export interface DataPoolOptions {
 }
 
 /**
- * The thin Nest wrapper around DataPoolRuntime: starts it in the background (the database and
- * the broker may still be coming up; /readyz says so until it has subscribed) and stops it
- * gracefully (commits what was handled, publishes the outbox, gives the scheduler lease up).
+ * The thin Nest wrapper around DataPoolRuntime: starts it in the background (BackgroundStart:
+ * the database and the broker may still be coming up; /readyz says so until it has
+ * subscribed; retried with the services' backoff) and stops it gracefully (commits what was
+ * handled, publishes the outbox, gives the scheduler lease up), also while still starting.
  */
 @Injectable()
 export class DataPoolConsumer implements OnModuleInit, OnModuleDestroy {
-  private readonly runtime: DataPoolRuntime;
-  private started = false;
-  private stopping = false;
-  private starting: Promise<void> | null = null;
+  private readonly task: BackgroundStart<DataPoolRuntime>;
 
   constructor(
     @Inject(EVENT_BUS) bus: MessageBus,
-    @Inject(DATA_SOURCE) private readonly dataSource: DataSource,
-    @Inject(DATA_POOL_OPTIONS) private readonly options: DataPoolOptions,
-    @Inject(LOGGER) private readonly logger: Logger,
+    @Inject(DATA_SOURCE) dataSource: DataSource,
+    @Inject(DATA_POOL_OPTIONS) options: DataPoolOptions,
+    @Inject(LOGGER) logger: Logger,
     @Inject(METRICS) metrics: ServiceMetrics,
-    @Inject(ReadinessRegistry) private readonly readiness: ReadinessRegistry,
+    @Inject(ReadinessRegistry) readiness: ReadinessRegistry,
   ) {
-    this.runtime = new DataPoolRuntime({ bus, dataSource, group: options.group, concurrency: options.concurrency, config: options.pool, logger, metrics });
+    const runtime = new DataPoolRuntime({ bus, dataSource, group: options.group, concurrency: options.concurrency, config: options.pool, logger, metrics });
+    this.task = new BackgroundStart<DataPoolRuntime>({
+      name: 'data-pool',
+      logger,
+      readiness,
+      prepare: async () => {
+        if (!dataSource.isInitialized) await dataSource.initialize();
+        if (options.migrateOnStart) {
+          const applied = await runMigrations(dataSource);
+          if (applied.length) logger.info('migrations applied', { applied });
+        }
+      },
+      start: async () => (await runtime.start(), runtime),
+      stop: (r) => r.stop(),
+      describe: (r) => ({ group: options.group, runId: r.config.runId, owner: r.config.owner }),
+    });
   }
 
   onModuleInit(): void {
-    this.readiness.add({
-      name: 'data-pool',
-      check: async () => {
-        if (!this.started) throw new Error('not subscribed yet');
-      },
-    });
-    this.starting = this.connect();
-  }
-
-  private async connect(): Promise<void> {
-    for (let attempt = 1; !this.started && !this.stopping; attempt++) {
-      try {
-        if (!this.dataSource.isInitialized) await this.dataSource.initialize();
-        if (this.options.migrateOnStart) {
-          const applied = await runMigrations(this.dataSource);
-          if (applied.length) this.logger.info('migrations applied', { applied });
-        }
-        await this.runtime.start();
-        this.started = true;
-        this.logger.info('data pool running', { group: this.options.group, runId: this.runtime.config.runId, owner: this.runtime.config.owner });
-      } catch (err) {
-        this.logger.warn('data pool not started yet; retrying', { attempt, err });
-        await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * attempt)));
-      }
-    }
+    this.task.run();
   }
 
   async onModuleDestroy(): Promise<void> {
-    this.stopping = true;
-    await this.starting;
-    if (this.started) await this.runtime.stop();
+    await this.task.stop();
   }
 }
