@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TOPICS, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
+import { llmCallDelta, PromptChain, TOPICS, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
 import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import { createBus, stderrLogger, type KafkaConsumerTuning, type MessageBus } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
@@ -93,15 +93,15 @@ describe('gateway outbox (real PostgreSQL and Kafka)', () => {
     const [first, second] = [request('s-delta', 1), request('s-delta', 1)];
     const e1 = first.records[0];
     const e2 = second.records[0];
-    const state = (e: EventEnvelope<'llm_call.recorded'>, parentCallId: string | null): CaptureState => ({
+    const state = (e: EventEnvelope<'llm_call.recorded'>, promptIds: number[], parentCallId: string | null): CaptureState => ({
       callId: e.id, sessionId: 's-delta', branchId: 'b', parentCallId, turnIndex: 0, replyFingerprint: `fp-${e.id}`, messages: [{ role: 'user', content: e.id }],
-      assistantMessage: { role: 'assistant', content: 'ok' }, tools: null, templateExtra: {}, promptIds: Array.from(e.payload.promptIds), outputIds: Array.from(e.payload.outputIds),
+      assistantMessage: { role: 'assistant', content: 'ok' }, tools: null, templateExtra: {}, promptIds, outputIds: Array.from(e.payload.outputIds),
     });
-    const s1 = state(e1, null);
-    e2.payload.promptIds = Int32Array.from([...e1.payload.promptIds, ...e1.payload.outputIds, 7, 8, 9]);
-    e2.payload.reusedPromptTokens = e1.payload.promptIds.length + e1.payload.outputIds.length;
-    e2.payload.parentCallId = e1.id;
-    const s2 = state(e2, e1.id);
+    const p1 = Array.from(e1.payload.promptDeltaIds); // a first call reuses nothing: its delta is its whole prompt
+    const s1 = state(e1, p1, null);
+    const p2 = [...p1, ...e1.payload.outputIds, 7, 8, 9];
+    Object.assign(e2.payload, llmCallDelta(p2, p1.length + e1.payload.outputIds.length), { parentCallId: e1.id });
+    const s2 = state(e2, p2, e1.id);
     (first as { captures: CommitRequest['captures'] }).captures = [{ turn: 0, row: storedCapture(s1, null) }];
     (second as { captures: CommitRequest['captures'] }).captures = [{ turn: 0, row: storedCapture(s2, s1) }];
     expect(second.captures[0].row.promptPrefixTokens).toBe(e2.payload.reusedPromptTokens);
@@ -117,7 +117,8 @@ describe('gateway outbox (real PostgreSQL and Kafka)', () => {
     expect(await survivor.sweep()).toBe(2);
     await waitFor('two records', async () => (got.filter((e) => e.payload.sessionId === 's-delta').length >= 2 ? true : undefined), 30_000);
     const mine = got.filter((e) => e.payload.sessionId === 's-delta');
-    expect(mine.map((e) => Array.from(e.payload.promptIds))).toEqual([Array.from(e1.payload.promptIds), Array.from(e2.payload.promptIds)]);
+    const chain = new PromptChain();
+    expect(mine.map((e) => Array.from(chain.fullPrompt(e.payload)))).toEqual([p1, p2]);
     expect(mine.map((e) => e.payload.reusedPromptTokens)).toEqual([e1.payload.reusedPromptTokens, e2.payload.reusedPromptTokens]);
     expect(mine.map((e) => e.payload.turnIndex)).toEqual([0, 1]);
     await sub.stop();
@@ -147,7 +148,7 @@ describe('gateway outbox (real PostgreSQL and Kafka)', () => {
     for (const e of mine) {
       const original = byId.get(e.id);
       expect(original).toBeDefined();
-      expect(Array.from(e.payload.promptIds)).toEqual(Array.from(original?.payload.promptIds ?? []));
+      expect([e.payload.promptLength, e.payload.reusedPromptTokens, Array.from(e.payload.promptDeltaIds)]).toEqual([original?.payload.promptLength, original?.payload.reusedPromptTokens, Array.from(original?.payload.promptDeltaIds ?? [])]);
       expect(Array.from(e.payload.outputLogprobs)).toEqual(Array.from(original?.payload.outputLogprobs ?? []));
     }
     expect(await survivor.sweep()).toBe(0);
