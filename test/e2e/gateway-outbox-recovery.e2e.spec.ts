@@ -1,6 +1,6 @@
 import type { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TOPICS, type EventEnvelope } from '@anvil/contracts';
+import { llmCallDelta, PromptChain, TOPICS, type EventEnvelope, type LlmCallRecordedV1 } from '@anvil/contracts';
 import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import { createBus, type MessageBus, type Subscription } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
@@ -31,7 +31,9 @@ let ds: DataSource;
 let gateway: ServiceProcess | undefined;
 let bus: MessageBus;
 let sub: Subscription;
-const records = new Map<string, EventEnvelope<'llm_call.recorded'>>();
+/** Records as received, with whole prompts rebuilt along the call chain (v2 carries deltas). */
+const records = new Map<string, Omit<EventEnvelope<'llm_call.recorded'>, 'payload'> & { payload: LlmCallRecordedV1 }>();
+const chain = new PromptChain();
 let deliveries = 0;
 
 beforeAll(async () => {
@@ -47,7 +49,7 @@ beforeAll(async () => {
     handler: async (e) => {
       if (e.type !== 'llm_call.recorded') return;
       deliveries++;
-      records.set(e.id, e);
+      records.set(e.id, { ...e, payload: chain.materialize(e.payload) });
     },
   });
 });
@@ -64,10 +66,10 @@ const event = (sessionId: string, seed: number, turn: number) => {
   const e = sampleLlmCallEvent({ promptTokens: 200, outputTokens: 12, turnIndex: turn, rolloutId: `rollout-${sessionId}`, seed });
   return { ...e, id: e.payload.callId, payload: { ...e.payload, sessionId } };
 };
-const captureOf = (e: EventEnvelope<'llm_call.recorded'>, parentCallId: string | null): CaptureState => ({
+const captureOf = (e: EventEnvelope<'llm_call.recorded'>, promptIds: number[], parentCallId: string | null): CaptureState => ({
   callId: e.id, sessionId: e.payload.sessionId, branchId: 'b0', parentCallId, turnIndex: 0, replyFingerprint: `fp-${e.id}`,
   messages: [{ role: 'user', content: e.id }], assistantMessage: { role: 'assistant', content: 'ok' }, tools: null, templateExtra: {},
-  promptIds: Array.from(e.payload.promptIds), outputIds: Array.from(e.payload.outputIds),
+  promptIds, outputIds: Array.from(e.payload.outputIds),
 });
 
 describe('gateway outbox recovery (built gateway, real Kafka and PostgreSQL)', () => {
@@ -81,16 +83,17 @@ describe('gateway outbox recovery (built gateway, real Kafka and PostgreSQL)', (
     // Turn 0: a chat call (capture row whole); turn 1 extends it (capture row a delta); turns 2-3: a completion with n = 2 (no capture).
     const t0 = event(sessionId, 11, 0);
     const t1 = event(sessionId, 12, 0);
-    t1.payload.promptIds = Int32Array.from([...t0.payload.promptIds, ...t0.payload.outputIds, 5, 6, 7]);
-    t1.payload.reusedPromptTokens = t0.payload.promptIds.length + t0.payload.outputIds.length;
-    t1.payload.parentCallId = t0.id;
-    const c0 = captureOf(t0, null);
+    const p0 = Array.from(t0.payload.promptDeltaIds); // a first call reuses nothing: its delta is its whole prompt
+    const p1 = [...p0, ...t0.payload.outputIds, 5, 6, 7];
+    Object.assign(t1.payload, llmCallDelta(p1, p0.length + t0.payload.outputIds.length), { parentCallId: t0.id });
+    const c0 = captureOf(t0, p0, null);
     const reqs: CommitRequest[] = [
       { sessionId, calls: 1, newBranches: 1, captures: [{ turn: 0, row: storedCapture(c0, null) }], records: [t0] },
-      { sessionId, calls: 1, newBranches: 0, captures: [{ turn: 0, row: storedCapture(captureOf(t1, t0.id), c0) }], records: [t1] },
+      { sessionId, calls: 1, newBranches: 0, captures: [{ turn: 0, row: storedCapture(captureOf(t1, p1, t0.id), c0) }], records: [t1] },
       { sessionId, calls: 2, newBranches: 1, captures: [], records: [event(sessionId, 13, 0), event(sessionId, 14, 1)] },
     ];
-    const expected = reqs.flatMap((r) => r.records.map((e) => ({ id: e.id, promptIds: Array.from(e.payload.promptIds), outputIds: Array.from(e.payload.outputIds), reused: e.payload.reusedPromptTokens })));
+    const wholePrompt = (e: EventEnvelope<'llm_call.recorded'>) => (e.id === t1.id ? p1 : Array.from(e.payload.promptDeltaIds));
+    const expected = reqs.flatMap((r) => r.records.map((e) => ({ id: e.id, promptIds: wholePrompt(e), outputIds: Array.from(e.payload.outputIds), reused: e.payload.reusedPromptTokens })));
     for (const r of reqs) expect(await dead.commit(r)).not.toBeNull();
     const count = async () => Number(((await ds.query(`SELECT count(*) AS "n" FROM "gateway_outbox"`)) as { n: string }[])[0].n);
     expect(await count()).toBe(4);

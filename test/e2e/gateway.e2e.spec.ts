@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import type { DataSource } from 'typeorm';
-import { TOPICS, type EventEnvelope } from '@anvil/contracts';
+import { PromptChain, TOPICS, type EventEnvelope, type LlmCallRecordedV1 } from '@anvil/contracts';
 import { createBus, type MessageBus, type Subscription } from '@anvil/messaging';
 import { createDataSource } from '@anvil/persistence';
 import { repoRoot, startService, waitFor, type ServiceProcess } from '@anvil/testing';
@@ -31,7 +31,10 @@ let gateway: ServiceProcess;
 let bus: MessageBus;
 let sub: Subscription;
 let ds: DataSource;
-const records = new Map<string, EventEnvelope<'llm_call.recorded'>>();
+/** Records as received, with whole prompts rebuilt along the call chain (v2 carries deltas; a rollout's records arrive in order). */
+type Recorded = Omit<EventEnvelope<'llm_call.recorded'>, 'payload'> & { payload: LlmCallRecordedV1 };
+const records = new Map<string, Recorded>();
+const chain = new PromptChain();
 const openSessions: string[] = [];
 
 const ready = (svc: ServiceProcess) => waitFor(`${svc.app} /readyz`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
@@ -51,7 +54,7 @@ beforeAll(async () => {
     topics: [TOPICS.llmCalls],
     fromBeginning: true,
     handler: async (e) => {
-      if (e.type === 'llm_call.recorded') records.set(e.payload.callId, e);
+      if (e.type === 'llm_call.recorded') records.set(e.payload.callId, { ...e, payload: chain.materialize(e.payload) });
     },
   });
   ds = createDataSource({ url: DATABASE_URL });
@@ -82,7 +85,7 @@ async function session(rolloutId: string): Promise<{ sessionId: string; apiKey: 
 const sdk = (apiKey: string, baseURL = `${gateway.baseUrl}/v1`) => new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
 const callIds = (res: Response) => (res.headers.get('x-anvil-call-ids') ?? '').split(',').filter(Boolean);
 
-async function recorded(ids: string[], timeoutMs = 60_000): Promise<EventEnvelope<'llm_call.recorded'>[]> {
+async function recorded(ids: string[], timeoutMs = 60_000): Promise<Recorded[]> {
   return waitFor(`records ${ids.length}`, async () => (ids.every((id) => records.has(id)) ? ids.map((id) => records.get(id)!) : undefined), timeoutMs, 100);
 }
 
@@ -92,7 +95,7 @@ async function inDataPool(ids: string[]): Promise<number> {
 }
 
 /** What the fixture engine samples for this prompt: the recorded output ids must be exactly these. */
-function engineOutput(e: EventEnvelope<'llm_call.recorded'>, maxTokens: number): number[] {
+function engineOutput(e: Recorded, maxTokens: number): number[] {
   const seed = e.payload.sampling.seed ?? 0;
   return fixtureGenerate(Array.from(e.payload.promptIds), { maxTokens, seed, weights: WEIGHTS, vocabSize: 272, stopIds: [258, 256], eosId: 258 }).ids;
 }
