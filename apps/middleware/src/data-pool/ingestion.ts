@@ -54,12 +54,22 @@ export class DataPoolIngestion {
         const p = event.payload as typeof event.payload & { queuePosition?: number; purpose?: 'train' | 'eval' };
         if (p.purpose === 'eval') return; // evaluation rollouts are never trained on
         await m.query(`INSERT INTO "data_pool_groups" ("group_id", "run_id", "task_id", "group_size", "opened_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0)) ON CONFLICT DO NOTHING`, [p.groupId, this.runId, p.taskId, p.groupSize, p.startedAt]);
-        // queue position: the rollout-manager's submission order, else arrival order
+        // queue position: the rollout-manager's submission order, else arrival order (a counter
+        // on the run's scheduler row: its row lock orders concurrent partitions)
+        let position = p.queuePosition ?? null;
+        if (position === null) {
+          const [{ pos }]: { pos: string }[] = await m.query(
+            `INSERT INTO "data_pool_scheduler" ("run_id", "next_position") VALUES ($1, 1)
+             ON CONFLICT ("run_id") DO UPDATE SET "next_position" = "data_pool_scheduler"."next_position" + 1 RETURNING "next_position" - 1 AS pos`,
+            [this.runId],
+          );
+          position = Number(pos);
+        }
+        // a clash of positions is an error (dead-lettered with its reason), never a silent skip
         await m.query(
           `INSERT INTO "data_pool_queue" ("rollout_id", "run_id", "group_id", "task_id", "position", "submitted_at")
-           VALUES ($1, $2::varchar, $3, $4, coalesce($5::bigint, (SELECT coalesce(max("position"), -1) + 1 FROM "data_pool_queue" WHERE "run_id" = $2::varchar)), to_timestamp($6::float8 / 1000.0))
-           ON CONFLICT DO NOTHING`,
-          [p.rolloutId, this.runId, p.groupId, p.taskId, p.queuePosition ?? null, p.startedAt],
+           VALUES ($1, $2, $3, $4, $5, to_timestamp($6::float8 / 1000.0)) ON CONFLICT ("rollout_id") DO NOTHING`,
+          [p.rolloutId, this.runId, p.groupId, p.taskId, position, p.startedAt],
         );
         return;
       }

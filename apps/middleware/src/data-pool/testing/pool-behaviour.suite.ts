@@ -71,7 +71,11 @@ export function describePoolBehaviour(env: PoolEnv): void {
     const rewards = [1, 0, 0, 0, null];
     const rs = reasons.map((finishReason, i) => rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 5, reward: rewards[i], finishReason, sampleIndex: i }));
     await env.bus().publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
-    const settled = await until('settled', () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g) as EventEnvelope<'rollout_group.settled'> | undefined);
+    const settled = await until('settled', () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g) as EventEnvelope<'rollout_group.settled'> | undefined).catch(async (err) => {
+      const q = await env.ds().query(`SELECT q."rollout_id", q."run_id", q."status", r."status" AS rs, r."num_calls", (SELECT count(*) FROM "llm_calls" c WHERE c."rollout_id" = q."rollout_id") AS calls FROM "data_pool_queue" q LEFT JOIN "rollouts" r ON r."id" = q."rollout_id" WHERE q."group_id" = $1`, [g]);
+      const gr = await env.ds().query(`SELECT * FROM "data_pool_groups" WHERE "group_id" = $1`, [g]);
+      throw new Error(`${(err as Error).message}: queue ${JSON.stringify(q)} groups ${JSON.stringify(gr)} tick ${JSON.stringify(rt.lastTick)} run ${rt.config.runId}`);
+    });
     expect(settled.payload.retryRolloutIds).toEqual([`${g}-r4`]);
     const masked = Object.fromEntries(out.seen.filter((e) => e.type === 'trajectory.ready' && e.payload.groupId === g).map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.lossMasked]));
     expect(masked).toEqual({ [`${g}-r0`]: false, [`${g}-r1`]: true, [`${g}-r2`]: true, [`${g}-r3`]: false });
