@@ -61,6 +61,7 @@ describe('black-box rollouts', () => {
     expect(rolloutIds).toHaveLength(6);
     const done = await until('six completions in Kafka', () => (stack.of('rollout.completed').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId)).length >= 6 ? true : undefined), 120_000);
     expect(done).toBe(true);
+    await until('six outcomes', () => rolloutIds.every((id) => outcomes.some((o) => o.rolloutId === id)) || undefined);
     const started = stack.of('rollout.started').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId));
     expect(started).toHaveLength(6);
     // Queue positions in submission order.

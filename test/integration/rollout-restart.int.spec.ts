@@ -63,7 +63,9 @@ describe('rollout manager killed mid-run', () => {
     second.onRolloutCompleted((o) => outcomes.push(o));
     await second.start();
     const completedOf = (id: string) => stack.of('rollout.completed').filter((e) => (e.payload as { rolloutId: string }).rolloutId === id);
-    await until('aborted completions', () => ids.running.every((id) => completedOf(id).length > 0) || undefined);
+    await until('aborted completions', () => ids.running.every((id) => completedOf(id).length > 0) || undefined).catch(async (err: Error) => {
+      throw new Error(`${err.message}: ${JSON.stringify(second.snapshot())} ${JSON.stringify(await stack.ds.query('SELECT id, status, manager FROM rm_groups'))} ${JSON.stringify(await stack.ds.query('SELECT id, status FROM rm_rollouts'))}`);
+    });
     for (const id of ids.running) expect(completedOf(id)[0].payload).toMatchObject({ finishReason: 'aborted', outcomeReward: null });
     const sessions = await stack.ds.manager.find(GatewaySession);
     expect(ids.running.every((id) => sessions.some((s) => s.rolloutId === id && s.status === 'closed'))).toBe(true);

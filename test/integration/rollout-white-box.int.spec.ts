@@ -194,7 +194,9 @@ describe('capacity release', () => {
       );
       const g1 = await rt.submit({ taskSetId: 'cap', groupSize: 1 });
       const g2 = await rt.submit({ taskSetId: 'cap', groupSize: 1 });
-      await until('g1 done', () => mine.some((o) => o.rolloutId === g1.rolloutIds[0]) || undefined);
+      await until('g1 done', () => mine.some((o) => o.rolloutId === g1.rolloutIds[0]) || undefined).catch((err: Error) => {
+        throw new Error(`${err.message}: ${JSON.stringify(rt.snapshot())}`);
+      });
       await new Promise((r) => setTimeout(r, 800));
       // g1 finished but is untrained: capacity 1 is still held.
       expect(mine.some((o) => o.rolloutId === g2.rolloutIds[0])).toBe(false);

@@ -9,6 +9,7 @@ import { MemoryStore, runWhiteBoxLoop, type LoopResult } from './agents/white-bo
 import { BUILTIN_ENVIRONMENTS, type EnvironmentFactory } from './environments/registry';
 import { EnvironmentError, type Environment, type Episode, type Transcript, type VerifyResult } from './environments/types';
 import { GatewayClient, GatewayError } from './gateway-client';
+import { EventBatcher } from './event-batcher';
 import { RolloutMetrics } from './metrics';
 import { RolloutStateStore, type GroupRow, type RolloutRow } from './state-store';
 import { parseTaskJsonl, type StoredTask } from './tasks/jsonl';
@@ -30,7 +31,7 @@ export interface RolloutRuntimeConfig {
   /** B: groups per training step (capacity (η + 1)·B groups). */
   groupsPerStep: number;
   initialPolicyVersion: number;
-  /** Durable consumer group for rollout_group.settled and train_batch.trained. */
+  /** Durable consumer group for rollout_group.settled, train_batch.trained and evaluation.requested; also this instance's identity in rm_groups (a restart recovers the groups of its own name). */
   consumerGroup: string;
   /** How often a refused admission is retried when no event wakes it. */
   admissionPollMs: number;
@@ -82,7 +83,10 @@ export interface RolloutOutcome {
   numCalls: number;
   error: string | null;
   versionsSpanned: number;
+  /** From the slot being taken to the outcome (sessions, events, agent, verifier: everything). */
   wallMs: number;
+  /** The agent's own time: the white-box loop (policy calls and tools) or the black-box process, start to exit. */
+  agentMs: number;
   /** White-box only: the loop's record (messages sent per call, call ids). */
   loop?: LoopResult;
   blackBox?: Omit<BlackBoxResult, 'cleanup'>;
@@ -124,11 +128,11 @@ export class RolloutRuntime {
   readonly serviceMetrics: ServiceMetrics;
   private readonly logger: Logger;
   private readonly bus: MessageBus;
+  private readonly events: EventBatcher;
   private readonly envFactories: Record<string, EnvironmentFactory>;
   private readonly verifierFns: Record<string, VerifierFn>;
   private controller: StalenessController;
   private currentVersion: number;
-  private nextPosition = 0;
   private readonly groups = new Map<string, GroupState>();
   private readonly queue: GroupState[] = [];
   private readonly evalQueue: GroupState[] = [];
@@ -151,9 +155,10 @@ export class RolloutRuntime {
     this.serviceMetrics = opts.metrics ?? new ServiceMetrics('rollout-manager');
     this.metrics = new RolloutMetrics(this.serviceMetrics);
     this.bus = opts.bus;
+    this.events = new EventBatcher(opts.bus);
     this.gateway = new GatewayClient(opts.gatewayUrl.replace(/\/$/, ''), opts.adminToken, { requestTimeoutMs: this.config.requestTimeoutMs, model: this.config.model });
     this.tasks = new RolloutTaskStore(opts.dataSource);
-    this.state = new RolloutStateStore(opts.dataSource);
+    this.state = new RolloutStateStore(opts.dataSource, this.config.consumerGroup);
     this.envFactories = { ...BUILTIN_ENVIRONMENTS, ...opts.environments };
     this.verifierFns = { ...opts.verifiers };
     this.controller = new StalenessController({ eta: this.config.eta, groupsPerStep: this.config.groupsPerStep });
@@ -323,13 +328,13 @@ export class RolloutRuntime {
   private async newGroup(spec: TaskSetSpec, task: StoredTask, G: number, purpose: 'train' | 'eval', evalId: string | null): Promise<GroupState> {
     const groupId = `${purpose === 'eval' ? 'eval:' : ''}${randomUUID()}`;
     const row: GroupRow = { id: groupId, taskId: task.id, taskSetId: spec.id, groupSize: G, purpose, evalId, status: 'queued', startVersion: null };
-    if (this.nextPosition === 0) this.nextPosition = await this.state.nextQueuePosition();
+    const positions = await this.state.queuePositions(G);
     const members: RolloutRow[] = Array.from({ length: G }, (_, i) => ({
       id: `${groupId}.${i}`,
       groupId,
       taskId: task.id,
       sampleIndex: i,
-      queuePosition: this.nextPosition++,
+      queuePosition: positions[i],
       status: 'queued',
       sessionId: null,
       policyVersionAtStart: null,
@@ -482,11 +487,12 @@ export class RolloutRuntime {
         // Released, then admitted again as a whole when the retries start.
         this.controller.dropped(g.row.id);
         const retries: RolloutRow[] = [];
+        const positions = await this.state.queuePositions(p.retryRolloutIds.length);
         for (const id of p.retryRolloutIds) {
           const old = g.members.find((m) => m.id === id);
           if (!old) continue;
           const n = g.members.filter((m) => m.id.startsWith(`${id}.retry`)).length + 1;
-          retries.push({ ...old, id: `${id}.retry${n}`, queuePosition: this.nextPosition++, status: 'queued', sessionId: null, policyVersionAtStart: null, attempts: 0 });
+          retries.push({ ...old, id: `${id}.retry${n}`, queuePosition: positions[retries.length], status: 'queued', sessionId: null, policyVersionAtStart: null, attempts: 0 });
         }
         if (retries.length) {
           await this.state.insertRollouts(retries);
@@ -541,7 +547,6 @@ export class RolloutRuntime {
   // ---------------------------------------------------------------- recovery
 
   private async recover(): Promise<void> {
-    this.nextPosition = await this.state.nextQueuePosition();
     const open = await this.state.openGroups();
     const rows = await this.state.rolloutsOfGroups(open.map((g) => g.id));
     const inFlight: { groupId: string; startVersion: number }[] = [];
@@ -646,7 +651,7 @@ export class RolloutRuntime {
     );
     for (let attempt = 0; ; attempt++) {
       try {
-        await this.bus.publish(event);
+        await this.events.publish(event);
         return;
       } catch (err) {
         if (attempt >= 5) throw err;
@@ -674,6 +679,7 @@ export class RolloutRuntime {
     let blackBox: BlackBoxResult | undefined;
     let sessionId: string | null = null;
     let startedPublished = false;
+    let agentMs = 0;
 
     for (let attempt = 0; ; attempt++) {
       const timeout = new AbortController();
@@ -691,9 +697,13 @@ export class RolloutRuntime {
           expiresAt: Date.now() + limits.timeoutMs + 60_000,
         });
         sessionId = session.sessionId;
-        await this.state.rolloutRunning(r.id, session.sessionId, versionAtStart, attempt + 1);
+        // The state write and the started event travel together; both are awaited before the agent starts.
+        const running = this.state.rolloutRunning(r.id, session.sessionId, versionAtStart, attempt + 1).then(
+          () => null,
+          (err: unknown) => err as Error,
+        );
         if (!startedPublished) {
-          await this.bus.publish(
+          await this.events.publish(
             createEvent(
               'rollout.started',
               {
@@ -716,10 +726,13 @@ export class RolloutRuntime {
           startedPublished = true;
           this.metrics.started.inc({ purpose, agent: spec.agent.kind });
         }
+        const writeFailed = await running;
+        if (writeFailed) throw writeFailed;
         episode = env ? env.reset(task, { rolloutId: r.id, seed: hashSeed(r.id), signal }) : noToolsEpisode();
         let transcript: Transcript;
         let agentInfo: Parameters<typeof runVerifier>[2]['agent'];
         if (spec.agent.kind === 'white-box') {
+          const a0 = performance.now();
           loop = await runWhiteBoxLoop(
             { gateway: this.gateway, baseUrl: session.baseUrl, episode, signal },
             {
@@ -735,6 +748,7 @@ export class RolloutRuntime {
               seed: hashSeed(r.id) % 1_000_000,
             },
           );
+          agentMs += performance.now() - a0;
           numCalls = loop.callIds.length;
           finishReason = loop.finish === 'aborted' && stopSignal.aborted ? 'aborted' : loop.finish === 'aborted' ? 'aborted' : loop.finish;
           transcript = { messages: loop.messages, finalAnswer: loop.finalAnswer };
@@ -745,6 +759,7 @@ export class RolloutRuntime {
             repoRoot: this.config.repoRoot,
             onSpawn: (pgid) => void this.state.setAgentPgid(r.id, pgid).catch((err: unknown) => this.logger.warn('agent pgid write failed', { rolloutId: r.id, err })),
           });
+          agentMs += blackBox.wallMs;
           const st = await this.gateway.session(session.sessionId).catch(() => null);
           numCalls = st?.callCount ?? 0;
           if (blackBox.timedOut) finishReason = 'timeout';
@@ -794,22 +809,25 @@ export class RolloutRuntime {
       } finally {
         clearTimeout(timer);
         await Promise.resolve(episode?.close?.()).catch(() => undefined);
-        if (sessionId) await this.closeSession(sessionId);
-        await blackBox?.cleanup();
+        void blackBox?.cleanup();
       }
       if (!retry) break;
+      // The failed attempt's session is closed before the next attempt opens its own.
+      if (sessionId) await this.closeSession(sessionId);
       sessionId = null;
       error = null;
     }
 
-    const wallMs = performance.now() - t0;
-    this.metrics.agentSeconds.observe({ agent: spec.agent.kind }, wallMs / 1000);
+    this.metrics.agentSeconds.observe({ agent: spec.agent.kind }, agentMs / 1000);
+    // The session is closed whatever the ending, alongside the completion (not after it).
+    const closing = sessionId ? this.closeSession(sessionId) : Promise.resolve(true);
     if (startedPublished) {
-      await this.publishCompleted({ rolloutId: r.id, groupId: g.row.id, taskId: task.id, finishReason, outcomeReward, processRewards, numCalls, error, versionAtStart, success });
+      await Promise.all([closing, this.publishCompleted({ rolloutId: r.id, groupId: g.row.id, taskId: task.id, finishReason, outcomeReward, processRewards, numCalls, error, versionAtStart, success })]);
     } else {
+      await closing;
       // Never started (the gateway refused the session, or we were stopped first): report it anyway so the group completes.
       finishReason = stopSignal.aborted ? 'aborted' : 'env_error';
-      await this.bus.publish(
+      await this.events.publish(
         createEvent(
           'rollout.started',
           {
@@ -832,6 +850,7 @@ export class RolloutRuntime {
       await this.publishCompleted({ rolloutId: r.id, groupId: g.row.id, taskId: task.id, finishReason, outcomeReward: null, processRewards: [], numCalls: 0, error, versionAtStart, success: null });
     }
     await this.state.rolloutCompleted(r.id, finishReason);
+    const wallMs = performance.now() - t0;
     r.status = 'completed';
     this.metrics.completed.inc({ finish_reason: finishReason, purpose });
     g.pending--;
@@ -854,6 +873,7 @@ export class RolloutRuntime {
       error,
       versionsSpanned: Math.max(1, this.currentVersion - versionAtStart + 1),
       wallMs,
+      agentMs,
       loop,
       blackBox: blackBox ? (bb as Omit<BlackBoxResult, 'cleanup'>) : undefined,
     };

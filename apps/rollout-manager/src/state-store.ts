@@ -29,18 +29,24 @@ export interface RolloutRow {
 
 /** The manager's durable state (migration 1796600000000-rollout-manager-state), raw SQL. */
 export class RolloutStateStore {
-  constructor(private readonly ds: DataSource) {}
+  /** `manager`: this instance's identity (its consumer group); groups are recovered by the instance that created them. */
+  constructor(
+    private readonly ds: DataSource,
+    private readonly manager: string,
+  ) {}
 
-  async nextQueuePosition(): Promise<number> {
-    const [row] = (await this.ds.query(`SELECT COALESCE(MAX("queue_position"), -1) + 1 AS "n" FROM "rm_rollouts"`)) as { n: string | number }[];
-    return Number(row.n);
+  /** `count` queue positions in increasing order, from the shared sequence (unique across instances and restarts). */
+  async queuePositions(count: number): Promise<number[]> {
+    if (count === 0) return [];
+    const rows = (await this.ds.query(`SELECT nextval('rm_queue_position_seq') AS "n" FROM generate_series(1, $1::int)`, [count])) as { n: string | number }[];
+    return rows.map((r) => Number(r.n)).sort((a, b) => a - b);
   }
 
   async insertGroup(g: GroupRow, rollouts: RolloutRow[]): Promise<void> {
     await this.ds.transaction(async (m) => {
       await m.query(
-        `INSERT INTO "rm_groups" ("id","task_id","task_set_id","group_size","purpose","eval_id","status","start_version") VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT ("id") DO NOTHING`,
-        [g.id, g.taskId, g.taskSetId, g.groupSize, g.purpose, g.evalId, g.status, g.startVersion],
+        `INSERT INTO "rm_groups" ("id","task_id","task_set_id","group_size","purpose","eval_id","status","start_version","manager") VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT ("id") DO NOTHING`,
+        [g.id, g.taskId, g.taskSetId, g.groupSize, g.purpose, g.evalId, g.status, g.startVersion, this.manager],
       );
       await this.insertRollouts(rollouts, m);
     });
@@ -87,7 +93,8 @@ export class RolloutStateStore {
 
   async openGroups(): Promise<GroupRow[]> {
     const rows = (await this.ds.query(
-      `SELECT "id","task_id","task_set_id","group_size","purpose","eval_id","status","start_version" FROM "rm_groups" WHERE "status" IN ('queued','running','finished') ORDER BY "created_at", "id"`,
+      `SELECT "id","task_id","task_set_id","group_size","purpose","eval_id","status","start_version" FROM "rm_groups" WHERE "status" IN ('queued','running','finished') AND "manager" = $1 ORDER BY "created_at", "id"`,
+      [this.manager],
     )) as Record<string, unknown>[];
     return rows.map((r) => ({
       id: String(r.id),
