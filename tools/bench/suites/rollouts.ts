@@ -156,7 +156,8 @@ async function main(): Promise<void> {
   let gw: ChildProcess | null = null;
   const rows: Row[] = [];
   try {
-    gw = spawn(join(root, 'node_modules', '.bin', 'tsx'), [__filename, '--serve-gateway', scratch.url, brokers, topicPrefix], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '--max-semi-space-size=64' } });
+    const child = spawn(join(root, 'node_modules', '.bin', 'tsx'), [__filename, '--serve-gateway', scratch.url, brokers, topicPrefix], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '--max-semi-space-size=64' } });
+    gw = child;
     let out = '';
     const gatewayUrl = await new Promise<string>((resolve, reject) => {
       const onData = (d: Buffer) => {
@@ -164,9 +165,9 @@ async function main(): Promise<void> {
         const m = /GATEWAY (\S+)/.exec(out);
         if (m) resolve(m[1]);
       };
-      gw!.stdout!.on('data', onData);
-      gw!.stderr!.on('data', onData);
-      gw!.once('exit', (c) => reject(new Error(`gateway exited ${c}: ${out}`)));
+      child.stdout?.on('data', onData);
+      child.stderr?.on('data', onData);
+      child.once('exit', (c) => reject(new Error(`gateway exited ${c}: ${out}`)));
     });
     const bus = createBus({ kind: 'kafka', brokers: brokers.split(','), clientId: 'bench-rm', topicPrefix });
     const runs: { agents: 'white-box' | 'black-box'; n: number }[] = [...WHITE.map((n) => ({ agents: 'white-box' as const, n })), ...BLACK.map((n) => ({ agents: 'black-box' as const, n }))];
