@@ -276,7 +276,7 @@ export class CallService {
       try {
         return await runGeneration({ client: this.d.client, request, tokenizer: call.model.format.tokenizer, stop: call.stop, signal, onText: opts.onText && ((t) => opts.onText?.(index, t)) });
       } catch (err) {
-        if (!failFast.signal.aborted && !opts.signal.aborted && !(err instanceof InferenceProxyError)) this.d.logger.warn('generation failed at the inference-proxy', { sessionId: call.session.id, err });
+        if (!failFast.signal.aborted && !opts.signal.aborted && !(err instanceof InferenceProxyError && err.status < 500)) this.d.logger.warn('generation failed at the inference-proxy', { sessionId: call.session.id, err });
         failFast.abort();
         throw err;
       }
@@ -378,16 +378,25 @@ function forcedToolCall(model: ServedModel, toolChoice: ChatRequest['tool_choice
 
 const newBranchId = () => `branch_${randomUUID()}`;
 
-/** A failed generation as the agent should see it: what the engine refused, what is unavailable, what failed (never an internal address). */
+/**
+ * A failed generation as the agent should see it: what the engine refused, what is
+ * unavailable, what failed, never an internal address (the proxy's messages name replicas by
+ * URL: they are redacted here, and the whole error is logged).
+ */
 function generationError(err: unknown, clientGone: boolean): GatewayError {
   if (err instanceof GatewayError) return err;
   if (clientGone) return new GatewayError('client_closed', 'the client went away', 'client_closed');
   if (err instanceof InferenceProxyError) {
-    if (err.status === 400 || err.status === 422) return new GatewayError('invalid_request', `the inference engine refused the request: ${err.body.error.message}`, err.code ?? 'backend_rejected');
-    if (err.status === 503 || err.status === 429) return new GatewayError('unavailable', `inference unavailable: ${err.body.error.message}`, err.code ?? 'backend_unavailable');
-    return new GatewayError('inference_failed', `inference failed: ${err.body.error.message}`, err.code ?? 'backend_error');
+    const detail = withoutAddresses(err.body.error.message);
+    if (err.status === 400 || err.status === 422) return new GatewayError('invalid_request', `the inference engine refused the request: ${detail}`, err.code ?? 'backend_rejected');
+    if (err.status === 503 || err.status === 429) return new GatewayError('unavailable', `inference unavailable: ${detail}`, err.code ?? 'backend_unavailable');
+    return new GatewayError('inference_failed', `inference failed: ${detail}`, err.code ?? 'backend_error');
   }
   // A transport failure (connection refused, reset, timeout): its message names the proxy's
   // address, which is none of the agent's business; the log has it.
   return new GatewayError('inference_failed', 'inference failed: the inference-proxy could not be reached', 'backend_unreachable');
 }
+
+/** URLs and host:port pairs (replica addresses in the proxy's messages) replaced by a placeholder. */
+export const withoutAddresses = (text: string): string =>
+  text.replace(/\b[a-z][a-z0-9+.-]*:\/\/[^\s,;)]*[^\s,;):]/gi, '<replica>').replace(/\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b|\[[0-9a-f:]+\](?::\d+)?|\blocalhost:\d+\b/gi, '<address>');

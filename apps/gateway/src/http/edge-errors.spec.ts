@@ -80,6 +80,19 @@ describe('the gateway edge as a new user meets it', () => {
     expect((await fetch(`${h.baseUrl}/sessions/anvil-sess_AAAAAAAAAAAAAAAAAAAAAA.${'A'.repeat(43)}/v1/models`)).status).toBe(404);
   });
 
+  it('a failed generation answers 502 without internal addresses (the proxy names replicas by URL)', async () => {
+    const script = h.proxy.script;
+    h.proxy.script = () => ({ ids: [], error: { status: 502, message: 'generation failed: http://10.0.0.5:8000: connect ECONNREFUSED 10.0.0.5:8000' } });
+    try {
+      const r = await post('/v1/chat/completions', JSON.stringify(chat), { 'content-type': 'application/json', authorization: `Bearer ${key}` });
+      expect(r.status).toBe(502);
+      expect(r.text).not.toMatch(/10\.0\.0\.5|8000/);
+      expect(JSON.parse(r.text)).toMatchObject({ error: { type: 'server_error', message: 'inference failed: generation failed: <replica>: connect ECONNREFUSED <address>' } });
+    } finally {
+      h.proxy.script = script;
+    }
+  });
+
   it('names the body limit in a 413', async () => {
     const huge = JSON.stringify({ ...chat, messages: [{ role: 'user', content: 'x'.repeat(h.config.MAX_REQUEST_BYTES) }] });
     const r = await post('/v1/chat/completions', huge, { 'content-type': 'application/json', authorization: `Bearer ${key}` });
