@@ -81,7 +81,8 @@ export function validateEvent(raw: unknown): AnyEventEnvelope {
   return { ...(env as unknown as AnyEventEnvelope), payload: parsed.data } as AnyEventEnvelope;
 }
 
-export function encodeEvent(event: EventEnvelope): Buffer {
+/** Encodes an event of any supported version (validated against that version's schema). */
+export function encodeEvent(event: EventEnvelope | (Omit<EventEnvelope, 'payload'> & { payload: unknown })): Buffer {
   validateEvent(event);
   const buf = encodeFrame(event);
   if (buf.length > MAX_EVENT_BYTES) {
