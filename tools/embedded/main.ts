@@ -1,91 +1,191 @@
 /**
- * `npm run main`: the embedded default as far as it is built today. One process, no external
- * services: the native engine trains the built-in tiny model on the built-in multi-turn task,
- * with every batch merged into prefix trees (each shared token computed once), AdamW with the
- * design's β = (0.9, 0.95), and a checkpoint and a report at the end. The RL loop around it
- * (gateway, rollouts, Data Pool scheduling, CISPO) plugs into the same engine and packer as
- * the issues that build them land.
+ * `npm run main`: the embedded default. One process, no external services: the built-in tiny
+ * Llama-family model is warm-started by supervised fine-tuning on generated demonstrations of the
+ * built-in chain-add tool task (cached after the first run), then trained by fully asynchronous RL
+ * through the real loop — rollout-manager (white-box agents) -> gateway (token-exact capture) ->
+ * inference-proxy (embedded engine) -> Data Pool (trajectories, advantages, filters, Windowed FIFO)
+ * -> trainer (prefix-tree packing, CISPO, AdamW) -> weights.published -> the proxy swaps weights —
+ * all at once. Held-out tasks are evaluated before step 1 and every K versions, each pinned to one
+ * policy version. At the end: a self-contained HTML report and a JSON summary (the last line).
  *
- * Env: ANVIL_MAIN_STEPS (default 80), ANVIL_DATA_DIR (default .anvil), ANVIL_ENGINE_THREADS.
+ *   npm run main                          # the demo defaults
+ *   npm run main -- --config run.json     # a run of your own (see tools/embedded/run-config.ts)
+ *   ANVIL_SEED=2 ANVIL_MAIN_STEPS=40 npm run main
  */
+import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
-import { engineInfo, getThreads, Model } from '@anvil/engine';
-import { packSamples, seededRandom, type PackSample } from '@anvil/rl';
-import { makeTrajectory } from './dialogue-task';
-import { writeReport, type StepRecord } from './report';
+import { engineInfo, setThreads } from '@anvil/engine';
+import { startEmbeddedLoop } from './host';
+import { Progress } from './progress';
+import { loadRunConfig, RunConfigError, type RunConfig } from './run-config';
+import { writeRunReport, type EvalRow, type StepRow } from './rl-report';
+import { warmStart } from './warm-start';
 
-const steps = Number(process.env.ANVIL_MAIN_STEPS ?? 80);
-const dataDir = process.env.ANVIL_DATA_DIR ?? '.anvil';
-const trajectoriesPerBatch = 8;
-const turnsPerTrajectory = 6;
-const packBudget = 4096;
+const TASK_SET = 'chain-add';
 
-async function trainStep(model: Model, batch: PackSample[], lr: number) {
-  const { packs, locations, totalTokens, uniqueTokens, sharing } = packSamples(batch, { maxTokens: packBudget });
-  const outputTokens = batch.reduce((n, s) => n + s.outputIds.length, 0);
-  await model.zeroGrad();
-  let lossSum = 0;
-  let peak = 0;
-  for (let p = 0; p < packs.length; p++) {
-    const pack = packs[p];
-    const { handle, logp } = await model.forward(pack);
-    // Mean over every answer token of the batch: dL/dlogp = −(summed sample weights) / outputTokens.
-    const dLdlogp = new Float32Array(pack.tokens.length);
-    for (let i = 0; i < dLdlogp.length; i++) dLdlogp[i] = -pack.lossWeights[i] / outputTokens;
-    locations.forEach((loc) => {
-      if (loc.pack === p) for (const node of loc.outputNodes) lossSum -= logp[node];
-    });
-    await model.backward(handle, dLdlogp);
-    peak = Math.max(peak, handle.peakBytes);
-    handle.dispose();
-  }
-  const gradNorm = await model.clipGradNorm(1.0);
-  await model.step({ lr });
-  return { loss: lossSum / outputTokens, totalTokens, uniqueTokens, sharing, gradNorm, peak };
-}
-
-async function main() {
-  const info = engineInfo();
-  console.log(`engine: ${info.backend} backend (${info.reason}), ${getThreads()} threads`);
-  const model = Model.tiny({ seed: 1 });
-  model.configureOptimizer({ beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.01 });
-  console.log(`model: built-in tiny Llama, ${(model.numParams / 1e6).toFixed(2)} M parameters`);
-  const rand = seededRandom(42);
-  const records: StepRecord[] = [];
+async function main(): Promise<void> {
   const started = performance.now();
-  for (let step = 1; step <= steps; step++) {
-    const batch = Array.from({ length: trajectoriesPerBatch }, () => makeTrajectory(rand, turnsPerTrajectory)).flat();
-    const lr = 3e-3 * Math.min(1, step / 10);
-    const t0 = performance.now();
-    const r = await trainStep(model, batch, lr);
-    const seconds = (performance.now() - t0) / 1000;
-    records.push({ step, loss: r.loss, tokensPerSec: r.totalTokens / seconds, sharing: r.sharing, gradNorm: r.gradNorm, peakMB: r.peak / 2 ** 20 });
-    if (step === 1 || step % 10 === 0 || step === steps) {
-      console.log(`step ${String(step).padStart(4)}  loss ${r.loss.toFixed(4)}  sharing ${(r.sharing * 100).toFixed(1)}%  ${Math.round(r.totalTokens / seconds)} sample-tokens/s  grad-norm ${r.gradNorm.toFixed(3)}`);
+  const wall = () => (performance.now() - started) / 1000;
+  let cfg: RunConfig;
+  try {
+    cfg = loadRunConfig(process.argv.slice(2), process.env);
+  } catch (e) {
+    if (e instanceof RunConfigError) {
+      console.error(e.message);
+      process.exit(78);
     }
+    throw e;
   }
-  const checkpointDir = join(dataDir, 'checkpoints', 'embedded-warmup');
-  await model.save(checkpointDir);
-  const first = records[0], last = records[records.length - 1];
-  const summary = {
-    steps,
-    firstLoss: first.loss,
-    finalLoss: last.loss,
-    meanSharing: records.reduce((s, r) => s + r.sharing, 0) / records.length,
-    meanSampleTokensPerSec: records.reduce((s, r) => s + r.tokensPerSec, 0) / records.length,
-    peakActivationMB: Math.max(...records.map((r) => r.peakMB)),
-    wallSeconds: (performance.now() - started) / 1000,
-    checkpoint: checkpointDir,
+  if (cfg.model !== 'tiny' || cfg.task.set !== 'chain-add') {
+    console.error('this build runs the built-in model and task set (model "tiny", task.set "chain-add"); a model directory or a task JSONL is served by the distributed stack');
+    process.exit(78);
+  }
+  setThreads(cfg.engineThreads);
+  const info = engineInfo();
+  console.log(`anvil main: seed ${cfg.seed}, engine ${info.backend} (${info.reason}), ${cfg.engineThreads} thread(s) per engine call`);
+  const taskConfig = { k: { min: cfg.task.kMin, max: cfg.task.kMax }, maxOperand: cfg.task.maxOperand, prompt: cfg.task.prompt };
+
+  // 1. Warm start (cached).
+  const ws = await warmStart({ ...cfg.warmStart, seed: cfg.seed, task: taskConfig, dataDir: cfg.dataDir }, (l) => console.log(l));
+  console.log(`warm start: ${ws.cached ? 'cached' : 'built'} ${ws.dir} (${ws.steps} SFT steps x ${cfg.warmStart.tasksPerStep} demonstrations${ws.cached ? '' : `, ${ws.seconds.toFixed(0)} s`})`);
+
+  // 2. The loop, in this process.
+  const runId = `main-${new Date().toISOString().replace(/[:.]/g, '-')}-${randomUUID().slice(0, 6)}`;
+  const steps: StepRow[] = [];
+  const evals: EvalRow[] = [];
+  const staleness: number[] = [];
+  const mismatchSplits = new Map<string, { abs: number; kl: number; tokens: number }>();
+  const rolloutTimeline: Array<[number, number]> = [];
+  let rewardWindow: number[] = [];
+  let completedTrain = 0;
+  let fatal: Error | null = null;
+  let loopRef: { rollouts: { snapshot(): { running: number; queuedGroups: number } } } | null = null;
+  const progress = new Progress(cfg.budget.steps, () => {
+    const s = loopRef?.rollouts.snapshot();
+    return s ? `${s.running} rollouts running, ${completedTrain} finished, ${s.queuedGroups} groups queued` : '';
+  });
+  const loop = await startEmbeddedLoop(cfg, {
+    checkpointDir: ws.dir,
+    runId,
+    onFatal: (e) => (fatal = e),
+    splitOf: () => 'context=append_only agent=white-box',
+    onStep: (e) => {
+      const r = e.reports[e.reports.length - 1];
+      const rewards = rewardWindow;
+      rewardWindow = [];
+      const reward = rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : null;
+      steps.push({
+        step: steps.length + 1, version: e.version, wallS: wall(), reward, loss: r.loss, gradNorm: r.gradNorm,
+        ratioMean: r.stats?.ratioMean ?? NaN, clipHighFrac: r.stats?.clipHighFrac ?? NaN, entropy: r.stats?.entropyMean ?? null,
+        mismatchAbs: r.mismatch.meanAbsDeltaLogp, mismatchKl: r.mismatch.klK3, mismatchTokens: r.mismatch.tokens,
+        sharing: r.sharing, uniqueTokens: e.reports.reduce((a, x) => a + x.uniqueTokens, 0), totalTokens: e.reports.reduce((a, x) => a + x.totalTokens, 0),
+        trainSeconds: e.busyMs / 1000, idleSeconds: e.idleMs / 1000, stalenessMean: e.staleness.mean, stalenessMax: e.staleness.max,
+        skipped: r.skipped,
+      });
+      for (const x of e.reports) {
+        for (const sp of x.mismatchBySplit) {
+          const m = mismatchSplits.get(sp.key) ?? { abs: 0, kl: 0, tokens: 0 };
+          m.abs += sp.meanAbsDeltaLogp * sp.tokens;
+          m.kl += sp.klK3 * sp.tokens;
+          m.tokens += sp.tokens;
+          mismatchSplits.set(sp.key, m);
+        }
+      }
+      for (const [lag, n] of e.stalenessHistogram.entries()) staleness[lag] = (staleness[lag] ?? 0) + n;
+      progress.step({ step: steps.length, version: e.version, reward, staleness: e.staleness.mean, tokensPerSec: steps[steps.length - 1].uniqueTokens / Math.max(1e-9, e.busyMs / 1000), wallS: wall() });
+    },
+  });
+  loopRef = loop;
+  loop.rollouts.onRolloutCompleted((o) => {
+    if (o.purpose !== 'train') return;
+    completedTrain++;
+    rolloutTimeline.push([wall(), completedTrain]);
+    if (o.outcomeReward !== null) rewardWindow.push(o.outcomeReward);
+  });
+
+  const evalCount = cfg.task.evalTasks;
+  await loop.rollouts.loadBuiltin({
+    id: TASK_SET, name: 'chain-add (built in)', env: 'chain-add', envConfig: taskConfig,
+    groupSize: cfg.rollouts.groupSize, sampling: { temperature: cfg.rollouts.temperature, maxTokens: cfg.rollouts.maxTokensPerCall },
+    seed: cfg.seed, trainCount: 400, evalCount,
+  });
+
+  const evaluate = async (label: string) => {
+    await loop.trainer.pause();
+    const version = loop.trainer.currentVersion;
+    const t0 = performance.now();
+    const r = await loop.rollouts.runEvaluation({ taskSetId: TASK_SET, version, evalId: `${runId}-${label}` });
+    evals.push({ version, step: steps.length, wallS: wall(), success: r.successRate, meanReward: r.meanReward, tasks: r.results.length, versionDrift: r.versionDrift });
+    progress.evaluated(version, r.successRate, (performance.now() - t0) / 1000);
+    loop.trainer.resume();
+    return r;
   };
-  const report = writeReport(join(dataDir, 'reports', `main-${new Date().toISOString().replace(/[:.]/g, '-')}`), 'Anvil embedded run', summary, records);
-  console.log(`\ncheckpoint: ${checkpointDir}\nreport: ${report}`);
-  if (!(last.loss < first.loss)) {
-    console.error('training did not reduce the loss');
-    process.exit(1);
+
+  let summaryOut: Record<string, unknown> = {};
+  try {
+    console.log(`held-out evaluation of the warm start (${evalCount} tasks, temperature ${cfg.eval.temperature}) ...`);
+    const warm = await evaluate('warm-start');
+    await loop.trainer.start();
+    // Enough train groups for the budget: the staleness controller admits them as capacity frees.
+    const groupsNeeded = Math.ceil(cfg.budget.steps * cfg.scheduler.groupsPerBatch * 1.5);
+    await loop.rollouts.submit({ taskSetId: TASK_SET, repeat: Math.max(1, Math.ceil(groupsNeeded / 400)) });
+    progress.start();
+    let lastEval = 0;
+    const deadline = cfg.budget.seconds > 0 ? performance.now() + cfg.budget.seconds * 1000 : Infinity;
+    while (!loop.trainer.done && performance.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 200));
+      if (loop.trainer.currentVersion - lastEval >= cfg.eval.everyVersions && !loop.trainer.done) {
+        lastEval = loop.trainer.currentVersion;
+        await evaluate(`v${lastEval}`);
+      }
+    }
+    progress.stop();
+    if (fatal) throw fatal;
+    await loop.rollouts.stop(0);
+    const final = loop.trainer.currentVersion === evals[evals.length - 1].version ? null : await evaluate('final');
+    const last = evals[evals.length - 1];
+    const trained = steps.filter((s) => !s.skipped);
+    const splits = [...mismatchSplits.entries()].map(([key, m]) => ({ key, meanAbsDeltaLogp: m.abs / Math.max(1, m.tokens), klK3: m.kl / Math.max(1, m.tokens), tokens: m.tokens }));
+    const mismatchTokens = splits.reduce((a, s) => a + s.tokens, 0);
+    summaryOut = {
+      heldOutSuccess: { warmStart: warm.successRate, final: last.success },
+      heldOutGainPoints: Number(((last.success - warm.successRate) * 100).toFixed(1)),
+      seed: cfg.seed,
+      wallClockSeconds: Number(wall().toFixed(1)),
+      warmStart: { cached: ws.cached, seconds: Number(ws.seconds.toFixed(1)), sftSteps: ws.steps, demonstrations: ws.demonstrations },
+      rlSteps: trained.length,
+      finalVersion: loop.trainer.currentVersion,
+      trainRollouts: completedTrain,
+      evaluations: evals.length,
+      meanSharing: trained.reduce((a, s) => a + s.sharing, 0) / Math.max(1, trained.length),
+      trainerIdleFraction: trained.reduce((a, s) => a + s.idleSeconds, 0) / Math.max(1e-9, trained.reduce((a, s) => a + s.idleSeconds + s.trainSeconds, 0)),
+      meanStalenessVersions: trained.reduce((a, s) => a + s.stalenessMean, 0) / Math.max(1, trained.length),
+      mismatch: { meanAbsDeltaLogp: splits.reduce((a, s) => a + s.meanAbsDeltaLogp * s.tokens, 0) / Math.max(1, mismatchTokens), klK3: splits.reduce((a, s) => a + s.klK3 * s.tokens, 0) / Math.max(1, mismatchTokens), tokens: mismatchTokens },
+      skippedSteps: steps.length - trained.length,
+      evalVersionDrift: evals.reduce((a, e) => a + e.versionDrift, 0),
+      finalEvalPinnedTo: final ? final.policyVersion : last.version,
+    };
+    const report = writeRunReport(join(cfg.dataDir, 'reports', runId), {
+      title: `Anvil embedded run ${runId}`,
+      summary: summaryOut,
+      steps,
+      evals,
+      rolloutTimeline,
+      stalenessHistogram: Array.from(staleness, (v) => v ?? 0),
+      mismatchBySplit: splits,
+      config: cfg,
+    });
+    console.log(`\nheld-out success: warm start ${(warm.successRate * 100).toFixed(1)}% -> ${(last.success * 100).toFixed(1)}% after ${trained.length} RL steps (version ${last.version})`);
+    console.log(`report: ${report}`);
+    console.log(`checkpoints: ${join(loop.runDir, 'checkpoints')}`);
+  } finally {
+    progress.stop();
+    await loop.close();
   }
+  console.log(JSON.stringify(summaryOut));
 }
 
 main().catch((err) => {
-  console.error(err);
+  console.error(err instanceof Error ? (err.stack ?? err.message) : err);
   process.exit(1);
 });

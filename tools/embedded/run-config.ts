@@ -27,21 +27,23 @@ export const runConfigSchema = z
         /** chain-add: operands per task (the difficulty knob). */
         kMin: z.number().int().min(2).max(8).default(2),
         kMax: z.number().int().min(2).max(8).default(3),
-        maxOperand: z.number().int().min(1).max(100_000).default(99),
+        maxOperand: z.number().int().min(1).max(100_000).default(9),
+        /** 'compact' (no system message, the tool by name) or 'full' (instruction + the tool's JSON schema). */
+        prompt: z.enum(['compact', 'full']).default('compact'),
         /** Held-out tasks per evaluation. */
-        evalTasks: positiveInt().max(10_000).default(128),
+        evalTasks: positiveInt().max(10_000).default(100),
       })
       .strict()
-      .default({ set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 99, evalTasks: 128 }),
+      .default({ set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact', evalTasks: 100 }),
     warmStart: z
       .object({
         /** Supervised steps on generated demonstrations (0 = start RL from the model as given). */
-        steps: nonNegInt().max(100_000).default(120),
+        steps: nonNegInt().max(100_000).default(800),
         tasksPerStep: positiveInt().max(4096).default(16),
-        lr: z.number().positive().max(1).default(3e-3),
+        lr: z.number().positive().max(1).default(4e-3),
       })
       .strict()
-      .default({ steps: 120, tasksPerStep: 16, lr: 3e-3 }),
+      .default({ steps: 800, tasksPerStep: 16, lr: 4e-3 }),
     rollouts: z
       .object({
         /** G: samples per task. */

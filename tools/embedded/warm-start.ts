@@ -32,6 +32,8 @@ export interface WarmStartOptions {
   task: Partial<ChainAddConfig>;
   model?: Partial<ModelConfig>;
   dataDir: string;
+  /** The environment to demonstrate (default: chain-add with `task`). */
+  env?: ChainAddEnvironment;
 }
 
 export const WARM_START_DEFAULTS: Omit<WarmStartOptions, 'dataDir' | 'task'> = { steps: 120, tasksPerStep: 16, lr: 3e-3, seed: 1 };
@@ -65,11 +67,12 @@ export function sftSamples(format: ChatFormat, task: EnvTask, messages: ChatMess
 export function warmStartKey(o: WarmStartOptions): string {
   const cfg = tinyConfig({ vocabSize: 272, ...o.model });
   const env = new ChainAddEnvironment(o.task).config;
-  const h = createHash('sha256').update(JSON.stringify({ RECIPE, steps: o.steps, tasksPerStep: o.tasksPerStep, lr: o.lr, seed: o.seed, cfg, env: { ...env, toolDelay: undefined } }));
+  const probe = (o.env ?? new ChainAddEnvironment(o.task)).generate({ seed: 0, count: 1, split: 'train' })[0];
+  const h = createHash('sha256').update(JSON.stringify({ RECIPE, opening: probe.messages.filter((m) => m.role === 'system'), tools: probe.tools, steps: o.steps, tasksPerStep: o.tasksPerStep, lr: o.lr, seed: o.seed, cfg, env: { ...env, toolDelay: undefined } }));
   return h.digest('hex').slice(0, 16);
 }
 
-export async function warmStart(o: WarmStartOptions, log: (line: string) => void = () => {}): Promise<WarmStart> {
+export async function warmStart(o: WarmStartOptions, log: (line: string) => void = () => undefined): Promise<WarmStart> {
   const dir = join(o.dataDir, 'warm-start', warmStartKey(o));
   if (existsSync(join(dir, 'warm-start.json'))) {
     const meta = JSON.parse(await fsp.readFile(join(dir, 'warm-start.json'), 'utf8')) as WarmStart;
@@ -77,7 +80,7 @@ export async function warmStart(o: WarmStartOptions, log: (line: string) => void
   }
   const started = performance.now();
   const format = tinyChatFormat();
-  const env = new ChainAddEnvironment(o.task);
+  const env = o.env ?? new ChainAddEnvironment(o.task);
   const model = Model.tiny({ seed: o.seed, config: { vocabSize: 272, ...o.model } });
   model.configureOptimizer({ beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0 });
   let finalLoss: number | null = null;

@@ -61,6 +61,8 @@ export interface TrainerStepEvent {
   reports: StepReport[];
   /** Staleness of the batch's output tokens against fromVersion. */
   staleness: { mean: number; max: number; shareOlderThan1: number; tokens: number };
+  /** Output tokens per lag (index = versions behind fromVersion). */
+  stalenessHistogram: number[];
   /** Time the trainer waited for this batch since it finished the previous one (ms). */
   idleMs: number;
   /** Time spent training this batch, checkpointing and publishing (ms). */
@@ -83,6 +85,8 @@ interface Deps {
   logger: Logger;
   onStep?: (e: TrainerStepEvent) => void;
   onFatal?: (err: Error) => void;
+  /** The mismatch split a sample belongs to (context-management mode, agent kind); default 'all'. */
+  splitOf?: (sample: PrefixTree['samples'][number]) => string;
 }
 
 export class TrainerRuntime {
@@ -268,7 +272,8 @@ export class TrainerRuntime {
       return;
     }
     const fromVersion = this.version;
-    const reports = await trainOnTree(this.deps.model, tree, this.options.settings, { currentVersion: fromVersion });
+    const splitOf = this.deps.splitOf;
+    const reports = await trainOnTree(this.deps.model, tree, this.options.settings, { currentVersion: fromVersion, ...(splitOf ? { splitOf: (k: number) => splitOf(tree.samples[k]) } : {}) });
     const applied = reports.filter((r) => r.skipped === null).length;
     const skipped = reports.length - applied;
     this.trainerStep += applied;
@@ -303,7 +308,7 @@ export class TrainerRuntime {
     this.idleSince = performance.now();
     this.deps.onStep?.({
       batchId: payload.batchId, batchStep: payload.step, fromVersion, version: this.version, trainerStep: this.trainerStep, reports,
-      staleness: stalenessOf(tree, fromVersion), idleMs, busyMs, published: publish, checkpointed: full,
+      ...stalenessOf(tree, fromVersion), idleMs, busyMs, published: publish, checkpointed: full,
       batchStats: event.version === 2 ? (payload as EventPayloadAt<'train_batch.created', 2>).stats : null,
     });
     if (this.nonFiniteSkips > this.options.maxNonFiniteSkips) {
@@ -344,6 +349,7 @@ export class TrainerRuntime {
 /** Versions behind `version` of the batch's output tokens (each sample's tokens, as trained). */
 function stalenessOf(tree: PrefixTree, version: number) {
   let sum = 0, max = 0, old = 0, n = 0;
+  const histogram: number[] = [];
   for (const s of tree.samples)
     for (const node of s.outputNodes) {
       const lag = Math.max(0, version - tree.versions[node]);
@@ -351,6 +357,7 @@ function stalenessOf(tree: PrefixTree, version: number) {
       max = Math.max(max, lag);
       if (lag > 1) old++;
       n++;
+      histogram[lag] = (histogram[lag] ?? 0) + 1;
     }
-  return { mean: n ? sum / n : 0, max, shareOlderThan1: n ? old / n : 0, tokens: n };
+  return { staleness: { mean: n ? sum / n : 0, max, shareOlderThan1: n ? old / n : 0, tokens: n }, stalenessHistogram: Array.from(histogram, (v) => v ?? 0) };
 }

@@ -1,0 +1,149 @@
+/**
+ * The embedded default's one process: all five services on ONE in-process bus (Kafka's semantics)
+ * and ONE PGlite database, built by @anvil/service-kit's createSharedInfra. The inference-proxy,
+ * the Data Pool (middleware) and the gateway run their own Nest modules on loopback ports, exactly
+ * as in the distributed deployment; the rollout-manager and the trainer run their Nest-free
+ * runtimes (the same classes their services wrap). Every LLM call of every rollout goes
+ * agent -> gateway (HTTP, token-exact capture) -> inference-proxy (embedded engine), every record
+ * and batch through the bus, every trajectory through the Data Pool's tables.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { Model } from '@anvil/engine';
+import { createLogger, type Logger } from '@anvil/observability';
+import { createSharedInfra, hostedServiceContext, startHostedService, type HostedService, type SharedInfra } from '@anvil/service-kit';
+import { lossConfig } from '@anvil/rl';
+import { GatewayModule } from '../../apps/gateway/src/app.module';
+import { gatewayEnv } from '../../apps/gateway/src/config';
+import { InferenceProxyModule } from '../../apps/inference-proxy/src/app.module';
+import { inferenceProxyEnv } from '../../apps/inference-proxy/src/config';
+import { MiddlewareModule } from '../../apps/middleware/src/app.module';
+import { middlewareEnv } from '../../apps/middleware/src/config';
+import { RolloutRuntime } from '../../apps/rollout-manager/src/runtime';
+import { PostgresBatchSource } from '../../apps/trainer/src/batches/batch-source';
+import { CheckpointStore } from '../../apps/trainer/src/checkpoints/checkpoint-store';
+import { TrainerRuntime, type TrainerStepEvent } from '../../apps/trainer/src/runtime';
+import type { RunConfig } from './run-config';
+
+export interface EmbeddedLoop {
+  infra: SharedInfra;
+  proxy: HostedService;
+  dataPool: HostedService;
+  gateway: HostedService;
+  rollouts: RolloutRuntime;
+  trainer: TrainerRuntime;
+  model: Model;
+  runId: string;
+  runDir: string;
+  close(): Promise<void>;
+}
+
+export async function startEmbeddedLoop(
+  cfg: RunConfig,
+  opts: { checkpointDir: string; runId: string; logLevel?: 'error' | 'warn' | 'info'; onStep?: (e: TrainerStepEvent) => void; onFatal?: (e: Error) => void; splitOf?: () => string },
+): Promise<EmbeddedLoop> {
+  const logLevel = opts.logLevel ?? 'error';
+  const logger: Logger = createLogger({ service: 'main', level: logLevel });
+  const runDir = join(cfg.dataDir, 'runs', opts.runId);
+  mkdirSync(runDir, { recursive: true });
+  const infra = await createSharedInfra({ databaseUrl: `pglite://${join(runDir, 'db')}` });
+  const started: HostedService[] = [];
+  const adminToken = randomBytes(24).toString('hex');
+  const env = (over: Record<string, string>) => ({ PORT: '0', LOG_LEVEL: logLevel, ...over });
+  try {
+    const proxyCtx = hostedServiceContext('inference-proxy', inferenceProxyEnv, env({ INFERENCE_BACKEND: 'embedded', EMBEDDED_CHECKPOINT_DIR: opts.checkpointDir, DEPLOYMENT_NAME: 'embedded', MAX_IN_FLIGHT_PER_REPLICA: String(cfg.rollouts.concurrency * 2) }), infra);
+    const proxy = await startHostedService(proxyCtx, InferenceProxyModule.forRoot(proxyCtx));
+    started.push(proxy);
+    const poolCtx = hostedServiceContext('middleware', middlewareEnv, env(dataPoolEnv(cfg, opts.runId)), infra);
+    const dataPool = await startHostedService(poolCtx, MiddlewareModule.forRoot(poolCtx));
+    started.push(dataPool);
+    const gatewayCtx = hostedServiceContext('gateway', gatewayEnv, env({ GATEWAY_ADMIN_TOKEN: adminToken, INFERENCE_PROXY_URL: proxy.url, MAX_STALENESS: String(cfg.rollouts.eta) }), infra);
+    const gateway = await startHostedService(gatewayCtx, GatewayModule.forRoot(gatewayCtx), { bodyLimitBytes: gatewayCtx.config.MAX_REQUEST_BYTES });
+    started.push(gateway);
+    for (const s of started) await waitReady(s);
+
+    const model = await Model.load(opts.checkpointDir);
+    const a = cfg.algorithm;
+    model.configureOptimizer({ beta1: a.beta1, beta2: a.beta2, eps: a.eps, weightDecay: 0 });
+    const trainer = new TrainerRuntime(
+      {
+        runId: opts.runId,
+        settings: {
+          loss: lossConfig({ kind: a.loss, aggregation: a.aggregation, ...(a.epsLow !== undefined ? { epsLow: a.epsLow } : {}), ...(a.epsHigh !== undefined ? { epsHigh: a.epsHigh } : {}) }),
+          lr: a.lr,
+          maxGradNorm: a.maxGradNorm,
+          packTokens: 65_536,
+          miniBatches: a.miniBatches,
+        },
+        publishEvery: 1,
+        checkpointEvery: cfg.checkpointEvery,
+        maxNonFiniteSkips: 5,
+        initialVersion: 0,
+        maxBatches: cfg.budget.steps,
+        group: 'anvil.trainer',
+      },
+      { bus: infra.bus, model, store: new CheckpointStore(join(runDir, 'checkpoints')), batches: new PostgresBatchSource(infra.dataSource), logger: logger.child({ component: 'trainer' }), onStep: opts.onStep, onFatal: opts.onFatal, splitOf: opts.splitOf },
+    );
+    const rollouts = new RolloutRuntime({
+      gatewayUrl: gateway.url,
+      adminToken,
+      bus: infra.bus,
+      dataSource: infra.dataSource,
+      config: {
+        model: gatewayCtx.config.GATEWAY_MODEL_NAME,
+        groupSize: cfg.rollouts.groupSize,
+        concurrency: cfg.rollouts.concurrency,
+        eta: cfg.rollouts.eta,
+        groupsPerStep: cfg.scheduler.groupsPerBatch,
+        initialPolicyVersion: 0,
+        admissionPollMs: 100,
+      },
+      logger: logger.child({ component: 'rollout-manager' }),
+    });
+    await rollouts.start();
+    return {
+      infra, proxy, dataPool, gateway, rollouts, trainer, model, runId: opts.runId, runDir,
+      async close() {
+        await rollouts.stop(0).catch((e: unknown) => logger.warn('rollout-manager stop failed', { err: e }));
+        await trainer.stop().catch((e: unknown) => logger.warn('trainer stop failed', { err: e }));
+        for (const s of [...started].reverse()) await s.close().catch((e: unknown) => logger.warn(`${s.service} close failed`, { err: e }));
+        await infra.close();
+        model.dispose();
+      },
+    };
+  } catch (err) {
+    for (const s of started.reverse()) await s.close().catch(() => undefined);
+    await infra.close().catch(() => undefined);
+    throw err;
+  }
+}
+
+/** The Data Pool's knobs for this run (its env schema validates them). */
+function dataPoolEnv(cfg: RunConfig, runId: string): Record<string, string> {
+  const out: Record<string, string> = {
+    DATA_POOL_RUN_ID: runId,
+    DATA_POOL_ESTIMATOR: cfg.algorithm.advantage,
+    DATA_POOL_IN_FLIGHT: String(cfg.rollouts.concurrency),
+    DATA_POOL_BATCH_TRAJECTORIES: String(cfg.scheduler.groupsPerBatch * cfg.rollouts.groupSize),
+    DATA_POOL_DROP_ZERO_VARIANCE: String(cfg.scheduler.dropZeroVariance),
+  };
+  if (cfg.scheduler.window !== undefined) out.DATA_POOL_WINDOW = String(cfg.scheduler.window);
+  return out;
+}
+
+async function waitReady(s: HostedService): Promise<void> {
+  const deadline = Date.now() + 120_000;
+  let last = '';
+  while (Date.now() < deadline) {
+    try {
+      const r = await fetch(`${s.url}/readyz`);
+      if (r.status === 200) return;
+      last = `${r.status} ${await r.text()}`;
+    } catch (e) {
+      last = (e as Error).message;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${s.service} did not become ready within 120 s: ${last}`);
+}
