@@ -74,7 +74,7 @@ export const runConfigSchema = z
         epsHigh: z.number().min(0).max(100).optional(),
         aggregation: z.enum(['token_mean', 'trajectory', 'group', 'seq_mean_token_mean', 'constant']).default('token_mean'),
         advantage: z.enum(['grpo', 'dr_grpo', 'rloo', 'reinforce_pp']).default('grpo'),
-        lr: z.number().positive().max(1).default(2e-4),
+        lr: z.number().positive().max(1).default(3e-5),
         maxGradNorm: z.number().min(0).default(1),
         miniBatches: positiveInt().max(64).default(1),
         beta1: z.number().min(0).lt(1).default(0.9),
@@ -82,7 +82,7 @@ export const runConfigSchema = z
         eps: z.number().min(0).default(1e-15),
       })
       .strict()
-      .default({ loss: 'cispo', aggregation: 'token_mean', advantage: 'grpo', lr: 2e-4, maxGradNorm: 1, miniBatches: 1, beta1: 0.9, beta2: 0.95, eps: 1e-15 }),
+      .default({ loss: 'cispo', aggregation: 'token_mean', advantage: 'grpo', lr: 3e-5, maxGradNorm: 1, miniBatches: 1, beta1: 0.9, beta2: 0.95, eps: 1e-15 }),
     budget: z
       .object({
         /** Train batches (optimizer steps with miniBatches 1) of RL. */
