@@ -48,7 +48,7 @@ afterAll(async () => {
 
 describe('inference-proxy process with the embedded engine', () => {
   it('generates with the engine, reuses the prefix cache, refuses bad tokens and loads published weights', async () => {
-    const { Model, createGenerator } = await import('@anvil/engine');
+    const { Model, createGenerator, checkpointDigest } = await import('@anvil/engine');
     const client = new InferenceProxyClient({ baseUrl: proxy.baseUrl, timeoutMs: 60_000 });
     const prompt = [11, 12, 13, 14];
     const first = await client.collect({ requestId: 'e2e-e1', sessionId: 's1', promptIds: prompt, maxTokens: 8, seed: 5 });
@@ -76,15 +76,25 @@ describe('inference-proxy process with the embedded engine', () => {
     const expected = await own.generate(prompt, { maxTokens: 6, temperature: 0 });
     await own.close();
     next.dispose();
+    // the proxy refuses a checkpoint whose files do not match the published checksum
     await bus.publish(
       createEvent(
         'weights.published',
-        { version: 7, parentVersion: 6, step: 70, checkpointId: 'ck-7', checkpointUri: dir, format: 'hf-safetensors', sha256: 'c'.repeat(64), publishedAt: Date.now() },
+        { version: 6, parentVersion: 5, step: 60, checkpointId: 'ck-6', checkpointUri: dir, format: 'hf-safetensors', sha256: 'c'.repeat(64), publishedAt: Date.now() },
+        { key: '6', producer: 'trainer' },
+      ),
+    );
+    await bus.publish(
+      createEvent(
+        'weights.published',
+        { version: 7, parentVersion: 6, step: 70, checkpointId: 'ck-7', checkpointUri: dir, format: 'hf-safetensors', sha256: await checkpointDigest(dir), publishedAt: Date.now() },
         { key: '7', producer: 'trainer' },
       ),
     );
     const event = await waitFor('policy_version.activated', async () => seen.find((e) => e.type === 'policy_version.activated'), 60_000, 100);
     expect(event.payload).toMatchObject({ version: 7, deployment: 'e2e-embedded' });
+    expect(seen.filter((e) => e.type === 'policy_version.activated').map((e) => (e.payload as { version: number }).version)).toEqual([7]);
+    expect(proxy.output()).toContain('checksum mismatch');
     const after = await client.generate({ requestId: 'e2e-e4', sessionId: 's1', promptIds: prompt, maxTokens: 6, temperature: 0 });
     expect(after.versions).toEqual(Array(6).fill(7));
     expect(after.outputIds).toEqual(expected.outputIds);

@@ -46,6 +46,9 @@ export class RuntimeLifecycle implements OnModuleInit, OnModuleDestroy {
   ) {}
 
   async onModuleInit(): Promise<void> {
+    // The shared DataSource connects lazily (the bus and database modules keep a service bootable
+    // while PostgreSQL starts); recovery reads durable state, so connect before it.
+    if (!this.ds.isInitialized) await this.ds.initialize();
     if (this.config.DB_MIGRATE_ON_START) await runMigrations(this.ds);
     await this.runtime.start();
     this.readiness.add({ name: 'rollout-runtime', check: async () => this.runtime.snapshot().running });
