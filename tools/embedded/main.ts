@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { engineInfo, setThreads } from '@anvil/engine';
 import { startEmbeddedLoop } from './host';
 import { Progress } from './progress';
-import { loadRunConfig, RunConfigError, type RunConfig } from './run-config';
+import { chainAddConfigOf, loadRunConfigOrExit } from './run-config';
 import { writeRunReport, type EvalRow, type StepRow } from './rl-report';
 import { warmStart } from './warm-start';
 
@@ -26,16 +26,7 @@ const TASK_SET = 'chain-add';
 async function main(): Promise<void> {
   const started = performance.now();
   const wall = () => (performance.now() - started) / 1000;
-  let cfg: RunConfig;
-  try {
-    cfg = loadRunConfig(process.argv.slice(2), process.env);
-  } catch (e) {
-    if (e instanceof RunConfigError) {
-      console.error(e.message);
-      process.exit(78);
-    }
-    throw e;
-  }
+  const cfg = loadRunConfigOrExit(process.argv.slice(2), process.env);
   if (cfg.model !== 'tiny' || cfg.task.set !== 'chain-add') {
     console.error('this build runs the built-in model and task set (model "tiny", task.set "chain-add"); a model directory or a task JSONL is served by the distributed stack');
     process.exit(78);
@@ -43,7 +34,7 @@ async function main(): Promise<void> {
   setThreads(cfg.engineThreads);
   const info = engineInfo();
   console.log(`anvil main: seed ${cfg.seed}, engine ${info.backend} (${info.reason}), ${cfg.engineThreads} thread(s) per engine call`);
-  const taskConfig = { k: { min: cfg.task.kMin, max: cfg.task.kMax }, maxOperand: cfg.task.maxOperand, prompt: cfg.task.prompt };
+  const taskConfig = chainAddConfigOf(cfg);
 
   // 1. Warm start (cached).
   const ws = await warmStart({ ...cfg.warmStart, seed: cfg.seed, task: taskConfig, dataDir: cfg.dataDir }, (l) => console.log(l));

@@ -156,3 +156,21 @@ export function loadRunConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   if (steps !== undefined) raw.budget = { ...(raw.budget as object), steps };
   return parseRunConfig(raw);
 }
+
+/** loadRunConfig for a command line: a bad config prints every problem and exits 78. */
+export function loadRunConfigOrExit(argv: readonly string[], env: NodeJS.ProcessEnv): RunConfig {
+  try {
+    return loadRunConfig(argv, env);
+  } catch (e) {
+    if (e instanceof RunConfigError) {
+      console.error(e.message);
+      process.exit(78);
+    }
+    throw e;
+  }
+}
+
+/** The chain-add environment config a run asks for. */
+export function chainAddConfigOf(cfg: RunConfig) {
+  return { k: { min: cfg.task.kMin, max: cfg.task.kMax }, maxOperand: cfg.task.maxOperand, prompt: cfg.task.prompt };
+}
