@@ -72,6 +72,7 @@ export async function startEmbeddedLoop(
         settings: {
           loss: lossConfig({ kind: a.loss, aggregation: a.aggregation, ...(a.epsLow !== undefined ? { epsLow: a.epsLow } : {}), ...(a.epsHigh !== undefined ? { epsHigh: a.epsHigh } : {}) }),
           lr: a.lr,
+          warmupSteps: a.warmupSteps,
           maxGradNorm: a.maxGradNorm,
           packTokens: 65_536,
           miniBatches: a.miniBatches,
@@ -124,6 +125,7 @@ function dataPoolEnv(cfg: RunConfig, runId: string): Record<string, string> {
   const out: Record<string, string> = {
     DATA_POOL_RUN_ID: runId,
     DATA_POOL_ESTIMATOR: cfg.algorithm.advantage,
+    DATA_POOL_PROCESS_REWARD_WEIGHT: String(cfg.algorithm.processRewardWeight),
     DATA_POOL_IN_FLIGHT: String(cfg.rollouts.concurrency),
     DATA_POOL_BATCH_TRAJECTORIES: String(cfg.scheduler.groupsPerBatch * cfg.rollouts.groupSize),
     DATA_POOL_DROP_ZERO_VARIANCE: String(cfg.scheduler.dropZeroVariance),

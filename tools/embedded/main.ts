@@ -117,14 +117,19 @@ async function main(): Promise<void> {
     console.log(`held-out evaluation of the warm start (${evalCount} tasks, temperature ${cfg.eval.temperature}) ...`);
     const warm = await evaluate('warm-start');
     await loop.trainer.start();
-    // Enough train groups for the budget: the staleness controller admits them as capacity frees.
-    const groupsNeeded = Math.ceil(cfg.budget.steps * cfg.scheduler.groupsPerBatch * 1.5);
-    await loop.rollouts.submit({ taskSetId: TASK_SET, repeat: Math.max(1, Math.ceil(groupsNeeded / 400)) });
+    // Train groups are queued a pass over the train split at a time and topped up while the trainer
+    // needs them: the Data Pool drops zero-variance groups (often a third of them), so no fixed
+    // count is enough (one pass sized to 1.5x the budget once stalled a run one batch short).
+    const topUp = async () => {
+      if (loop.rollouts.snapshot().queuedGroups < 2 * cfg.scheduler.groupsPerBatch) await loop.rollouts.submit({ taskSetId: TASK_SET });
+    };
+    await topUp();
     progress.start();
     let lastEval = 0;
     const deadline = cfg.budget.seconds > 0 ? performance.now() + cfg.budget.seconds * 1000 : Infinity;
     while (!loop.trainer.done && performance.now() < deadline) {
       await new Promise((r) => setTimeout(r, 200));
+      if (!loop.trainer.done) await topUp();
       if (loop.trainer.currentVersion - lastEval >= cfg.eval.everyVersions && !loop.trainer.done) {
         lastEval = loop.trainer.currentVersion;
         await evaluate(`v${lastEval}`);

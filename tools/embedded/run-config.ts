@@ -74,7 +74,11 @@ export const runConfigSchema = z
         epsHigh: z.number().min(0).max(100).optional(),
         aggregation: z.enum(['token_mean', 'trajectory', 'group', 'seq_mean_token_mean', 'constant']).default('token_mean'),
         advantage: z.enum(['grpo', 'dr_grpo', 'rloo', 'reinforce_pp']).default('grpo'),
+        /** λ of the process-reward rule: a call's advantage = its rollout's + λ · its normalised process reward (0 = outcome only). */
+        processRewardWeight: z.number().min(0).max(100).default(0),
         lr: z.number().positive().max(1).default(3e-5),
+        /** Linear lr warm-up over this many optimizer steps (a fresh AdamW's first steps move every weight by ±lr). */
+        warmupSteps: nonNegInt().max(100_000).default(10),
         maxGradNorm: z.number().min(0).default(1),
         miniBatches: positiveInt().max(64).default(1),
         beta1: z.number().min(0).lt(1).default(0.9),
@@ -82,7 +86,7 @@ export const runConfigSchema = z
         eps: z.number().min(0).default(1e-15),
       })
       .strict()
-      .default({ loss: 'cispo', aggregation: 'token_mean', advantage: 'grpo', lr: 3e-5, maxGradNorm: 1, miniBatches: 1, beta1: 0.9, beta2: 0.95, eps: 1e-15 }),
+      .default({ loss: 'cispo', aggregation: 'token_mean', advantage: 'grpo', processRewardWeight: 0, lr: 3e-5, warmupSteps: 10, maxGradNorm: 1, miniBatches: 1, beta1: 0.9, beta2: 0.95, eps: 1e-15 }),
     budget: z
       .object({
         /** Train batches (optimizer steps with miniBatches 1) of RL. */

@@ -13,6 +13,8 @@ export const middlewareEnv = z.object({
   /** The run this Data Pool schedules (one active scheduler per run, see README). */
   DATA_POOL_RUN_ID: z.string().min(1).max(128).default('default'),
   DATA_POOL_ESTIMATOR: z.enum(['grpo', 'dr_grpo', 'rloo', 'reinforce_pp']).default('grpo'),
+  /** λ of the process-reward rule (libs/rl): each call's advantage = its rollout's + λ · its normalised process reward; 0 = outcome only. */
+  DATA_POOL_PROCESS_REWARD_WEIGHT: z.coerce.number().min(0).max(100).default(0),
   /** Windowed FIFO: N in flight and W (an integer, or 'adaptive'; default round(0.3 N)). */
   DATA_POOL_IN_FLIGHT: z.coerce.number().int().positive().default(8),
   DATA_POOL_WINDOW: z.union([z.literal('adaptive'), z.coerce.number().int().positive()]).optional(),

@@ -273,7 +273,7 @@ export class TrainerRuntime {
     }
     const fromVersion = this.version;
     const splitOf = this.deps.splitOf;
-    const reports = await trainOnTree(this.deps.model, tree, this.options.settings, { currentVersion: fromVersion, ...(splitOf ? { splitOf: (k: number) => splitOf(tree.samples[k]) } : {}) });
+    const reports = await trainOnTree(this.deps.model, tree, this.options.settings, { currentVersion: fromVersion, stepsDone: this.trainerStep, ...(splitOf ? { splitOf: (k: number) => splitOf(tree.samples[k]) } : {}) });
     const applied = reports.filter((r) => r.skipped === null).length;
     const skipped = reports.length - applied;
     this.trainerStep += applied;

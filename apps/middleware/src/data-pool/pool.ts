@@ -221,6 +221,30 @@ export class DataPool {
    * Settles a group once every rollout has completed with all its calls (or was dropped), or
    * the group timed out. Returns null while it must wait.
    */
+  /**
+   * The per-call process rewards of these rollouts, in each rollout's call order (the order of its
+   * trajectory's call_ids), or null when the rule is off (processRewardWeight 0) or some rollout
+   * lacks a process reward for one of its calls: then every call takes its rollout's advantage.
+   */
+  private async processRewardsOf(rolloutIds: string[]): Promise<Map<string, { callIds: string[]; values: number[] }> | null> {
+    if (!this.cfg.advantage.processRewardWeight) return null;
+    const calls: { rollout_id: string; id: string }[] = await this.ds.query(
+      `SELECT "rollout_id", "id" FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[]) ORDER BY "rollout_id", "turn_index", "received_at", "id"`,
+      [rolloutIds],
+    );
+    const rewards: { call_id: string; value: number }[] = await this.ds.query(`SELECT "call_id", "value" FROM "rewards" WHERE "kind" = 'process' AND "rollout_id" = ANY($1::varchar[])`, [rolloutIds]);
+    const valueOf = new Map(rewards.map((r) => [r.call_id, Number(r.value)]));
+    const out = new Map<string, { callIds: string[]; values: number[] }>(rolloutIds.map((id) => [id, { callIds: [], values: [] }]));
+    for (const c of calls) {
+      const v = valueOf.get(c.id);
+      if (v === undefined) return null;
+      const r = out.get(c.rollout_id);
+      r?.callIds.push(c.id);
+      r?.values.push(v);
+    }
+    return out;
+  }
+
   private async trySettle(groupId: string, taskId: string, groupSize: number, timedOut: boolean, now: number): Promise<{ dropped: number } | null> {
     const rows = await this.groupRollouts(groupId, this.ds);
     type State = { row: GroupRolloutRow; fate: 'done' | 'wait' | 'drop'; reason?: string };
@@ -256,12 +280,18 @@ export class DataPool {
     let status: 'ready' | 'dropped' = 'ready';
     let groupReason: string | null = null;
     let adv: number[] = [];
+    let callAdv: number[][] | null = null;
+    let process: Map<string, { callIds: string[]; values: number[] }> | null = null;
     let mean = 0;
     if (kept.length === 0) {
       status = 'dropped';
       groupReason = retry.length > 0 && retry.length === states.filter((s) => s.row.r_status === 'completed').length ? 'all_env_error' : timedOut ? 'timeout' : 'no_trainable_rollouts';
     } else {
-      const scores: RolloutScore[] = kept.map((k) => ({ rolloutId: k.s.row.rollout_id, outcomeReward: Number(k.s.row.outcome_reward), masked: k.masked }));
+      process = await this.processRewardsOf(kept.map((k) => k.s.row.rollout_id));
+      const scores: RolloutScore[] = kept.map((k) => {
+        const p = process?.get(k.s.row.rollout_id);
+        return { rolloutId: k.s.row.rollout_id, outcomeReward: Number(k.s.row.outcome_reward), masked: k.masked, ...(p ? { processRewards: p.values } : {}) };
+      });
       const unmasked = kept.filter((k) => !k.masked);
       if (unmasked.length === 0) {
         status = 'dropped';
@@ -269,6 +299,7 @@ export class DataPool {
       } else {
         const g = computeGroupAdvantages(taskId, scores, this.cfg.advantage);
         adv = g.perRollout;
+        callAdv = g.perCall ?? null;
         mean = g.mean;
         if (g.zeroVariance && this.cfg.dropZeroVariance) {
           status = 'dropped';
@@ -308,6 +339,8 @@ export class DataPool {
           continue;
         }
         const callIds: { id: string }[] = await m.query(`SELECT "id" FROM "llm_calls" WHERE "rollout_id" = $1 ORDER BY "turn_index", "received_at", "id"`, [id]);
+        // Per-call advantages, aligned with call_ids (the order processRewardsOf used).
+        const perCall = callAdv && !k.masked ? callAdv[i] : null;
         const v = vOf.get(id);
         const minV = v?.min_v ?? 0;
         const maxV = v?.max_v ?? 0;
@@ -330,9 +363,9 @@ export class DataPool {
         };
         await m.query(
           `INSERT INTO "trajectories" ("id", "event_id", "rollout_id", "group_id", "task_id", "call_ids", "finish_reason", "reward", "advantage", "loss_masked",
-             "min_policy_version", "max_policy_version", "prompt_tokens", "output_tokens", "ready_at", "status", "train_batch_id")
-           VALUES ($1, $2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, to_timestamp($14::float8 / 1000.0), 'ready', NULL) ON CONFLICT DO NOTHING`,
-          [id, `trajectory.ready:${id}`, groupId, taskId, payload.callIds, payload.finishReason, payload.reward, payload.advantage, payload.lossMasked, payload.minPolicyVersion, payload.maxPolicyVersion, payload.promptTokens, payload.outputTokens, now],
+             "min_policy_version", "max_policy_version", "prompt_tokens", "output_tokens", "ready_at", "status", "train_batch_id", "call_advantages")
+           VALUES ($1, $2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, to_timestamp($14::float8 / 1000.0), 'ready', NULL, $15) ON CONFLICT DO NOTHING`,
+          [id, `trajectory.ready:${id}`, groupId, taskId, payload.callIds, payload.finishReason, payload.reward, payload.advantage, payload.lossMasked, payload.minPolicyVersion, payload.maxPolicyVersion, payload.promptTokens, payload.outputTokens, now, perCall && perCall.length === payload.callIds.length ? perCall : null],
         );
         await m.query(
           `UPDATE "data_pool_queue" SET "status" = 'completed', "tokens" = $2, "version" = $3, "difficulty" = coalesce("difficulty", $4), "trajectory_id" = $1,
@@ -422,7 +455,10 @@ export class DataPool {
       const id = `${this.cfg.runId}:batch:${step}`;
       const claimed = returned<{ rollout_id: string }>(await m.query(`UPDATE "data_pool_queue" SET "status" = 'taken', "batch_id" = $2 WHERE "rollout_id" = ANY($1::varchar[]) AND "status" = 'completed' RETURNING "rollout_id"`, [ids, id]));
       if (claimed.length !== ids.length) throw new NotSchedulerError(`batch ${id}: ${ids.length - claimed.length} of its trajectories were taken meanwhile`);
-      const trajs: { id: string; group_id: string; advantage: number; loss_masked: boolean }[] = await m.query(`SELECT "id", "group_id", "advantage", "loss_masked" FROM "trajectories" WHERE "id" = ANY($1::varchar[])`, [ids]);
+      const trajs: { id: string; group_id: string; advantage: number; loss_masked: boolean; call_ids: string[]; call_advantages: number[] | null }[] = await m.query(
+        `SELECT "id", "group_id", "advantage", "loss_masked", "call_ids", "call_advantages" FROM "trajectories" WHERE "id" = ANY($1::varchar[])`,
+        [ids],
+      );
       const byId = new Map(trajs.map((t) => [t.id, t]));
       const queue: { rollout_id: string; position: string; difficulty: number | null }[] = await m.query(`SELECT "rollout_id", "position", "difficulty" FROM "data_pool_queue" WHERE "rollout_id" = ANY($1::varchar[])`, [ids]);
       const qOf = new Map(queue.map((q) => [q.rollout_id, q]));
@@ -435,7 +471,9 @@ export class DataPool {
         const tr = byId.get(t);
         if (!tr) throw new Error(`trajectory ${t} is queued as completed but has no trajectories row`);
         for (const c of orderParentsFirst(segments.get(t) ?? [])) {
-          const meta = { sampleId: c.callId, trajectoryId: t, groupId: tr.group_id, advantage: Number(tr.advantage), lossWeight: tr.loss_masked ? 0 : 1 };
+          const at = tr.call_advantages ? tr.call_ids.indexOf(c.callId) : -1;
+          const advantage = at >= 0 && tr.call_advantages ? Number(tr.call_advantages[at]) : Number(tr.advantage);
+          const meta = { sampleId: c.callId, trajectoryId: t, groupId: tr.group_id, advantage, lossWeight: tr.loss_masked ? 0 : 1 };
           b.add(c, meta);
           samples.push(meta);
           outVersions.push(c.outputVersions);

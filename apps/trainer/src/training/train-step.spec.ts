@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { Model } from '@anvil/engine';
 import { computeLoss, flatPack, lossConfig, prefixTreeOf, seededRandom, type LossConfig } from '@anvil/rl';
-import { lossAndGradients, miniBatchesOf, trainOnTree } from './train-step';
+import { lossAndGradients, lrAt, miniBatchesOf, trainOnTree } from './train-step';
 
 /** Two groups of multi-turn trajectories over a 272-token vocabulary: calls extend each other, so the tree shares a lot. */
 function batch(seed: number) {
@@ -100,6 +100,15 @@ describe('trainer loss wiring', () => {
     const bad = { ...tree, samples: tree.samples.map((s, k) => (k === 0 ? { ...s, advantage: Number.NaN } : s)) };
     await expect(trainOnTree(m, bad, { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 100_000, miniBatches: 1 }, { currentVersion: 4 })).rejects.toThrow(/advantage/);
     expect(m.stepCount).toBe(2);
+    m.dispose();
+  });
+
+  it('warm-up: step t of the run takes lr · min(1, t / warmupSteps), counted from stepsDone (so a resumed run continues the ramp)', async () => {
+    expect([1, 2, 5, 10, 11].map((t) => lrAt({ lr: 1e-3, warmupSteps: 10 }, t))).toEqual([1e-4, 2e-4, 5e-4, 1e-3, 1e-3].map((v) => expect.closeTo(v, 12)));
+    expect(lrAt({ lr: 1e-3 }, 1)).toBe(1e-3);
+    const m = model();
+    const reports = await trainOnTree(m, tree, { loss: lossConfig(), lr: 1e-3, warmupSteps: 4, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 }, { currentVersion: 4, stepsDone: 1 });
+    expect(reports.map((r) => r.lr)).toEqual([expect.closeTo(5e-4, 12), expect.closeTo(7.5e-4, 12)]);
     m.dispose();
   });
 });

@@ -17,8 +17,15 @@ import {
 
 export interface TrainSettings {
   loss: LossConfig;
-  /** AdamW learning rate of every step. */
+  /** AdamW peak learning rate. */
   lr: number;
+  /**
+   * Linear warm-up over this many optimizer steps (0 or absent = none): step t (1-based, counted
+   * over the whole run) uses lr · min(1, t / warmupSteps). A fresh AdamW's first updates are
+   * ±lr on every parameter whatever the gradient's size (m̂/√v̂ = sign(g) at t = 1): on the tiny
+   * model one such step at lr 1e-3 took a trained sample's log-prob from −1.0 to −17.
+   */
+  warmupSteps?: number;
   /** Global gradient-norm clip (0 = off). */
   maxGradNorm: number;
   /** Nodes per pack at most (the engine's forward budget). */
@@ -52,6 +59,8 @@ export interface StepReport {
   sharing: number;
   packs: number;
   seconds: number;
+  /** Learning rate of the optimizer step (absent when it was skipped). */
+  lr?: number;
   /** Why the step was not applied (non-finite loss or gradient); null when it was. */
   skipped: string | null;
 }
@@ -168,9 +177,10 @@ export async function trainOnTree(
   model: Model,
   tree: PrefixTree,
   settings: TrainSettings,
-  ctx: { currentVersion: number; splitOf?: (sampleIndex: number) => string },
+  ctx: { currentVersion: number; splitOf?: (sampleIndex: number) => string; stepsDone?: number },
 ): Promise<StepReport[]> {
   const reports: StepReport[] = [];
+  let applied = ctx.stepsDone ?? 0;
   for (const members of miniBatchesOf(tree, settings.miniBatches)) {
     const started = performance.now();
     const g = await lossAndGradients(model, tree, members, settings, ctx);
@@ -198,10 +208,18 @@ export async function trainOnTree(
       continue;
     }
     if (settings.maxGradNorm > 0) await model.clipGradNorm(settings.maxGradNorm);
-    await model.step({ lr: settings.lr });
-    reports.push({ ...base, gradNorm: norm, seconds: seconds(), skipped: null });
+    applied++;
+    const lr = lrAt(settings, applied);
+    await model.step({ lr });
+    reports.push({ ...base, gradNorm: norm, lr, seconds: seconds(), skipped: null });
   }
   return reports;
+}
+
+/** The learning rate of optimizer step `step` (1-based over the run): the peak lr after a linear warm-up. */
+export function lrAt(settings: Pick<TrainSettings, 'lr' | 'warmupSteps'>, step: number): number {
+  const w = settings.warmupSteps ?? 0;
+  return w > 0 ? settings.lr * Math.min(1, step / w) : settings.lr;
 }
 
 /** Mismatch of the tokens the current weights generated (recorded version == currentVersion), overall and per split. */

@@ -62,6 +62,33 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.stop();
   });
 
+  it('process rewards: each call of the batch carries its rollout advantage + λ(p − mean p) (dr_grpo, λ = 0.5); the trajectory row keeps the outcome advantage', async () => {
+    const g = uid('g');
+    const rt = runtime(env, { batchTrajectories: 2, window: { inFlight: 2, window: 2 }, advantage: { estimator: 'dr_grpo', processRewardWeight: 0.5 } });
+    await rt.start();
+    // rollout 0: reward 1, calls [1, 1]; rollout 1: reward 0, calls [1, 0] -> mean R 0.5, mean p 0.75
+    const rs = [
+      rollout({ rolloutId: `${g}-r0`, groupId: g, groupSize: 2, reward: 1, sampleIndex: 0, processRewards: [1, 1] }),
+      rollout({ rolloutId: `${g}-r1`, groupId: g, groupSize: 2, reward: 0, sampleIndex: 1, processRewards: [1, 0] }),
+    ];
+    await env.bus().publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
+    const seen = await collect(env.bus(), TOPICS.trainBatches, uid('obs'));
+    const event = (await until('train_batch.created', () => seen.seen.find((x) => x.type === 'train_batch.created' && x.payload.runId === rt.config.runId))) as EventEnvelope<'train_batch.created'>;
+    await seen.stop();
+    const tree = await readTrainBatch(event, env.ds());
+    const bySample = Object.fromEntries(tree.samples.map((s) => [s.sampleId, s.advantage]));
+    expect(bySample).toEqual({
+      [`${g}-r0-call-0`]: expect.closeTo(0.5 + 0.5 * 0.25, 6),
+      [`${g}-r0-call-1`]: expect.closeTo(0.5 + 0.5 * 0.25, 6),
+      [`${g}-r1-call-0`]: expect.closeTo(-0.5 + 0.5 * 0.25, 6),
+      [`${g}-r1-call-1`]: expect.closeTo(-0.5 - 0.5 * 0.75, 6),
+    });
+    const rows: { advantage: number; call_advantages: number[] | null }[] = await env.ds().query(`SELECT "advantage", "call_advantages" FROM "trajectories" WHERE "group_id" = $1 ORDER BY "id"`, [g]);
+    expect(rows.map((r) => Number(r.advantage))).toEqual([0.5, -0.5]);
+    expect(rows.every((r) => r.call_advantages?.length === 2)).toBe(true);
+    await rt.stop();
+  });
+
   it('compact filter: max_steps and max_context are masked (weight 0) but kept; completed is not; an env_error rollout is dropped and asked to be retried', async () => {
     const g = uid('g');
     const rt = runtime(env, { batchTrajectories: 4, window: { inFlight: 5, window: 5 } });

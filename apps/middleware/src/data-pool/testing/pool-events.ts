@@ -11,10 +11,10 @@ export function started(o: { rolloutId: string; groupId: string; taskId?: string
   );
 }
 
-export function completed(o: { rolloutId: string; groupId: string; taskId?: string; reward: number | null; numCalls: number; finishReason?: RolloutFinishReason; completedAt?: number }) {
+export function completed(o: { rolloutId: string; groupId: string; taskId?: string; reward: number | null; numCalls: number; finishReason?: RolloutFinishReason; completedAt?: number; processRewards?: { callId: string; value: number }[] }) {
   return createEvent(
     'rollout.completed',
-    { rolloutId: o.rolloutId, groupId: o.groupId, taskId: o.taskId ?? 'task', finishReason: o.finishReason ?? 'completed', outcomeReward: o.reward, processRewards: [], numCalls: o.numCalls, error: null, completedAt: o.completedAt ?? Date.now() },
+    { rolloutId: o.rolloutId, groupId: o.groupId, taskId: o.taskId ?? 'task', finishReason: o.finishReason ?? 'completed', outcomeReward: o.reward, processRewards: o.processRewards ?? [], numCalls: o.numCalls, error: null, completedAt: o.completedAt ?? Date.now() },
     { key: o.rolloutId, producer: 'test' },
   );
 }
@@ -55,12 +55,12 @@ export function trajectoryCalls(o: { rolloutId: string; groupId: string; taskId?
 }
 
 /** A whole rollout: started, its calls, completed. */
-export function rollout(o: { rolloutId: string; groupId: string; groupSize: number; reward: number | null; calls?: number; queuePosition?: number; finishReason?: RolloutFinishReason; sampleIndex?: number; version?: number }) {
+export function rollout(o: { rolloutId: string; groupId: string; groupSize: number; reward: number | null; calls?: number; queuePosition?: number; finishReason?: RolloutFinishReason; sampleIndex?: number; version?: number; processRewards?: number[] }) {
   const calls = trajectoryCalls({ rolloutId: o.rolloutId, groupId: o.groupId, calls: o.calls ?? 2, firstPrompt: 6, newTokens: 3, outputTokens: 2, version: o.version });
   return {
     started: started({ ...o }),
     calls: calls.v2,
-    completed: completed({ rolloutId: o.rolloutId, groupId: o.groupId, reward: o.reward, numCalls: o.calls ?? 2, finishReason: o.finishReason }),
+    completed: completed({ rolloutId: o.rolloutId, groupId: o.groupId, reward: o.reward, numCalls: o.calls ?? 2, finishReason: o.finishReason, ...(o.processRewards ? { processRewards: o.processRewards.map((value, i) => ({ callId: `${o.rolloutId}-call-${i}`, value })) } : {}) }),
     v1: calls.v1,
   };
 }
