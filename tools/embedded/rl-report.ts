@@ -79,17 +79,19 @@ export function renderReport(r: RunReport): string {
       { name: 'train reward (avg of 5)', color: '#2a5ca8', points: movingAverage(rewardT, 5) },
       { name: 'held-out success', color: '#d2462f', points: evalT, markers: true },
     ] }),
-    lineChart({ title: 'Throughput', xLabel: 'seconds since the run started', yLabel: 'per second', series: [
-      { name: 'trained tokens/s (unique)', color: '#2f8f5b', points: s.map((x) => [x.wallS, x.uniqueTokens / Math.max(1e-9, x.trainSeconds)] as [number, number]) },
-      { name: 'rollouts/s ×100', color: '#8a5cc2', points: r.rolloutTimeline.map(([t, n], i, a) => { const j = Math.max(0, i - 5); const dt = t - a[j][0]; return [t, dt > 0 ? ((n - a[j][1]) / dt) * 100 : NaN] as [number, number]; }) },
+    lineChart({ title: 'Trainer throughput', xLabel: 'seconds since the run started', yLabel: 'tokens per second', yMin: 0, series: [
+      { name: 'trained tokens/s (unique tree nodes)', color: '#2f8f5b', points: s.map((x) => [x.wallS, x.uniqueTokens / Math.max(1e-9, x.trainSeconds)] as [number, number]) },
+      { name: 'trained tokens/s (samples unmerged)', color: '#9bd1b3', points: s.map((x) => [x.wallS, x.totalTokens / Math.max(1e-9, x.trainSeconds)] as [number, number]) },
+    ] }),
+    lineChart({ title: 'Rollout throughput (train rollouts completed)', xLabel: 'seconds since the run started', yLabel: 'rollouts per second', yMin: 0, series: [
+      { name: 'rollouts/s (over the last 20 completions)', color: '#8a5cc2', points: r.rolloutTimeline.map(([t, n], i, a) => { const j = Math.max(0, i - 20); const dt = t - a[j][0]; return [t, dt > 0 ? (n - a[j][1]) / dt : NaN] as [number, number]; }) },
     ] }),
     lineChart({ title: 'Trainer idle share per step (waiting for a batch)', xLabel: 'train step', yLabel: 'idle / (idle + busy)', yMin: 0, yMax: 1, series: [
       { name: 'idle share', color: '#c27c2a', points: s.map((x) => [x.step, x.idleSeconds / Math.max(1e-9, x.idleSeconds + x.trainSeconds)] as [number, number]) },
     ] }),
     barChart({ title: 'Staleness of trained tokens (versions behind the trainer)', xLabel: 'versions behind', yLabel: 'share of tokens', bars: (() => { const tot = r.stalenessHistogram.reduce((a, b) => a + b, 0) || 1; return r.stalenessHistogram.map((c, lag) => ({ label: String(lag), value: c / tot })); })() }),
-    lineChart({ title: 'Prefix sharing and merge speed-up per batch', xLabel: 'train step', yLabel: 'sharing / speed-up ÷ 10', yMin: 0, series: [
-      { name: 'sharing 1 − unique/total', color: '#2a5ca8', points: s.map((x) => [x.step, x.sharing] as [number, number]) },
-      { name: 'merge speed-up (total/unique) ÷ 10', color: '#2f8f5b', points: s.map((x) => [x.step, x.totalTokens / Math.max(1, x.uniqueTokens) / 10] as [number, number]) },
+    lineChart({ title: 'Prefix-tree merge speed-up per batch (tokens the samples hold / tree nodes trained)', xLabel: 'train step', yLabel: 'total / unique tokens', yMin: 0, series: [
+      { name: `merge speed-up (sharing 1 − unique/total: mean ${(s.reduce((a, x) => a + x.sharing, 0) / Math.max(1, s.length)).toFixed(2)})`, color: '#2f8f5b', points: s.map((x) => [x.step, x.totalTokens / Math.max(1, x.uniqueTokens)] as [number, number]) },
     ] }),
     lineChart({ title: 'Train/inference mismatch on tokens of the current version', xLabel: 'train step', yLabel: 'mean |Δlogp|', series: [
       { name: 'mean |Δlogp|', color: '#d2462f', points: s.filter((x) => x.mismatchTokens > 0).map((x) => [x.step, x.mismatchAbs] as [number, number]) },

@@ -54,11 +54,14 @@ export function lineChart(o: ChartOptions): string {
   parts.push(`<line x1="${pad.l}" x2="${pad.l}" y1="${pad.t}" y2="${h - pad.b}" class="axis"/><line x1="${pad.l}" x2="${w - pad.r}" y1="${h - pad.b}" y2="${h - pad.b}" class="axis"/>`);
   parts.push(`<text x="${(pad.l + w - pad.r) / 2}" y="${h - 6}" text-anchor="middle" class="label">${esc(o.xLabel)}</text>`);
   parts.push(`<text transform="translate(14 ${(pad.t + h - pad.b) / 2}) rotate(-90)" text-anchor="middle" class="label">${esc(o.yLabel)}</text>`);
-  o.series.forEach((s, i) => {
+  // Legend entries laid out by their text length (about 6.2 px a character at 11 px): fixed slots overlapped.
+  let legendX = pad.l + 8;
+  o.series.forEach((s) => {
     const pts = s.points.filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y));
     if (s.markers) for (const [x, y] of pts) parts.push(`<circle cx="${X(x).toFixed(1)}" cy="${Y(y).toFixed(1)}" r="4" fill="${s.color}"/>`);
     else if (pts.length) parts.push(`<path d="${pts.map(([x, y], k) => `${k ? 'L' : 'M'}${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join(' ')}" fill="none" stroke="${s.color}" stroke-width="2"/>`);
-    parts.push(`<rect x="${pad.l + 8 + i * 150}" y="8" width="10" height="10" fill="${s.color}"/><text x="${pad.l + 22 + i * 150}" y="17">${esc(s.name)}</text>`);
+    parts.push(`<rect x="${legendX}" y="8" width="10" height="10" fill="${s.color}"/><text x="${legendX + 14}" y="17">${esc(s.name)}</text>`);
+    legendX += 14 + Math.ceil(s.name.length * 6.2) + 16;
   });
   return `<figure><figcaption>${esc(o.title)}</figcaption><svg viewBox="0 0 ${w} ${h}" width="${w}" height="${h}" role="img" aria-label="${esc(o.title)}">${parts.join('')}</svg></figure>`;
 }
