@@ -8,7 +8,7 @@ import { createDataSource, LlmCall, runMigrations } from '@anvil/persistence';
 import { waitFor } from '@anvil/testing';
 import { createDatabase } from '../../tools/infra/lib.mjs';
 import { DataPoolIngestion } from '../../apps/middleware/src/data-pool/ingestion';
-import { llmCall, newRolloutIds } from '../../apps/middleware/src/data-pool/projections/testing/events';
+import { llmCall, newRolloutIds } from '@anvil/contracts/testing';
 
 /**
  * At-least-once delivery + idempotent writes = exactly one row: a consumer process that is

@@ -2,7 +2,7 @@ import { deadLetterTopicOf, TOPICS, type AnyEventEnvelope } from '@anvil/contrac
 import { createBus, stderrLogger, type KafkaConsumerTuning, type MessageBus, type Subscription } from '@anvil/messaging';
 import { afterAll, describe, expect, it } from 'vitest';
 import { waitFor } from '@anvil/testing';
-import { rolloutStarted } from '../../libs/messaging/src/testing/sample-events';
+import { sequencedRolloutStarted } from '@anvil/contracts/testing';
 
 /**
  * The Kafka bus's batch fast path (SubscribeOptions.batchHandler): runs of decodable messages
@@ -37,7 +37,7 @@ describe('kafka batch delivery', () => {
       handler: async (e) => void single.push(seqOf(e)),
       batchHandler: async (items) => void batched.push(items.map((i) => seqOf(i.event))),
     });
-    const events = Array.from({ length: 40 }, (_, i) => rolloutStarted('key-1', i));
+    const events = Array.from({ length: 40 }, (_, i) => sequencedRolloutStarted('key-1', i));
     await bus.publish(events.slice(0, 20));
     await bus.publishRaw(TOPICS.rollouts, { key: 'key-1', value: Buffer.from('not a frame') });
     await bus.publish(events.slice(20));
@@ -75,7 +75,7 @@ describe('kafka batch delivery', () => {
         handled.push(...items.map((i) => seqOf(i.event)));
       },
     });
-    await bus.publish(Array.from({ length: 15 }, (_, i) => rolloutStarted('key-2', i)));
+    await bus.publish(Array.from({ length: 15 }, (_, i) => sequencedRolloutStarted('key-2', i)));
     await waitFor('14 good events handled', async () => (handled.length >= 14 ? true : undefined), 60_000);
     await waitFor('event 7 dead-lettered', async () => (dead.length === 1 ? true : undefined), 30_000);
     await sub.whenIdle({ timeoutMs: 30_000 });

@@ -3,7 +3,7 @@ import { createBus, stderrLogger, type KafkaConsumerTuning, type MessageBus } fr
 import { Kafka, logLevel, type Admin } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { describeBusConformance } from '../../libs/messaging/src/testing/bus-conformance';
-import { rolloutStarted } from '../../libs/messaging/src/testing/sample-events';
+import { sequencedRolloutStarted } from '@anvil/contracts/testing';
 
 // Real broker: `node tools/infra/kafka.mjs start` prints KAFKA_BROKERS (the test runner does it).
 const brokersEnv = process.env.KAFKA_BROKERS;
@@ -71,7 +71,7 @@ describe('kafka bus specifics', () => {
         await new Promise((r) => setTimeout(r, fastGroups.sessionTimeoutMs! + 3_000));
       },
     });
-    await bus.publish([rolloutStarted('rollout-slow', 0)]);
+    await bus.publish([sequencedRolloutStarted('rollout-slow', 0)]);
     // Without heartbeats the member would be evicted and its commit refused: the message would
     // come back. With them, it is handled once and committed.
     await sub.whenIdle({ timeoutMs: 30_000 });

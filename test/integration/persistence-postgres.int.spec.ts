@@ -4,7 +4,7 @@ import { createDataSource, LlmCall, MIGRATIONS, runMigrations } from '@anvil/per
 import { createScratchDatabase, type ScratchDatabase } from '@anvil/testing';
 import { describeMigrationBehaviour } from '../../libs/persistence/src/testing/migration-behaviour.suite';
 import { EventStore } from '../../apps/middleware/src/data-pool/projections';
-import { llmCall, newRolloutIds, redeliver } from '../../apps/middleware/src/data-pool/projections/testing/events';
+import { llmCall, newRolloutIds, redeliver } from '@anvil/contracts/testing';
 import { describeStoreBehaviour } from '../../apps/middleware/src/data-pool/projections/testing/store-behaviour.suite';
 import { describeBatchBehaviour } from '../../apps/middleware/src/data-pool/projections/testing/batch-behaviour.suite';
 

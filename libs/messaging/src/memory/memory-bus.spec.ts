@@ -4,7 +4,7 @@ import type { MessageBus, MessageMeta, RawRecord } from '../bus';
 import { HEADERS } from '../headers';
 import { silentLogger } from '../logger';
 import { describeBusConformance, Inbox, waitUntil } from '../testing/bus-conformance';
-import { rolloutStarted } from '../testing/sample-events';
+import { sequencedRolloutStarted } from '@anvil/contracts/testing';
 import { MemoryBroker } from './memory-broker';
 import { MemoryBus } from './memory-bus';
 
@@ -57,7 +57,7 @@ describe('MemoryBus specifics', () => {
         if (meta.attempt === 1) throw new ContractError('invalid_payload', 'a downstream contract check failed');
       },
     });
-    await bus.publish(rolloutStarted('k', 0));
+    await bus.publish(sequencedRolloutStarted('k', 0));
     await waitUntil(() => attempts.length === 2, 5_000, 'the second attempt');
     expect(attempts).toEqual([1, 2]);
   });
@@ -80,7 +80,7 @@ describe('MemoryBus specifics', () => {
         },
       });
       // Keys spread over all three partitions.
-      await bus.publish(Array.from({ length: 30 }, (_, i) => rolloutStarted(`rollout-${i}`, 0)));
+      await bus.publish(Array.from({ length: 30 }, (_, i) => sequencedRolloutStarted(`rollout-${i}`, 0)));
       await waitUntil(() => done === 30, 5_000, 'all handled');
       expect(peak).toBe(concurrency);
     }
@@ -105,7 +105,7 @@ describe('MemoryBus specifics', () => {
     const perKey = 15;
     const publishing = (async () => {
       for (let seq = 0; seq < perKey; seq++) {
-        await producer.publish(keys.map((k) => rolloutStarted(k, seq)));
+        await producer.publish(keys.map((k) => sequencedRolloutStarted(k, seq)));
         await sleep(3);
       }
     })();
@@ -138,7 +138,7 @@ describe('MemoryBus specifics', () => {
         throw new Error('down');
       },
     });
-    await bus.publish(rolloutStarted('k', 0));
+    await bus.publish(sequencedRolloutStarted('k', 0));
     const retryTopic = retryTopicOf(TOPICS.rollouts, 'g');
     await waitUntil(() => calls === 1, 5_000, 'first attempt');
     await sub.whenIdle({ timeoutMs: 200 }).catch(() => undefined);
@@ -163,7 +163,7 @@ describe('MemoryBus specifics', () => {
           await waitUntil(() => slowGate.open, 5_000, 'gate');
         },
       });
-      await bus.publish(Array.from({ length: 5 }, (_, i) => rolloutStarted('k', i)));
+      await bus.publish(Array.from({ length: 5 }, (_, i) => sequencedRolloutStarted('k', i)));
       await fast.whenIdle();
       const log = broker.requireLog(TOPICS.rollouts);
       // The slow group has not committed: nothing may be dropped yet.
@@ -197,7 +197,7 @@ describe('MemoryBus specifics', () => {
     const sub = await bus.subscribe({ group: 'g', topics: [TOPICS.rollouts], handler: async () => undefined });
     expect((await bus.health()).ok).toBe(true);
     await bus.close();
-    await expect(bus.publish(rolloutStarted('k', 0))).rejects.toThrow(/closed/);
+    await expect(bus.publish(sequencedRolloutStarted('k', 0))).rejects.toThrow(/closed/);
     await expect(bus.subscribe({ group: 'g', topics: [TOPICS.rollouts], handler: async () => undefined })).rejects.toThrow(/closed/);
     expect((await bus.health()).ok).toBe(false);
     await sub.stop(); // already stopped by close(): resolves again

@@ -8,13 +8,12 @@ import {
   type AnyEventEnvelope,
   type EventEnvelope,
 } from '@anvil/contracts';
-import { sampleLlmCallEvent } from '@anvil/contracts/testing';
+import { bitExact, oneOfEachType, sampleLlmCallEvent, sequencedRolloutStarted } from '@anvil/contracts/testing';
 import { trace } from '@opentelemetry/api';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { MessageBus, MessageMeta, RawRecord } from '../bus';
 import { HEADERS } from '../headers';
 import { partitionForKey } from '../partitioner';
-import { bitExact, oneOfEachType, rolloutStarted } from './sample-events';
 import { bindTraceContext } from '../trace-propagation';
 import { installTestTracing, withRemoteParent } from './trace-kit';
 
@@ -129,10 +128,10 @@ export function describeBusConformance(
             // Alternate single events and small batches; each key's publishes are sequential.
             for (let seq = 0; seq < perKey; ) {
               if (seq % 3 === 0 && seq + 2 <= perKey) {
-                await bus.publish([rolloutStarted(key, seq), rolloutStarted(key, seq + 1)]);
+                await bus.publish([sequencedRolloutStarted(key, seq), sequencedRolloutStarted(key, seq + 1)]);
                 seq += 2;
               } else {
-                await bus.publish(rolloutStarted(key, seq));
+                await bus.publish(sequencedRolloutStarted(key, seq));
                 seq += 1;
               }
             }
@@ -154,7 +153,7 @@ export function describeBusConformance(
       const bus = await connect();
       const { inbox } = await collect(bus, groupName('placement'), [TOPICS.rollouts]);
       const keys = Array.from({ length: 12 }, (_, i) => `rollout-${i}`);
-      await bus.publish(keys.map((k) => rolloutStarted(k, 0)));
+      await bus.publish(keys.map((k) => sequencedRolloutStarted(k, 0)));
       const got = await inbox.waitFor(keys.length);
       for (const { event, meta } of got) expect(meta.partition, event.key).toBe(partitionForKey(event.key, partitions));
       expect(new Set(got.map((g) => g.meta.partition)).size).toBe(Math.min(partitions, 3));
@@ -165,7 +164,7 @@ export function describeBusConformance(
       const [a, b] = [await connect(), await connect()];
       const first = await collect(a, group, [TOPICS.rollouts]);
       const second = await collect(b, group, [TOPICS.rollouts]);
-      const events = Array.from({ length: 30 }, (_, i) => rolloutStarted(`rollout-${i}`, 0));
+      const events = Array.from({ length: 30 }, (_, i) => sequencedRolloutStarted(`rollout-${i}`, 0));
       await a.publish(events);
       await waitUntil(() => first.inbox.items.length + second.inbox.items.length >= events.length, waitMs, 'all 30 messages');
       const ids = [...first.inbox.items, ...second.inbox.items].map((g) => g.event.id);
@@ -181,16 +180,16 @@ export function describeBusConformance(
     it('starts a new group at the end of the log unless fromBeginning, and loses nothing published after subscribe', async () => {
       const bus = await connect();
       const seqs = (got: { event: AnyEventEnvelope }[]) => got.map((g) => (g.event.type === 'rollout.started' ? `${g.event.key}#${g.event.payload.sampleIndex}` : '?'));
-      await bus.publish(rolloutStarted('rollout-old', 0));
+      await bus.publish(sequencedRolloutStarted('rollout-old', 0));
       const earliest = await collect(bus, groupName('earliest'), [TOPICS.rollouts], { fromBeginning: true });
       const group = groupName('latest');
       const first = await collect(bus, group, [TOPICS.rollouts], { fromBeginning: false });
-      await bus.publish(rolloutStarted('rollout-new', 1));
+      await bus.publish(sequencedRolloutStarted('rollout-new', 1));
       expect(seqs(await first.inbox.waitFor(1))).toEqual(['rollout-new#1']);
       await first.sub.stop();
       // Published while the group has no member, on partitions the first member never handled
       // a message on: its start position must already be on record for the group.
-      const later = Array.from({ length: 6 }, (_, i) => rolloutStarted(`rollout-later-${i}`, 2));
+      const later = Array.from({ length: 6 }, (_, i) => sequencedRolloutStarted(`rollout-later-${i}`, 2));
       await bus.publish(later);
       const second = await collect(await connect(), group, [TOPICS.rollouts], { fromBeginning: false });
       const got = await second.inbox.waitFor(later.length);
@@ -201,7 +200,7 @@ export function describeBusConformance(
     it('redelivers a message to the next member when its consumer dies before committing', async () => {
       const group = groupName('crash');
       const producer = await connect();
-      const events = [rolloutStarted('rollout-crash', 0), rolloutStarted('rollout-crash', 1)];
+      const events = [sequencedRolloutStarted('rollout-crash', 0), sequencedRolloutStarted('rollout-crash', 1)];
       await producer.publish(events);
 
       const doomed = await connect();
@@ -232,7 +231,7 @@ export function describeBusConformance(
     it('stops gracefully: finishes the in-flight handler, commits it, leaves the rest to the next member', async () => {
       const group = groupName('graceful');
       const producer = await connect();
-      const events = Array.from({ length: 6 }, (_, i) => rolloutStarted('rollout-graceful', i));
+      const events = Array.from({ length: 6 }, (_, i) => sequencedRolloutStarted('rollout-graceful', i));
       await producer.publish(events);
 
       const first = await connect();
@@ -256,7 +255,7 @@ export function describeBusConformance(
       expect(handled).toEqual([0, 1, 2]);
 
       // A marker published after the stop: anything redelivered would arrive before it.
-      const marker = rolloutStarted('rollout-graceful', 99);
+      const marker = sequencedRolloutStarted('rollout-graceful', 99);
       await producer.publish(marker);
       const second = await connect();
       const { inbox } = await collect(second, group, [TOPICS.rollouts]);
@@ -269,7 +268,7 @@ export function describeBusConformance(
       const bus = await connect();
       const { inbox } = await collect(bus, group, [TOPICS.rollouts]);
       const key = 'rollout-poison';
-      const valid = rolloutStarted(key, 0);
+      const valid = sequencedRolloutStarted(key, 0);
       const poison: [string, Buffer][] = [
         ['malformed_frame', Buffer.from('definitely not an ANV1 frame')],
         ['unknown_version', encodeFrame({ ...valid, version: 99 })],
@@ -277,7 +276,7 @@ export function describeBusConformance(
         ['invalid_payload', encodeFrame({ ...valid, payload: { ...valid.payload, groupSize: -1 } })],
       ];
       for (const [, value] of poison) await bus.publishRaw(TOPICS.rollouts, { key, value, headers: { 'x-test': 'poison' } });
-      const good = rolloutStarted(key, 1);
+      const good = sequencedRolloutStarted(key, 1);
       await bus.publish(good);
 
       const [handled] = await inbox.waitFor(1);
@@ -316,7 +315,7 @@ export function describeBusConformance(
           successes++;
         },
       });
-      const event = rolloutStarted('rollout-flaky', 0);
+      const event = sequencedRolloutStarted('rollout-flaky', 0);
       await bus.publish(event);
       await waitUntil(() => successes === 1, waitMs, 'the third attempt to succeed');
       await sub.whenIdle({ timeoutMs: waitMs });
@@ -337,8 +336,8 @@ export function describeBusConformance(
       const group = groupName('broken');
       const bus = await connect();
       const key = 'rollout-broken';
-      const bad = rolloutStarted(key, 0);
-      const good = rolloutStarted(key, 1);
+      const bad = sequencedRolloutStarted(key, 0);
+      const good = sequencedRolloutStarted(key, 1);
       const badAttempts: number[] = [];
       const handled: string[] = [];
       await bus.subscribe({
@@ -373,14 +372,14 @@ export function describeBusConformance(
     it('rejects an invalid or oversized event at publish and sends nothing of that batch', async () => {
       const bus = await connect();
       const { inbox } = await collect(bus, groupName('invalid'), [TOPICS.rollouts, TOPICS.llmCalls]);
-      const ok = rolloutStarted('rollout-invalid', 0);
-      const invalid = rolloutStarted('rollout-invalid', 1) as EventEnvelope;
+      const ok = sequencedRolloutStarted('rollout-invalid', 0);
+      const invalid = sequencedRolloutStarted('rollout-invalid', 1) as EventEnvelope;
       (invalid.payload as { groupSize: number }).groupSize = 0;
       await expect(bus.publish([ok, invalid])).rejects.toSatisfy((e) => e instanceof ContractError && e.reason === 'invalid_payload');
       const huge = sampleLlmCallEvent({ promptTokens: 3_200_000, outputTokens: 1, seed: 1 });
       await expect(bus.publish([ok, huge])).rejects.toSatisfy((e) => e instanceof ContractError && e.reason === 'oversized');
 
-      const marker = rolloutStarted('rollout-invalid', 2);
+      const marker = sequencedRolloutStarted('rollout-invalid', 2);
       await bus.publish(marker);
       const [first] = await inbox.waitFor(1);
       expect(first.event.id).toBe(marker.id);
@@ -397,7 +396,7 @@ export function describeBusConformance(
         topics: [TOPICS.rollouts],
         handler: async (_event, meta) => seen.push({ traceparent: meta.headers.traceparent, traceId: trace.getActiveSpan()?.spanContext().traceId }),
       });
-      await withRemoteParent(traceId, parentSpanId, () => bus.publish(rolloutStarted('rollout-traced', 0)));
+      await withRemoteParent(traceId, parentSpanId, () => bus.publish(sequencedRolloutStarted('rollout-traced', 0)));
       const [got] = await seen.waitFor(1);
       expect(got.traceparent).toBe(`00-${traceId}-${parentSpanId}-01`);
       expect(got.traceId).toBe(traceId);
@@ -412,8 +411,8 @@ export function describeBusConformance(
         topics: [TOPICS.rollouts],
         handler: async (event, meta) => seen.push({ rollout: (event.payload as { rolloutId: string }).rolloutId, traceparent: meta.headers.traceparent }),
       });
-      const a = withRemoteParent('aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', '1111111111111111', () => bindTraceContext(rolloutStarted('rollout-bound-a', 0)));
-      const b = withRemoteParent('bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', '2222222222222222', () => bindTraceContext(rolloutStarted('rollout-bound-b', 0)));
+      const a = withRemoteParent('aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', '1111111111111111', () => bindTraceContext(sequencedRolloutStarted('rollout-bound-a', 0)));
+      const b = withRemoteParent('bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', '2222222222222222', () => bindTraceContext(sequencedRolloutStarted('rollout-bound-b', 0)));
       // Published from a third trace: each event still carries its own.
       await withRemoteParent('cccccccccccccccccccccccccccccccc', '3333333333333333', () => bus.publish([a, b]));
       const got = await seen.waitFor(2);

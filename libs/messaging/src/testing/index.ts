@@ -1,4 +1,3 @@
 // Test helpers. Not re-exported from the library's index: they import vitest.
 export * from './bus-conformance';
-export * from './sample-events';
 export * from './trace-kit';

@@ -1,4 +1,5 @@
-import { createEvent, EVENT_TYPES, type AnyEventEnvelope, type EventEnvelope, type EventType } from '@anvil/contracts';
+import { createEvent, type AnyEventEnvelope, type EventEnvelope } from '../envelope';
+import { EVENT_TYPES, type EventType } from '../events/registry';
 
 /**
  * Valid events of every type for bus tests. Float arrays carry the values a lossy path would
@@ -46,7 +47,7 @@ export function sampleEventOf(type: EventType, key: string, n = 0): AnyEventEnve
         opts,
       ) as AnyEventEnvelope;
     case 'rollout.started':
-      return rolloutStarted(key, n);
+      return sequencedRolloutStarted(key, n);
     case 'rollout.completed':
       return createEvent(
         type,
@@ -179,7 +180,7 @@ export function oneOfEachType(key: string): AnyEventEnvelope[] {
 }
 
 /** Small, cheap event whose `sampleIndex` carries a sequence number (ordering tests). */
-export function rolloutStarted(key: string, seq: number): EventEnvelope<'rollout.started'> {
+export function sequencedRolloutStarted(key: string, seq: number): EventEnvelope<'rollout.started'> {
   return createEvent(
     'rollout.started',
     {
