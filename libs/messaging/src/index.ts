@@ -8,5 +8,4 @@ export { HEADERS } from './headers';
 export { partitionForKey } from './partitioner';
 export { bindTraceContext } from './trace-propagation';
 export { stderrLogger, silentLogger, type BusLogger, type BusLogLevel } from './logger';
-export { DELIVERY_DEFAULTS } from './delivery/policy';
 export * from './outbox';

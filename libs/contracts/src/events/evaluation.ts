@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { id, policyVersion, timestampMs } from './common';
 
 /**
- * Evaluation rollouts (issue 12): the eval split of a task set run pinned to one policy
+ * Evaluation rollouts: the eval split of a task set run pinned to one policy
  * version. The trainer asks (every K versions, and once before the first step) with
  * evaluation.requested; the rollout manager answers with evaluation.completed carrying that
  * version. Evaluation rollouts are never scheduled for training: their rollout.started says

@@ -11,7 +11,8 @@ export interface DeliveryPolicy {
   fromBeginning: boolean;
 }
 
-export const DELIVERY_DEFAULTS = {
+// The defaults that DeliveryOptions documents (bus.ts): a change here changes those comments.
+const DEFAULTS = {
   maxAttempts: 3,
   retryDelayMs: 200,
   // Kafka: the partition (and, at concurrency 1, the whole member) waits during backoff.
@@ -24,13 +25,13 @@ export const DELIVERY_DEFAULTS = {
 
 export function resolveDeliveryPolicy(options: DeliveryOptions): DeliveryPolicy {
   const policy: DeliveryPolicy = {
-    maxAttempts: options.maxAttempts ?? DELIVERY_DEFAULTS.maxAttempts,
-    retryDelayMs: options.retryDelayMs ?? DELIVERY_DEFAULTS.retryDelayMs,
-    maxRetryDelayMs: DELIVERY_DEFAULTS.maxRetryDelayMs,
-    retryTopicDelayMs: options.retryTopicDelayMs ?? DELIVERY_DEFAULTS.retryTopicDelayMs,
-    retryRounds: options.retryRounds ?? DELIVERY_DEFAULTS.retryRounds,
-    concurrency: options.concurrency ?? DELIVERY_DEFAULTS.concurrency,
-    fromBeginning: options.fromBeginning ?? DELIVERY_DEFAULTS.fromBeginning,
+    maxAttempts: options.maxAttempts ?? DEFAULTS.maxAttempts,
+    retryDelayMs: options.retryDelayMs ?? DEFAULTS.retryDelayMs,
+    maxRetryDelayMs: DEFAULTS.maxRetryDelayMs,
+    retryTopicDelayMs: options.retryTopicDelayMs ?? DEFAULTS.retryTopicDelayMs,
+    retryRounds: options.retryRounds ?? DEFAULTS.retryRounds,
+    concurrency: options.concurrency ?? DEFAULTS.concurrency,
+    fromBeginning: options.fromBeginning ?? DEFAULTS.fromBeginning,
   };
   const positiveInt = (name: keyof DeliveryPolicy, min: number) => {
     const v = policy[name];

@@ -1,8 +1,8 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 
 /**
- * Capture rows as deltas (issue 4: a long session stored its whole history on every call, so
- * storage grew with the square of its length). A row that extends its parent now stores only
+ * Capture rows as deltas, so a session's storage grows with its length, not with the square
+ * of it (a whole row per call stores the whole history again every turn). A row that extends its parent now stores only
  * what is new: `prompt_prefix_tokens` leading prompt ids are the parent's prompt + output ids
  * (`prompt_ids` holds the rest), and `messages_prefix_count` leading messages are the parent's
  * messages + its reply (`messages_json` holds the rest). 0 means the row is whole, which is

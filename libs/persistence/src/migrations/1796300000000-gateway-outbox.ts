@@ -1,10 +1,9 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 
 /**
- * The gateway's transactional outbox (issue 4: "no call is answered without its record being
- * durable (publish or a durable outbox first)"). The statement that reserves a call's turn and
- * stores its capture row also stores its llm_call.recorded event here, so the call is answered
- * as soon as that one statement commits; the event is published to Kafka afterwards and its row
+ * The gateway's transactional outbox: no call is answered before its record is durable. The
+ * statement that reserves a call's turn and stores its capture row also stores its
+ * llm_call.recorded event here, so the call is answered as soon as that one statement commits; the event is published to Kafka afterwards and its row
  * deleted. Rows left behind by a gateway that died between the two (or whose broker was down)
  * are published by any gateway's sweeper once they are `staleAfter` old.
  *  - `frame`: the event as the bus stores it (ANV1), with `turnIndex` relative to the request's

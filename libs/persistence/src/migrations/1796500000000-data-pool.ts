@@ -1,7 +1,7 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 
 /**
- * The Data Pool (issue 13): linear in unique tokens, trajectories, groups, Windowed-FIFO batches.
+ * The Data Pool's tables (storage linear in unique tokens): trajectories, groups, Windowed-FIFO batches.
  *  - llm_calls.prompt_prefix_tokens: leading prompt ids NOT stored in the row: they are the
  *    parent call's prompt + output ids (`prompt_ids` holds the rest, `prompt_tokens` the full
  *    length). 0 = the row is whole, which every existing row is, so no data changes.

@@ -1,7 +1,7 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 
 /**
- * The rollout manager's own durable state (issue 12), so a restarted manager knows what it
+ * The rollout manager's own durable state, so a restarted manager knows what it
  * had queued, what was running (to close its sessions and end it as aborted, once) and how
  * much staleness capacity is held (StalenessController.restore):
  *  - rm_groups: one row per rollout group; status queued → running → finished → trained|dropped.
