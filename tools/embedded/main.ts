@@ -137,8 +137,11 @@ async function main(): Promise<void> {
     }
     progress.stop();
     if (fatal) throw fatal;
-    await loop.rollouts.stop(0);
+    // The final evaluation runs before the rollout-manager stops: it waits for the last published
+    // version to be activated (an event the stopped manager would never hear) and needs the
+    // manager's admission loop to run its rollouts; it gates new train admissions meanwhile.
     const final = loop.trainer.currentVersion === evals[evals.length - 1].version ? null : await evaluate('final');
+    await loop.rollouts.stop(0);
     const last = evals[evals.length - 1];
     const trained = steps.filter((s) => !s.skipped);
     const splits = [...mismatchSplits.entries()].map(([key, m]) => ({ key, meanAbsDeltaLogp: m.abs / Math.max(1, m.tokens), klK3: m.kl / Math.max(1, m.tokens), tokens: m.tokens }));
