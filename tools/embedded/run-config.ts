@@ -38,12 +38,12 @@ export const runConfigSchema = z
     warmStart: z
       .object({
         /** Supervised steps on generated demonstrations (0 = start RL from the model as given). */
-        steps: nonNegInt().max(100_000).default(800),
+        steps: nonNegInt().max(100_000).default(1600),
         tasksPerStep: positiveInt().max(4096).default(16),
         lr: z.number().positive().max(1).default(4e-3),
       })
       .strict()
-      .default({ steps: 800, tasksPerStep: 16, lr: 4e-3 }),
+      .default({ steps: 1600, tasksPerStep: 16, lr: 4e-3 }),
     rollouts: z
       .object({
         /** G: samples per task. */
@@ -75,8 +75,8 @@ export const runConfigSchema = z
         aggregation: z.enum(['token_mean', 'trajectory', 'group', 'seq_mean_token_mean', 'constant']).default('token_mean'),
         advantage: z.enum(['grpo', 'dr_grpo', 'rloo', 'reinforce_pp']).default('grpo'),
         /** λ of the process-reward rule: a call's advantage = its rollout's + λ · its normalised process reward (0 = outcome only). */
-        processRewardWeight: z.number().min(0).max(100).default(0),
-        lr: z.number().positive().max(1).default(3e-5),
+        processRewardWeight: z.number().min(0).max(100).default(1),
+        lr: z.number().positive().max(1).default(5e-5),
         /** Linear lr warm-up over this many optimizer steps (a fresh AdamW's first steps move every weight by ±lr). */
         warmupSteps: nonNegInt().max(100_000).default(10),
         maxGradNorm: z.number().min(0).default(1),
@@ -86,7 +86,7 @@ export const runConfigSchema = z
         eps: z.number().min(0).default(1e-15),
       })
       .strict()
-      .default({ loss: 'cispo', aggregation: 'token_mean', advantage: 'grpo', processRewardWeight: 0, lr: 3e-5, warmupSteps: 10, maxGradNorm: 1, miniBatches: 1, beta1: 0.9, beta2: 0.95, eps: 1e-15 }),
+      .default({ loss: 'cispo', aggregation: 'token_mean', advantage: 'grpo', processRewardWeight: 1, lr: 5e-5, warmupSteps: 10, maxGradNorm: 1, miniBatches: 1, beta1: 0.9, beta2: 0.95, eps: 1e-15 }),
     budget: z
       .object({
         /** Train batches (optimizer steps with miniBatches 1) of RL. */
