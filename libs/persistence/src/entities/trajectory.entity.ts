@@ -43,6 +43,10 @@ export class Trajectory {
   @Column({ name: 'advantage', type: 'double precision' })
   advantage!: number;
 
+  /** Per-call advantages aligned with callIds (process rewards combined with the outcome); null: every call takes `advantage`. */
+  @Column({ name: 'call_advantages', type: 'double precision', array: true, nullable: true })
+  callAdvantages!: number[] | null;
+
   /** Compact filtering: kept for statistics, excluded from the loss. */
   @Column({ name: 'loss_masked', type: 'boolean' })
   lossMasked!: boolean;
