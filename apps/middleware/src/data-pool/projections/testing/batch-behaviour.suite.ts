@@ -3,7 +3,7 @@ import type { DataSource } from 'typeorm';
 import { In } from 'typeorm';
 import { LlmCall, ProcessedEvent, ProcessedEventStore, Rollout } from '@anvil/persistence';
 import { EventStore } from '../event-store';
-import { llmCall, newRolloutIds, redeliver, rolloutCompleted, rolloutStarted, uid } from './events';
+import { llmCall, newRolloutIds, redeliver, rolloutCompleted, rolloutStarted, uid } from '@anvil/contracts/testing';
 
 /**
  * The Data Pool's batch path: one transaction marks a batch of events processed and applies

@@ -16,7 +16,7 @@ import {
   trajectoryReady,
   uid,
   weightsPublished,
-} from './events';
+} from '@anvil/contracts/testing';
 
 const bytesOf = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
