@@ -96,7 +96,7 @@ describe('gateway over the embedded engine (built-in tiny model)', () => {
     expect(data.usage?.completion_tokens).toBe(events.reduce((n, e) => n + e.payload.outputIds.length, 0));
   });
 
-  it('refuses to start in front of a model whose vocabulary is not its tokenizer\'s (exit 78, naming both sizes)', async () => {
+  it("refuses to start in front of a model whose vocabulary is not its tokenizer's (exit 78, naming both sizes)", async () => {
     const { Model } = await import('@anvil/engine');
     const dir = mkdtempSync(join(tmpdir(), 'anvil-e2e-vocab-'));
     let other: ServiceProcess | undefined;

@@ -67,15 +67,27 @@ const event = (sessionId: string, seed: number, turn: number) => {
   return { ...e, id: e.payload.callId, payload: { ...e.payload, sessionId } };
 };
 const captureOf = (e: EventEnvelope<'llm_call.recorded'>, promptIds: number[], parentCallId: string | null): CaptureState => ({
-  callId: e.id, sessionId: e.payload.sessionId, branchId: 'b0', parentCallId, turnIndex: 0, replyFingerprint: `fp-${e.id}`,
-  messages: [{ role: 'user', content: e.id }], assistantMessage: { role: 'assistant', content: 'ok' }, tools: null, templateExtra: {},
-  promptIds, outputIds: Array.from(e.payload.outputIds),
+  callId: e.id,
+  sessionId: e.payload.sessionId,
+  branchId: 'b0',
+  parentCallId,
+  turnIndex: 0,
+  replyFingerprint: `fp-${e.id}`,
+  messages: [{ role: 'user', content: e.id }],
+  assistantMessage: { role: 'assistant', content: 'ok' },
+  tools: null,
+  templateExtra: {},
+  promptIds,
+  outputIds: Array.from(e.payload.outputIds),
 });
 
 describe('gateway outbox recovery (built gateway, real Kafka and PostgreSQL)', () => {
   it('a new gateway publishes the records a dead one committed but never published, each once, token-exact', async () => {
     const sessionId = 'sess-outbox-e2e';
-    await ds.query(`INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "status") VALUES ($1, 'h', $2, 'g', 't', 'anvil-tiny', 'open')`, [sessionId, `rollout-${sessionId}`]);
+    await ds.query(`INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "status") VALUES ($1, 'h', $2, 'g', 't', 'anvil-tiny', 'open')`, [
+      sessionId,
+      `rollout-${sessionId}`,
+    ]);
     const sql = new SqlClient(ds);
     const neverAcks = { publish: () => new Promise<void>(() => undefined) } as unknown as MessageBus;
     const dead = new RecordCommitter(sql, new OutboxRelay(sql, neverAcks));

@@ -37,7 +37,14 @@ beforeAll(async () => {
   fixture = await startVllmFixture({ vocabSize: 272, eosId: 100_000, tokenLatencyMs: 40, weights: 'tiny-e2e-stop' });
   const common = { KAFKA_BROKERS, DATABASE_URL, KAFKA_TOPIC_PREFIX: topicPrefix, LOG_LEVEL: 'info' };
   proxy = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'e2e-gwstop' });
-  gateway = await startService('gateway', { ...common, GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_MODEL_NAME: MODEL, GATEWAY_MAX_CONTEXT_TOKENS: '4096', SHUTDOWN_TIMEOUT_MS: '20000' });
+  gateway = await startService('gateway', {
+    ...common,
+    GATEWAY_ADMIN_TOKEN: ADMIN,
+    INFERENCE_PROXY_URL: proxy.baseUrl,
+    GATEWAY_MODEL_NAME: MODEL,
+    GATEWAY_MAX_CONTEXT_TOKENS: '4096',
+    SHUTDOWN_TIMEOUT_MS: '20000',
+  });
   await Promise.all([ready(proxy), ready(gateway)]);
   bus = createBus({ kind: 'kafka', brokers: KAFKA_BROKERS.split(','), clientId: 'e2e-gateway-stop', topicPrefix });
   sub = await bus.subscribe({

@@ -46,7 +46,14 @@ beforeAll(async () => {
     startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'e2e-gw' }),
     startService('middleware', common),
   ]);
-  gateway = await startService('gateway', { ...common, GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_MODEL_NAME: MODEL, GATEWAY_MAX_CONTEXT_TOKENS: '4096', MAX_REQUEST_BYTES: String(256 * 1024) });
+  gateway = await startService('gateway', {
+    ...common,
+    GATEWAY_ADMIN_TOKEN: ADMIN,
+    INFERENCE_PROXY_URL: proxy.baseUrl,
+    GATEWAY_MODEL_NAME: MODEL,
+    GATEWAY_MAX_CONTEXT_TOKENS: '4096',
+    MAX_REQUEST_BYTES: String(256 * 1024),
+  });
   await Promise.all([ready(proxy), ready(middleware), ready(gateway)]);
   bus = createBus({ kind: 'kafka', brokers: KAFKA_BROKERS.split(','), clientId: 'e2e-gateway', topicPrefix });
   sub = await bus.subscribe({
@@ -145,7 +152,11 @@ describe('gateway → inference-proxy → vLLM fixture, records in Kafka and Pos
 
   it('runs the example black-box agent as its own process; its calls land in Kafka and PostgreSQL', async () => {
     const s = await session('e2e-agent');
-    const child = spawn(join(repoRoot, 'node_modules', '.bin', 'tsx'), ['examples/calculator-agent/main.ts', '--base-url', s.baseUrl, '--turns', '4'], { cwd: repoRoot, env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(join(repoRoot, 'node_modules', '.bin', 'tsx'), ['examples/calculator-agent/main.ts', '--base-url', s.baseUrl, '--turns', '4'], {
+      cwd: repoRoot,
+      env: { PATH: process.env.PATH },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
@@ -155,10 +166,15 @@ describe('gateway → inference-proxy → vLLM fixture, records in Kafka and Pos
     expect(summary.calls).toBeGreaterThanOrEqual(3);
     const state = (await (await admin(`/admin/v1/sessions/${s.sessionId}`)).json()) as { callCount: number };
     expect(state.callCount).toBe(summary.calls);
-    const mine = await waitFor('agent records in Kafka', async () => {
-      const evs = [...records.values()].filter((e) => e.payload.sessionId === s.sessionId);
-      return evs.length === summary.calls ? evs : undefined;
-    }, 60_000, 100);
+    const mine = await waitFor(
+      'agent records in Kafka',
+      async () => {
+        const evs = [...records.values()].filter((e) => e.payload.sessionId === s.sessionId);
+        return evs.length === summary.calls ? evs : undefined;
+      },
+      60_000,
+      100,
+    );
     expect(mine.every((e) => e.payload.rolloutId === 'e2e-agent')).toBe(true);
     await waitFor('agent calls in the Data Pool', async () => ((await inDataPool(mine.map((e) => e.payload.callId))) === summary.calls ? true : undefined), 60_000, 200);
   });
@@ -166,7 +182,9 @@ describe('gateway → inference-proxy → vLLM fixture, records in Kafka and Pos
   it('streams, answers n > 1 and stop strings through the real proxy', async () => {
     const s = await session('e2e-stream');
     const client = sdk(s.apiKey);
-    const { data: stream, response } = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'stream' }], max_tokens: 16, seed: 3, stream: true, stream_options: { include_usage: true } }).withResponse();
+    const { data: stream, response } = await client.chat.completions
+      .create({ model: MODEL, messages: [{ role: 'user', content: 'stream' }], max_tokens: 16, seed: 3, stream: true, stream_options: { include_usage: true } })
+      .withResponse();
     let text = '';
     let usage: OpenAI.CompletionUsage | undefined;
     for await (const c of stream) {
@@ -263,9 +281,18 @@ describe('fuzzing the agent API', () => {
         text = raw;
       } else if (kind < 0.85) text = JSON.stringify(body).slice(0, Math.floor(rand() * 40));
       else if (kind < 0.9) text = JSON.stringify({ ...body, messages: [{ role: 'user', content: 'y'.repeat(300 * 1024) }] });
-      else text = JSON.stringify({ ...body, messages: Array.from({ length: 1 + Math.floor(rand() * 5) }, () => ({ role: pick(['user', 'assistant', 'tool', 'system']), content: pick(['a', null, 'ok']), tool_call_id: 'c' })) });
+      else
+        text = JSON.stringify({
+          ...body,
+          messages: Array.from({ length: 1 + Math.floor(rand() * 5) }, () => ({ role: pick(['user', 'assistant', 'tool', 'system']), content: pick(['a', null, 'ok']), tool_call_id: 'c' })),
+        });
       const path = rand() < 0.9 ? '/v1/chat/completions' : pick(['/v1/completions', '/v1/models', `/sessions/${s.apiKey}/v1/chat/completions`, '/v1/chat/completions/x']);
-      return { body: text, contentType: rand() < 0.95 ? 'application/json' : pick(['text/plain', 'application/x-www-form-urlencoded']), path, auth: rand() < 0.95 ? s.apiKey : pick(['', 'garbage', `${s.apiKey}x`]) };
+      return {
+        body: text,
+        contentType: rand() < 0.95 ? 'application/json' : pick(['text/plain', 'application/x-www-form-urlencoded']),
+        path,
+        auth: rand() < 0.95 ? s.apiKey : pick(['', 'garbage', `${s.apiKey}x`]),
+      };
     };
     const deadline = Date.now() + 90_000;
     let sent = 0;
@@ -274,7 +301,11 @@ describe('fuzzing the agent API', () => {
       while (sent < 2500 && Date.now() < deadline) {
         sent++;
         const m = mutate();
-        const res = await fetch(`${gateway.baseUrl}${m.path}`, { method: m.path.endsWith('models') ? 'GET' : 'POST', headers: { authorization: `Bearer ${m.auth}`, 'content-type': m.contentType }, body: m.path.endsWith('models') ? undefined : m.body });
+        const res = await fetch(`${gateway.baseUrl}${m.path}`, {
+          method: m.path.endsWith('models') ? 'GET' : 'POST',
+          headers: { authorization: `Bearer ${m.auth}`, 'content-type': m.contentType },
+          body: m.path.endsWith('models') ? undefined : m.body,
+        });
         statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
         const text = await res.text();
         expect([200, 400, 401, 404, 410, 413, 415, 422, 429, 502, 503], text).toContain(res.status);

@@ -39,10 +39,14 @@ describe.each(Object.keys(envs))('%s as a process', (app) => {
     expect(health.status).toBe(200);
     expect(await health.json()).toMatchObject({ status: 'ok', service: app });
 
-    const ready = await waitFor('/readyz 200', async () => {
-      const res = await fetch(`${svc.baseUrl}/readyz`);
-      return res.status === 200 ? res.json() : undefined;
-    }, 60_000);
+    const ready = await waitFor(
+      '/readyz 200',
+      async () => {
+        const res = await fetch(`${svc.baseUrl}/readyz`);
+        return res.status === 200 ? res.json() : undefined;
+      },
+      60_000,
+    );
     expect(ready).toMatchObject({ status: 'ready', checks: { kafka: { ok: true }, postgres: { ok: true } } });
 
     const metrics = await (await fetch(`${svc.baseUrl}/metrics`)).text();
@@ -66,7 +70,7 @@ describe('readiness and configuration failures', () => {
     expect(await svc.stop('SIGTERM')).toBe(0);
   });
 
-  it('the gateway reports not ready (503) while its inference-proxy is unreachable, without the proxy\'s address', async () => {
+  it("the gateway reports not ready (503) while its inference-proxy is unreachable, without the proxy's address", async () => {
     const svc = await startService('gateway', { ...envs.gateway, INFERENCE_PROXY_URL: 'http://127.0.0.1:9' });
     running.push(svc);
     const res = await fetch(`${svc.baseUrl}/readyz`);

@@ -16,7 +16,11 @@ import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';
 const KAFKA_BROKERS = process.env.KAFKA_BROKERS!;
 const DATABASE_URL = process.env.DATABASE_URL!;
 
-interface ExportedSpan { traceId: string; name: string; service: string }
+interface ExportedSpan {
+  traceId: string;
+  name: string;
+  service: string;
+}
 const spans: ExportedSpan[] = [];
 let collector: Server;
 
@@ -87,7 +91,11 @@ describe('OpenTelemetry across Kafka', () => {
       for (const svc of [proxy, gateway]) await waitFor(`${svc.app} ready`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 60_000);
       const recordTraces: string[] = [];
       const sub = await bus.subscribeRaw({ group: 'trace-gw-records', topics: [TOPICS.llmCalls], fromBeginning: true, handler: async (m) => void recordTraces.push(m.headers.traceparent ?? '') });
-      const opened = await fetch(`${gateway.baseUrl}/admin/v1/sessions`, { method: 'POST', headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' }, body: JSON.stringify({ rolloutId: 'trace-r1', groupId: 'g', taskId: 't', model: 'anvil-tiny' }) });
+      const opened = await fetch(`${gateway.baseUrl}/admin/v1/sessions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ rolloutId: 'trace-r1', groupId: 'g', taskId: 't', model: 'anvil-tiny' }),
+      });
       const { apiKey } = (await opened.json()) as { apiKey: string };
       const traceId = randomBytes(16).toString('hex');
       const res = await fetch(`${gateway.baseUrl}/v1/chat/completions`, {

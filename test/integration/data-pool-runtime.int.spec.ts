@@ -41,7 +41,11 @@ describe('Data Pool runtime (Kafka + PostgreSQL)', () => {
     const group = uid('dp-crash');
     // 3 groups of 2 at positions 0..5; the middle one has equal rewards (zero variance: dropped)
     const groups = [uid('g'), uid('g'), uid('g')];
-    const rewards = [[1, 0], [0.5, 0.5], [0, 1]];
+    const rewards = [
+      [1, 0],
+      [0.5, 0.5],
+      [0, 1],
+    ];
     const rs = groups.flatMap((g, gi) => rewards[gi].map((reward, i) => rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 2, reward, sampleIndex: i, queuePosition: gi * 2 + i })));
     await bus.publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
 
@@ -57,8 +61,21 @@ describe('Data Pool runtime (Kafka + PostgreSQL)', () => {
 
     // a new instance (new owner) takes over once the dead one's lease lapses, from the database state
     const batches: EventEnvelope<'train_batch.created'>[] = [];
-    const obs = await bus.subscribe({ group: uid('obs'), topics: [TOPICS.trainBatches], fromBeginning: true, handler: async (e) => void (e.type === 'train_batch.created' && e.payload.runId === runId && batches.push(e as EventEnvelope<'train_batch.created'>)) });
-    const rt = new DataPoolRuntime({ bus, dataSource: ds, group, tickIntervalMs: 200, pruneIntervalMs: 0, outbox: { staleAfterMs: 500, sweepIntervalMs: 300 }, config: { runId, owner: 'heir', batchTrajectories: 2, window: { inFlight: 8, window: 8 }, leaseMs: 1_500 } });
+    const obs = await bus.subscribe({
+      group: uid('obs'),
+      topics: [TOPICS.trainBatches],
+      fromBeginning: true,
+      handler: async (e) => void (e.type === 'train_batch.created' && e.payload.runId === runId && batches.push(e as EventEnvelope<'train_batch.created'>)),
+    });
+    const rt = new DataPoolRuntime({
+      bus,
+      dataSource: ds,
+      group,
+      tickIntervalMs: 200,
+      pruneIntervalMs: 0,
+      outbox: { staleAfterMs: 500, sweepIntervalMs: 300 },
+      config: { runId, owner: 'heir', batchTrajectories: 2, window: { inFlight: 8, window: 8 }, leaseMs: 1_500 },
+    });
     await rt.start();
     const t0 = Date.now();
     while (Date.now() - t0 < 60_000) {

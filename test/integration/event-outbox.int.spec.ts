@@ -39,7 +39,10 @@ afterAll(async () => {
 });
 
 async function crashWriter(producer: string, mode: 'before-publish' | 'before-delete', count: number): Promise<{ ids: string[]; out: string }> {
-  const child = spawn('npx', ['tsx', 'test/integration/fixtures/outbox-crash-writer.ts', brokers!, db.url, topicPrefix, producer, mode, String(count)], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn('npx', ['tsx', 'test/integration/fixtures/outbox-crash-writer.ts', brokers!, db.url, topicPrefix, producer, mode, String(count)], {
+    cwd: root,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));

@@ -49,7 +49,11 @@ afterAll(async () => {
 });
 
 const openSession = async (id: string) =>
-  ds.query(`INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "status") VALUES ($1, $2, $3, 'g', 't', 'anvil-tiny', 'open')`, [id, randomBytes(16).toString('hex'), `rollout-${id}`]);
+  ds.query(`INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "status") VALUES ($1, $2, $3, 'g', 't', 'anvil-tiny', 'open')`, [
+    id,
+    randomBytes(16).toString('hex'),
+    `rollout-${id}`,
+  ]);
 
 /** A request of `n` choices whose events carry turns 0..n-1 (the committer adds the reserved first turn). */
 const request = (sessionId: string, n: number): CommitRequest => ({
@@ -94,8 +98,18 @@ describe('gateway outbox (real PostgreSQL and Kafka)', () => {
     const e1 = first.records[0];
     const e2 = second.records[0];
     const state = (e: EventEnvelope<'llm_call.recorded'>, promptIds: number[], parentCallId: string | null): CaptureState => ({
-      callId: e.id, sessionId: 's-delta', branchId: 'b', parentCallId, turnIndex: 0, replyFingerprint: `fp-${e.id}`, messages: [{ role: 'user', content: e.id }],
-      assistantMessage: { role: 'assistant', content: 'ok' }, tools: null, templateExtra: {}, promptIds, outputIds: Array.from(e.payload.outputIds),
+      callId: e.id,
+      sessionId: 's-delta',
+      branchId: 'b',
+      parentCallId,
+      turnIndex: 0,
+      replyFingerprint: `fp-${e.id}`,
+      messages: [{ role: 'user', content: e.id }],
+      assistantMessage: { role: 'assistant', content: 'ok' },
+      tools: null,
+      templateExtra: {},
+      promptIds,
+      outputIds: Array.from(e.payload.outputIds),
     });
     const p1 = Array.from(e1.payload.promptDeltaIds); // a first call reuses nothing: its delta is its whole prompt
     const s1 = state(e1, p1, null);
@@ -107,7 +121,10 @@ describe('gateway outbox (real PostgreSQL and Kafka)', () => {
     expect(second.captures[0].row.promptPrefixTokens).toBe(e2.payload.reusedPromptTokens);
     await dying.commit(first);
     await dying.commit(second);
-    const stored = (await ds.query(`SELECT "event_id", "prompt_from_capture", length("frame") AS "bytes" FROM "gateway_outbox" WHERE "session_id" = 's-delta' ORDER BY "turn_index"`)) as { prompt_from_capture: boolean; bytes: number }[];
+    const stored = (await ds.query(`SELECT "event_id", "prompt_from_capture", length("frame") AS "bytes" FROM "gateway_outbox" WHERE "session_id" = 's-delta' ORDER BY "turn_index"`)) as {
+      prompt_from_capture: boolean;
+      bytes: number;
+    }[];
     expect(stored.map((r) => r.prompt_from_capture)).toEqual([true, true]);
 
     const got: EventEnvelope<'llm_call.recorded'>[] = [];
@@ -148,7 +165,11 @@ describe('gateway outbox (real PostgreSQL and Kafka)', () => {
     for (const e of mine) {
       const original = byId.get(e.id);
       expect(original).toBeDefined();
-      expect([e.payload.promptLength, e.payload.reusedPromptTokens, Array.from(e.payload.promptDeltaIds)]).toEqual([original?.payload.promptLength, original?.payload.reusedPromptTokens, Array.from(original?.payload.promptDeltaIds ?? [])]);
+      expect([e.payload.promptLength, e.payload.reusedPromptTokens, Array.from(e.payload.promptDeltaIds)]).toEqual([
+        original?.payload.promptLength,
+        original?.payload.reusedPromptTokens,
+        Array.from(original?.payload.promptDeltaIds ?? []),
+      ]);
       expect(Array.from(e.payload.outputLogprobs)).toEqual(Array.from(original?.payload.outputLogprobs ?? []));
     }
     expect(await survivor.sweep()).toBe(0);

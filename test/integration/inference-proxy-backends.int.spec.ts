@@ -77,13 +77,16 @@ describe.each(kinds)('$name client', ({ start, client }) => {
     const { f, b } = await setup({ tokenLatencyMs: 10 });
     const controller = new AbortController();
     let seen = 0;
-    const res = await b.generate({ requestId: 'r3', promptIds: [1], sampling: sampling({ maxTokens: 200 }) }, {
-      signal: controller.signal,
-      onTokens: (c) => {
-        seen += c.ids.length;
-        if (seen >= 3) controller.abort();
+    const res = await b.generate(
+      { requestId: 'r3', promptIds: [1], sampling: sampling({ maxTokens: 200 }) },
+      {
+        signal: controller.signal,
+        onTokens: (c) => {
+          seen += c.ids.length;
+          if (seen >= 3) controller.abort();
+        },
       },
-    });
+    );
     expect(res.finishReason).toBe('abort');
     expect(res.outputIds.length).toBe(seen);
     await expect.poll(() => f.stats.aborted).toBe(1);
@@ -103,12 +106,15 @@ describe.each(kinds)('$name client', ({ start, client }) => {
     const { f, b } = await setup({ tokenLatencyMs: 10 });
     expect((await b.health()).ok).toBe(true);
     const got: number[] = [];
-    const pending = b.generate({ requestId: 'r5', promptIds: [3], sampling: sampling({ maxTokens: 500 }) }, {
-      onTokens: (c) => {
-        got.push(...c.ids);
-        if (got.length === 4) void f.kill();
+    const pending = b.generate(
+      { requestId: 'r5', promptIds: [3], sampling: sampling({ maxTokens: 500 }) },
+      {
+        onTokens: (c) => {
+          got.push(...c.ids);
+          if (got.length === 4) void f.kill();
+        },
       },
-    });
+    );
     await expect(pending).rejects.toBeInstanceOf(BackendUnavailableError);
     expect(got.length).toBeGreaterThanOrEqual(4);
     expect((await b.health()).ok).toBe(false);

@@ -62,7 +62,7 @@ describe('routing', () => {
     expect(used.size).toBe(3);
   });
 
-  it('reuses the prefix cache of the session\'s replica across turns', async () => {
+  it("reuses the prefix cache of the session's replica across turns", async () => {
     const { rt } = await cluster(3);
     const t1 = await rt.generation.generate(request({ sessionId: 'chat' }));
     const t2 = await rt.generation.generate(request({ sessionId: 'chat', promptIds: [1, 2, 3, ...t1.outputIds, 42] }));

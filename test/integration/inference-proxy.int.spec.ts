@@ -104,7 +104,10 @@ describe('POST /internal/v1/generate', () => {
     expect(res.outputIds).toHaveLength(12);
     const raw = await post({ ...valid, requestId: 'stream-2', stream: true });
     expect(raw.headers.get('content-type')).toContain('application/x-ndjson');
-    const lines = (await raw.text()).trim().split('\n').map((l) => JSON.parse(l));
+    const lines = (await raw.text())
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines.slice(0, -1).every((l) => l.type === 'tokens')).toBe(true);
     expect(lines.at(-1)).toMatchObject({ type: 'done', response: { requestId: 'stream-2', finishReason: 'length' } });
   });
@@ -114,13 +117,16 @@ describe('POST /internal/v1/generate', () => {
     const controller = new AbortController();
     const seen: number[] = [];
     await expect(
-      client.collect({ ...valid, requestId: 'gone', maxTokens: 2000 }, {
-        signal: controller.signal,
-        onChunk: (c) => {
-          seen.push(...c.ids);
-          if (seen.length >= 3) controller.abort();
+      client.collect(
+        { ...valid, requestId: 'gone', maxTokens: 2000 },
+        {
+          signal: controller.signal,
+          onChunk: (c) => {
+            seen.push(...c.ids);
+            if (seen.length >= 3) controller.abort();
+          },
         },
-      }),
+      ),
     ).rejects.toThrow();
     await waitFor('the engine to see the abort', async () => (fixtures.reduce((s, f) => s + f.stats.aborted, 0) > before ? true : undefined), 10_000);
     await waitFor('no generation left running', async () => (fixtures.every((f) => f.running === 0) ? true : undefined), 10_000);
@@ -139,22 +145,34 @@ describe('weights.published on Kafka', () => {
   const published = (version: number, id?: string) =>
     createEvent(
       'weights.published',
-      { version, parentVersion: version - 1, step: version * 10, checkpointId: `ck-${version}`, checkpointUri: `/ckpt/v${version}`, format: 'hf-safetensors', sha256: 'b'.repeat(64), publishedAt: Date.now() },
+      {
+        version,
+        parentVersion: version - 1,
+        step: version * 10,
+        checkpointId: `ck-${version}`,
+        checkpointUri: `/ckpt/v${version}`,
+        format: 'hf-safetensors',
+        sha256: 'b'.repeat(64),
+        publishedAt: Date.now(),
+      },
       { key: String(version), producer: 'trainer', id },
     );
 
   it('abort-and-resume: a generation spanning the swap carries both versions, later ones the new version; activation published', async () => {
     const chunks: number[] = [];
     let sent = false;
-    const spanning = client.collect({ ...valid, requestId: 'span', maxTokens: 300 }, {
-      onChunk: (c) => {
-        chunks.push(...c.versions);
-        if (!sent && chunks.length >= 5) {
-          sent = true;
-          void bus.publish(published(1));
-        }
+    const spanning = client.collect(
+      { ...valid, requestId: 'span', maxTokens: 300 },
+      {
+        onChunk: (c) => {
+          chunks.push(...c.versions);
+          if (!sent && chunks.length >= 5) {
+            sent = true;
+            void bus.publish(published(1));
+          }
+        },
       },
-    });
+    );
     const res = await spanning;
     expect(res.versions[0]).toBe(0);
     expect(res.versions.at(-1)).toBe(1);

@@ -64,9 +64,7 @@ describe('docker-compose.yml', () => {
 
   it('parses and names kafka, postgres, the otel collector and the five services', () => {
     expect(project.name).toBe('anvil');
-    expect(Object.keys(project.services).sort()).toEqual(
-      ['kafka', 'postgres', 'otel-collector', ...Object.keys(APPS)].sort(),
-    );
+    expect(Object.keys(project.services).sort()).toEqual(['kafka', 'postgres', 'otel-collector', ...Object.keys(APPS)].sort());
     expect(project.services.kafka.image).toMatch(/^apache\/kafka:4\./);
     expect(project.services.postgres.image).toMatch(/^postgres:1[56]/);
     expect(project.services['otel-collector'].image).toMatch(/^otel\/opentelemetry-collector-contrib:/);

@@ -29,7 +29,12 @@ describe('kafka batch delivery', () => {
     const batched: number[][] = [];
     const single: number[] = [];
     const dead: string[] = [];
-    const dlq = await bus.subscribeRaw({ group: 'batch-dlq-reader', topics: [deadLetterTopicOf(TOPICS.rollouts, 'batch-a')], fromBeginning: true, handler: async (r) => void dead.push(r.headers['anvil-dlq-reason']) });
+    const dlq = await bus.subscribeRaw({
+      group: 'batch-dlq-reader',
+      topics: [deadLetterTopicOf(TOPICS.rollouts, 'batch-a')],
+      fromBeginning: true,
+      handler: async (r) => void dead.push(r.headers['anvil-dlq-reason']),
+    });
     const sub: Subscription = await bus.subscribe({
       group: 'batch-a',
       topics: [TOPICS.rollouts],
@@ -57,7 +62,12 @@ describe('kafka batch delivery', () => {
     const handled: number[] = [];
     let batchCalls = 0;
     const dead: string[] = [];
-    const dlq = await bus.subscribeRaw({ group: 'batch-dlq-reader', topics: [deadLetterTopicOf(TOPICS.rollouts, 'batch-b')], fromBeginning: true, handler: async (r) => void dead.push(r.headers['anvil-dlq-reason']) });
+    const dlq = await bus.subscribeRaw({
+      group: 'batch-dlq-reader',
+      topics: [deadLetterTopicOf(TOPICS.rollouts, 'batch-b')],
+      fromBeginning: true,
+      handler: async (r) => void dead.push(r.headers['anvil-dlq-reason']),
+    });
     const sub = await bus.subscribe({
       group: 'batch-b',
       topics: [TOPICS.rollouts],

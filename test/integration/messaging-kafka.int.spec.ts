@@ -8,7 +8,10 @@ import { sequencedRolloutStarted } from '@anvil/contracts/testing';
 // Real broker: `node tools/infra/kafka.mjs start` prints KAFKA_BROKERS (the test runner does it).
 const brokersEnv = process.env.KAFKA_BROKERS;
 if (!brokersEnv) throw new Error('KAFKA_BROKERS is not set; start a broker with `node tools/infra/kafka.mjs start`');
-const brokers = brokersEnv.split(',').map((b) => b.trim()).filter(Boolean);
+const brokers = brokersEnv
+  .split(',')
+  .map((b) => b.trim())
+  .filter(Boolean);
 
 // The broker runs with group.initial.rebalance.delay.ms=0; 6 s is its minimum session timeout.
 const fastGroups: KafkaConsumerTuning = { sessionTimeoutMs: 6_000, heartbeatIntervalMs: 500, rebalanceTimeoutMs: 10_000, maxWaitTimeMs: 200 };

@@ -59,7 +59,11 @@ describe('black-box rollouts', () => {
     );
     const { rolloutIds } = await runtime.submit({ taskSetId: 'calc', groupSize: 2 });
     expect(rolloutIds).toHaveLength(6);
-    const done = await until('six completions in Kafka', () => (stack.of('rollout.completed').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId)).length >= 6 ? true : undefined), 120_000);
+    const done = await until(
+      'six completions in Kafka',
+      () => (stack.of('rollout.completed').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId)).length >= 6 ? true : undefined),
+      120_000,
+    );
     expect(done).toBe(true);
     await until('six outcomes', () => rolloutIds.every((id) => outcomes.some((o) => o.rolloutId === id)) || undefined);
     const started = stack.of('rollout.started').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId));
@@ -68,7 +72,10 @@ describe('black-box rollouts', () => {
     const pos = rolloutIds.map((id) => (started.find((e) => (e.payload as { rolloutId: string }).rolloutId === id)!.payload as { queuePosition: number }).queuePosition);
     expect(pos).toEqual([...pos].sort((a, b) => a - b));
     expect(new Set(pos).size).toBe(6);
-    const completed = stack.of('rollout.completed').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId)).map((e) => e.payload as Record<string, unknown>);
+    const completed = stack
+      .of('rollout.completed')
+      .filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId))
+      .map((e) => e.payload as Record<string, unknown>);
     for (const c of completed) {
       const o = outcomes.find((x) => x.rolloutId === c.rolloutId)!;
       expect(c.finishReason, `${String(c.error)} ${o.blackBox?.stdout} ${o.blackBox?.stderr}`).toBe('completed');
@@ -102,10 +109,14 @@ describe('black-box rollouts', () => {
       limits: { timeoutMs: 60_000 },
     });
     const { rolloutIds } = await runtime.submit({ taskSetId: 'py-chain', groupSize: 2 });
-    const got = await until('four python rollouts', () => {
-      const os = rolloutIds.map((id) => outcomes.find((o) => o.rolloutId === id));
-      return os.every(Boolean) ? (os as RolloutOutcome[]) : undefined;
-    }, 120_000);
+    const got = await until(
+      'four python rollouts',
+      () => {
+        const os = rolloutIds.map((id) => outcomes.find((o) => o.rolloutId === id));
+        return os.every(Boolean) ? (os as RolloutOutcome[]) : undefined;
+      },
+      120_000,
+    );
     for (const o of got) {
       expect(o.finishReason, `${o.error} ${o.blackBox?.stderr}`).toBe('completed');
       // The oracle policy solves it: the transcript the agent left earns the full chain-add reward (tool calls included).
@@ -145,7 +156,12 @@ describe('black-box rollouts', () => {
     await runtime.loadTaskSet(
       {
         id: 'bad-agents',
-        agent: { kind: 'black-box', name: 'bad', command: ['sh', '-c', 'case "$(cat)" in *crash*) echo dying >&2; exit 7;; *flood*) head -c 20000000 /dev/zero; echo; echo 1;; *) echo 1;; esac'], outputCapBytes: 4096 },
+        agent: {
+          kind: 'black-box',
+          name: 'bad',
+          command: ['sh', '-c', 'case "$(cat)" in *crash*) echo dying >&2; exit 7;; *flood*) head -c 20000000 /dev/zero; echo; echo 1;; *) echo 1;; esac'],
+          outputCapBytes: 4096,
+        },
         verifier: { kind: 'function', name: 'final-answer' },
         limits: { timeoutMs: 20_000 },
       },
@@ -153,7 +169,16 @@ describe('black-box rollouts', () => {
         { id: 'crash', env: null, messages: [{ role: 'user', content: 'crash' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
         { id: 'flood', env: null, messages: [{ role: 'user', content: 'flood' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
         { id: 'quiet', env: null, messages: [{ role: 'user', content: 'quiet' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
-        { id: 'hang', env: null, messages: [{ role: 'user', content: 'quiet too' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 }, verifier: { kind: 'function', name: 'hangs', timeoutMs: 300 } },
+        {
+          id: 'hang',
+          env: null,
+          messages: [{ role: 'user', content: 'quiet too' }],
+          tools: [],
+          split: 'train',
+          difficulty: 0,
+          data: { answer: 1 },
+          verifier: { kind: 'function', name: 'hangs', timeoutMs: 300 },
+        },
       ],
     );
     const { rolloutIds } = await runtime.submit({ taskSetId: 'bad-agents', groupSize: 1 });

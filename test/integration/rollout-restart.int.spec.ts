@@ -45,7 +45,17 @@ describe('rollout manager killed mid-run', () => {
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
-    const line = await until('the runner to have 4 rollouts running', () => /RUNNING (.*)/.exec(out)?.[1] ?? (child.exitCode !== null ? (() => { throw new Error(out); })() : undefined), 120_000);
+    const line = await until(
+      'the runner to have 4 rollouts running',
+      () =>
+        /RUNNING (.*)/.exec(out)?.[1] ??
+        (child.exitCode !== null
+          ? (() => {
+              throw new Error(out);
+            })()
+          : undefined),
+      120_000,
+    );
     const ids = JSON.parse(line) as { running: string[]; queued: string[] };
     const agentPids = readdirSync(pidDir).map((f) => Number(readFileSync(join(pidDir, f), 'utf8').trim()));
     expect(agentPids).toHaveLength(2);
@@ -59,12 +69,20 @@ describe('rollout manager killed mid-run', () => {
     expect(agentPids.every(running)).toBe(true);
 
     const outcomes: RolloutOutcome[] = [];
-    const second = new RolloutRuntime({ gatewayUrl: stack.gatewayUrl, adminToken: ADMIN_TOKEN, bus: stack.bus, dataSource: stack.ds, config: { concurrency: 4, admissionPollMs: 100, consumerGroup: group } });
+    const second = new RolloutRuntime({
+      gatewayUrl: stack.gatewayUrl,
+      adminToken: ADMIN_TOKEN,
+      bus: stack.bus,
+      dataSource: stack.ds,
+      config: { concurrency: 4, admissionPollMs: 100, consumerGroup: group },
+    });
     second.onRolloutCompleted((o) => outcomes.push(o));
     await second.start();
     const completedOf = (id: string) => stack.of('rollout.completed').filter((e) => (e.payload as { rolloutId: string }).rolloutId === id);
     await until('aborted completions', () => ids.running.every((id) => completedOf(id).length > 0) || undefined).catch(async (err: Error) => {
-      throw new Error(`${err.message}: ${JSON.stringify(second.snapshot())} ${JSON.stringify(await stack.ds.query('SELECT id, status, manager FROM rm_groups'))} ${JSON.stringify(await stack.ds.query('SELECT id, status FROM rm_rollouts'))}`);
+      throw new Error(
+        `${err.message}: ${JSON.stringify(second.snapshot())} ${JSON.stringify(await stack.ds.query('SELECT id, status, manager FROM rm_groups'))} ${JSON.stringify(await stack.ds.query('SELECT id, status FROM rm_rollouts'))}`,
+      );
     });
     for (const id of ids.running) expect(completedOf(id)[0].payload).toMatchObject({ finishReason: 'aborted', outcomeReward: null });
     const sessions = await stack.ds.manager.find(GatewaySession);
@@ -77,7 +95,13 @@ describe('rollout manager killed mid-run', () => {
 
     // A third start finds nothing left to report.
     const before = stack.of('rollout.completed').length;
-    const third = new RolloutRuntime({ gatewayUrl: stack.gatewayUrl, adminToken: ADMIN_TOKEN, bus: stack.bus, dataSource: stack.ds, config: { concurrency: 4, admissionPollMs: 100, consumerGroup: group } });
+    const third = new RolloutRuntime({
+      gatewayUrl: stack.gatewayUrl,
+      adminToken: ADMIN_TOKEN,
+      bus: stack.bus,
+      dataSource: stack.ds,
+      config: { concurrency: 4, admissionPollMs: 100, consumerGroup: group },
+    });
     await third.start();
     await new Promise((r) => setTimeout(r, 1500));
     expect(stack.of('rollout.completed').length).toBe(before);

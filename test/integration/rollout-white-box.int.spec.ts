@@ -119,7 +119,12 @@ describe('evaluation rollouts', () => {
       return s.length === trainIds.length ? s : undefined;
     });
     // Each eval rollout ended (the last one just before evaluation.completed) before any of them started.
-    const lastEvalEnd = Math.max(...stack.of('rollout.completed').filter((e) => (e.payload as { groupId: string }).groupId.startsWith('eval:')).map((e) => e.occurredAt));
+    const lastEvalEnd = Math.max(
+      ...stack
+        .of('rollout.completed')
+        .filter((e) => (e.payload as { groupId: string }).groupId.startsWith('eval:'))
+        .map((e) => e.occurredAt),
+    );
     for (const t of trainStarts) expect(t.occurredAt).toBeGreaterThanOrEqual(lastEvalEnd);
     expect(trainStarts.every((t) => (t.payload as { purpose?: string }).purpose === 'train')).toBe(true);
   });
@@ -141,7 +146,11 @@ describe('staleness admission', () => {
       // The agents of A and B run until the test creates their file; C's answers at once.
       for (const name of ['A', 'B', 'C'] as const) {
         await eta1.loadTaskSet(
-          { id: `eta-${name}`, agent: { kind: 'black-box', name: 'echo', command: ['sh', '-c', name === 'C' ? 'echo 1' : `while [ ! -f /tmp/rm-eta-${process.pid}-${name} ]; do sleep 0.05; done; echo 1`] }, verifier: { kind: 'function', name: 'final-answer' } },
+          {
+            id: `eta-${name}`,
+            agent: { kind: 'black-box', name: 'echo', command: ['sh', '-c', name === 'C' ? 'echo 1' : `while [ ! -f /tmp/rm-eta-${process.pid}-${name} ]; do sleep 0.05; done; echo 1`] },
+            verifier: { kind: 'function', name: 'final-answer' },
+          },
           [{ id: 't', env: null, messages: [{ role: 'user', content: name }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } }],
         );
       }
@@ -188,10 +197,9 @@ describe('capacity release', () => {
     rt.onRolloutCompleted((o) => mine.push(o));
     await rt.start();
     try {
-      await rt.loadTaskSet(
-        { id: 'cap', agent: { kind: 'black-box', name: 'echo', command: ['sh', '-c', 'echo 1'] }, verifier: { kind: 'function', name: 'final-answer' } },
-        [{ id: 't', env: null, messages: [{ role: 'user', content: 'x' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } }],
-      );
+      await rt.loadTaskSet({ id: 'cap', agent: { kind: 'black-box', name: 'echo', command: ['sh', '-c', 'echo 1'] }, verifier: { kind: 'function', name: 'final-answer' } }, [
+        { id: 't', env: null, messages: [{ role: 'user', content: 'x' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
+      ]);
       const g1 = await rt.submit({ taskSetId: 'cap', groupSize: 1 });
       const g2 = await rt.submit({ taskSetId: 'cap', groupSize: 1 });
       await until('g1 done', () => mine.some((o) => o.rolloutId === g1.rolloutIds[0]) || undefined).catch((err: Error) => {
@@ -204,13 +212,29 @@ describe('capacity release', () => {
       await stack.bus.publish(
         createEvent(
           'train_batch.trained',
-          { batchId: 'b1', batchStep: 0, runId: null, trainerStep: 1, policyVersion: 0, groupIds: g1.groupIds, trajectoryIds: [], outcome: 'trained', reason: null, checkpointed: false, trainedAt: Date.now() },
+          {
+            batchId: 'b1',
+            batchStep: 0,
+            runId: null,
+            trainerStep: 1,
+            policyVersion: 0,
+            groupIds: g1.groupIds,
+            trajectoryIds: [],
+            outcome: 'trained',
+            reason: null,
+            checkpointed: false,
+            trainedAt: Date.now(),
+          },
           { key: 'b1', producer: 'test' },
         ),
       );
       await until('g2 admitted and done after the release', () => mine.some((o) => o.rolloutId === g2.rolloutIds[0]) || undefined, 15_000);
       await stack.bus.publish(
-        createEvent('rollout_group.settled', { groupId: g2.groupIds[0], taskId: 'cap/t', status: 'dropped', reason: 'all_env_error', trajectoryIds: [], retryRolloutIds: g2.rolloutIds }, { key: g2.groupIds[0], producer: 'test' }),
+        createEvent(
+          'rollout_group.settled',
+          { groupId: g2.groupIds[0], taskId: 'cap/t', status: 'dropped', reason: 'all_env_error', trajectoryIds: [], retryRolloutIds: g2.rolloutIds },
+          { key: g2.groupIds[0], producer: 'test' },
+        ),
       );
       const retryId = `${g2.rolloutIds[0]}.retry1`;
       const retry = await until('the retry', () => mine.find((o) => o.rolloutId === retryId), 15_000);

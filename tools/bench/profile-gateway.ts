@@ -17,7 +17,17 @@ import { parseArgs } from 'node:util';
 import { startService, waitFor, type ServiceProcess } from '@anvil/testing';
 import { spawnVllmFixture } from './fixtures/spawn-vllm-fixture';
 
-const { values: args } = parseArgs({ options: { capture: { type: 'string', default: 'on' }, sessions: { type: 'string', default: '256' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' }, profile: { type: 'string', default: 'on' }, 'token-ms': { type: 'string', default: '2' }, 'fixture-port': { type: 'string', default: '39391' } } });
+const { values: args } = parseArgs({
+  options: {
+    capture: { type: 'string', default: 'on' },
+    sessions: { type: 'string', default: '256' },
+    seconds: { type: 'string', default: '10' },
+    top: { type: 'string', default: '25' },
+    profile: { type: 'string', default: 'on' },
+    'token-ms': { type: 'string', default: '2' },
+    'fixture-port': { type: 'string', default: '39391' },
+  },
+});
 process.env.KAFKA_PORT ??= '39192';
 process.env.PG_PORT ??= '35532';
 process.env.ANVIL_INFRA_QUIET ??= '1';
@@ -52,7 +62,11 @@ function cpuMs(pids: number[]): number {
 
 const pgrep = (pattern: string): number[] => {
   const r = spawnSync('pgrep', ['-f', pattern], { encoding: 'utf8' });
-  return r.stdout.split('\n').filter(Boolean).map(Number).filter((p) => p !== process.pid);
+  return r.stdout
+    .split('\n')
+    .filter(Boolean)
+    .map(Number)
+    .filter((p) => p !== process.pid);
 };
 
 /** The pids and every process below them (PostgreSQL's backends, tsx's node child). */
@@ -67,7 +81,7 @@ function withDescendants(roots: number[]): number[] {
     }
   }
   const out = new Set(roots.filter(Boolean));
-  for (let grew = true; grew; ) {
+  for (let grew = true; grew;) {
     grew = false;
     for (const [pid, ppid] of parent) {
       if (out.has(ppid) && !out.has(pid)) {
@@ -79,7 +93,11 @@ function withDescendants(roots: number[]): number[] {
   return [...out];
 }
 
-interface ProfileNode { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; hitCount?: number }
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  hitCount?: number;
+}
 
 /** Self time by function and by package (node_modules/<pkg>, our libs/apps, node internals). */
 function summarize(file: string, top: number, window: [number, number]): void {
@@ -99,13 +117,20 @@ function summarize(file: string, top: number, window: [number, number]): void {
     if (!t) continue;
     total += t;
     const url = n.callFrame.url.replace(/^file:\/\//, '');
-    const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)?.[1] ?? (/\/dist\/((?:apps|libs)\/[^/]+)/.exec(url)?.[1] ?? (url.startsWith('node:') ? 'node:' + url.slice(5).split('/')[0] : url ? 'other' : `(${n.callFrame.functionName || 'native'})`));
+    const pkg =
+      /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)?.[1] ??
+      /\/dist\/((?:apps|libs)\/[^/]+)/.exec(url)?.[1] ??
+      (url.startsWith('node:') ? 'node:' + url.slice(5).split('/')[0] : url ? 'other' : `(${n.callFrame.functionName || 'native'})`);
     const fn = `${n.callFrame.functionName || '(anon)'} ${url.split('/').slice(-2).join('/')}:${n.callFrame.lineNumber + 1}`;
     byFn.set(fn, (byFn.get(fn) ?? 0) + t);
     byPkg.set(pkg, (byPkg.get(pkg) ?? 0) + t);
   }
   const show = (m: Map<string, number>, k: number) =>
-    [...m.entries()].sort((a, b) => b[1] - a[1]).slice(0, k).map(([name, t]) => `  ${((100 * t) / total).toFixed(1).padStart(5)}%  ${name}`).join('\n');
+    [...m.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, k)
+      .map(([name, t]) => `  ${((100 * t) / total).toFixed(1).padStart(5)}%  ${name}`)
+      .join('\n');
   console.log(`\n== ${file} (${(total / 1e6).toFixed(1)} s sampled in the load phase)\n-- by package\n${show(byPkg, 20)}\n-- by function\n${show(byFn, top)}`);
 }
 
@@ -121,16 +146,30 @@ async function main() {
     fixture = await spawnVllmFixture({ port: Number(args['fixture-port']), latencyMs: Number(args['token-ms']) });
     const nodeArgs = [...(args.profile === 'on' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), ...(process.env.PROFILE_NODE_ARGS ?? '').split(' ').filter(Boolean)];
     const common = { ...stack.env, KAFKA_TOPIC_PREFIX: `profgw${Date.now()}.`, LOG_LEVEL: 'info', ...(process.env.OTEL_SDK_DISABLED ? { OTEL_SDK_DISABLED: process.env.OTEL_SDK_DISABLED } : {}) };
-    const proxy = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'prof-gw', MAX_IN_FLIGHT_PER_REPLICA: '100000' }, 60_000, nodeArgs);
+    const proxy = await startService(
+      'inference-proxy',
+      { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'prof-gw', MAX_IN_FLIGHT_PER_REPLICA: '100000' },
+      60_000,
+      nodeArgs,
+    );
     services.push(proxy);
-    const gw = await startService('gateway', { ...common, GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_MODEL_NAME: MODEL, GATEWAY_MAX_CONTEXT_TOKENS: '4096', GATEWAY_CAPTURE: args.capture }, 60_000, nodeArgs);
+    const gw = await startService(
+      'gateway',
+      { ...common, GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_MODEL_NAME: MODEL, GATEWAY_MAX_CONTEXT_TOKENS: '4096', GATEWAY_CAPTURE: args.capture },
+      60_000,
+      nodeArgs,
+    );
     services.push(gw);
     for (const svc of services) pids[svc.app] = svc.child.pid;
     for (const s of services) await waitFor(`${s.app} ready`, async () => ((await fetch(`${s.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
     const n = Number(args.sessions);
     const keys: string[] = [];
     for (let i = 0; i < n; i++) {
-      const res = await fetch(`${gw.baseUrl}/admin/v1/sessions`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' }, body: JSON.stringify({ rolloutId: `prof-${i}`, groupId: 'prof', taskId: 'prof', model: MODEL }) });
+      const res = await fetch(`${gw.baseUrl}/admin/v1/sessions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ rolloutId: `prof-${i}`, groupId: 'prof', taskId: 'prof', model: MODEL }),
+      });
       keys.push(((await res.json()) as { apiKey: string }).apiKey);
     }
     const body = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Benchmark question: what is 2+3? Answer briefly.' }], max_tokens: 8, temperature: 1, seed: 1 });
@@ -140,12 +179,14 @@ async function main() {
       const end = performance.now() + seconds * 1000;
       let ok = 0;
       let bad = 0;
-      await Promise.all(keys.map(async (k) => {
-        while (performance.now() < end) {
-          if ((await post(agent, url, { authorization: `Bearer ${k}` }, body)) === 200) ok++;
-          else bad++;
-        }
-      }));
+      await Promise.all(
+        keys.map(async (k) => {
+          while (performance.now() < end) {
+            if ((await post(agent, url, { authorization: `Bearer ${k}` }, body)) === 200) ok++;
+            else bad++;
+          }
+        }),
+      );
       return { ok, bad };
     };
     await run(3); // warm-up (every session's first, admission-gated call; JIT)
@@ -154,8 +195,18 @@ async function main() {
     const fmt = tinyChatFormat();
     const promptIds = fmt.tokenizer.encode(fmt.template.render([{ role: 'user', content: 'Benchmark question: what is 2+3? Answer briefly.' }], { addGenerationPrompt: true }));
     const layers: Array<[string, URL, Record<string, string>, string]> = [
-      ['fixture (SSE, as the proxy asks)', new URL(`${fixture.url}/v1/completions`), {}, JSON.stringify({ prompt: promptIds, max_tokens: 8, temperature: 1, seed: 1, logprobs: 0, return_tokens_as_token_ids: true, stream: true, stream_options: { include_usage: true } })],
-      ['proxy /internal/v1/generate (JSON)', new URL(`${proxy.baseUrl}/internal/v1/generate`), {}, JSON.stringify({ requestId: 'probe', sessionId: 'probe', promptIds, maxTokens: 8, temperature: 1, seed: 1 })],
+      [
+        'fixture (SSE, as the proxy asks)',
+        new URL(`${fixture.url}/v1/completions`),
+        {},
+        JSON.stringify({ prompt: promptIds, max_tokens: 8, temperature: 1, seed: 1, logprobs: 0, return_tokens_as_token_ids: true, stream: true, stream_options: { include_usage: true } }),
+      ],
+      [
+        'proxy /internal/v1/generate (JSON)',
+        new URL(`${proxy.baseUrl}/internal/v1/generate`),
+        {},
+        JSON.stringify({ requestId: 'probe', sessionId: 'probe', promptIds, maxTokens: 8, temperature: 1, seed: 1 }),
+      ],
       ['gateway chat (JSON)', url, { authorization: `Bearer ${keys[0]}` }, body],
     ];
     const one = new Agent({ keepAlive: true, maxSockets: 1 });
@@ -192,7 +243,13 @@ async function main() {
       const lines = svc.output().slice(outputBefore[svc.app]).split('\n').filter(Boolean);
       const msgs = new Map<string, number>();
       for (const l of lines) msgs.set(/"msg":"([^"]*)"/.exec(l)?.[1] ?? l.slice(0, 80), (msgs.get(/"msg":"([^"]*)"/.exec(l)?.[1] ?? l.slice(0, 80)) ?? 0) + 1);
-      if (lines.length) console.log(`${svc.app} logged ${lines.length} lines in the load phase: ${[...msgs].slice(0, 5).map(([m, c]) => `${m} ×${c}`).join('; ')}`);
+      if (lines.length)
+        console.log(
+          `${svc.app} logged ${lines.length} lines in the load phase: ${[...msgs]
+            .slice(0, 5)
+            .map(([m, c]) => `${m} ×${c}`)
+            .join('; ')}`,
+        );
     }
     console.log('CPU per answered call (ms), load phase only:');
     let total = 0;

@@ -9,7 +9,9 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const suitesDir = join(root, 'tools', 'bench', 'suites');
-const available = readdirSync(suitesDir).filter((f) => f.endsWith('.ts')).map((f) => f.replace(/\.ts$/, ''));
+const available = readdirSync(suitesDir)
+  .filter((f) => f.endsWith('.ts'))
+  .map((f) => f.replace(/\.ts$/, ''));
 const [suite, ...rest] = process.argv.slice(2);
 if (!suite || !available.includes(suite)) {
   console.error(`usage: npm run bench -- <suite> [args]\navailable suites: ${available.join(', ')}`);

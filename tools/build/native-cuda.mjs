@@ -57,8 +57,27 @@ function fetchToolkitWheels() {
   log(`fetching the CUDA 13.0 toolkit wheels from PyPI into ${toolkitDir} ...`);
   const pip = run(
     'python3',
-    ['-m', 'pip', 'download', '--no-deps', '--only-binary=:all:', '--platform', 'manylinux_2_27_x86_64', '--platform', 'manylinux2014_x86_64',
-      '--platform', 'manylinux_2_17_x86_64', '--platform', 'manylinux_2_12_x86_64', '--python-version', '3.11', '-q', '-d', wheels, ...TOOLKIT_WHEELS],
+    [
+      '-m',
+      'pip',
+      'download',
+      '--no-deps',
+      '--only-binary=:all:',
+      '--platform',
+      'manylinux_2_27_x86_64',
+      '--platform',
+      'manylinux2014_x86_64',
+      '--platform',
+      'manylinux_2_17_x86_64',
+      '--platform',
+      'manylinux_2_12_x86_64',
+      '--python-version',
+      '3.11',
+      '-q',
+      '-d',
+      wheels,
+      ...TOOLKIT_WHEELS,
+    ],
     { stdio: 'inherit' },
   );
   if (pip.status !== 0) fail('pip download of the CUDA toolkit wheels failed (see above)');
@@ -88,7 +107,10 @@ for i in z.infolist():
 function findNvcc() {
   const candidates = [
     process.env.ANVIL_NVCC,
-    ...(process.env.PATH ?? '').split(':').filter(Boolean).map((d) => join(d, 'nvcc')),
+    ...(process.env.PATH ?? '')
+      .split(':')
+      .filter(Boolean)
+      .map((d) => join(d, 'nvcc')),
     process.env.CUDA_HOME && join(process.env.CUDA_HOME, 'bin/nvcc'),
     '/usr/local/cuda/bin/nvcc',
     join(toolkitDir, 'nvidia/cu13/bin/nvcc'),
@@ -107,9 +129,15 @@ function cudaPaths(nvcc) {
 }
 
 function sources() {
-  const cc = readdirSync(nativeDir).filter((f) => f.endsWith('.cc')).map((f) => join(nativeDir, f));
-  const cudaCc = readdirSync(cudaDir).filter((f) => f.endsWith('.cc')).map((f) => join(cudaDir, f));
-  const cu = readdirSync(cudaDir).filter((f) => f.endsWith('.cu')).map((f) => join(cudaDir, f));
+  const cc = readdirSync(nativeDir)
+    .filter((f) => f.endsWith('.cc'))
+    .map((f) => join(nativeDir, f));
+  const cudaCc = readdirSync(cudaDir)
+    .filter((f) => f.endsWith('.cc'))
+    .map((f) => join(cudaDir, f));
+  const cu = readdirSync(cudaDir)
+    .filter((f) => f.endsWith('.cu'))
+    .map((f) => join(cudaDir, f));
   return { cc: [...cc, ...cudaCc], cu };
 }
 
@@ -157,8 +185,10 @@ async function main() {
   if (fetchToolkit && !findNvcc()) fetchToolkitWheels();
   const nvcc = findNvcc();
   if (!nvcc) {
-    log('skipped: nvcc not found (ANVIL_NVCC, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin); the CPU engine is the backend. ' +
-        '`npm run build:cuda -- --fetch-toolkit` fetches CUDA 13.0 from PyPI to compile anyway.');
+    log(
+      'skipped: nvcc not found (ANVIL_NVCC, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin); the CPU engine is the backend. ' +
+        '`npm run build:cuda -- --fetch-toolkit` fetches CUDA 13.0 from PyPI to compile anyway.',
+    );
     return;
   }
   const version = run(nvcc, ['--version']).stdout?.trim().split('\n').pop() ?? 'unknown';
@@ -177,11 +207,17 @@ async function main() {
 
   const defines = ['-DANVIL_WITH_CUDA', '-DNAPI_VERSION=8', '-DNODE_ADDON_API_CPP_EXCEPTIONS', '-DNODE_ADDON_API_CPP_EXCEPTIONS_ALL'];
   const includes = [`-I${join(nodedir, 'include/node')}`, `-I${addonApi}`, `-I${dirname(blas.header)}`, `-I${cuda.include}`, `-I${nativeDir}`];
-  const cxxFlags = ['-std=c++17', '-O3', '-fPIC', '-fexceptions', '-fno-math-errno', '-fopenmp', '-Wall', '-Wno-unused-function',
-    ...(process.arch === 'x64' ? ['-march=x86-64-v3'] : [])];
+  const cxxFlags = ['-std=c++17', '-O3', '-fPIC', '-fexceptions', '-fno-math-errno', '-fopenmp', '-Wall', '-Wno-unused-function', ...(process.arch === 'x64' ? ['-march=x86-64-v3'] : [])];
   const arch = process.env.ANVIL_CUDA_ARCH ?? '90';
-  const nvccFlags = ['-std=c++17', '-O3', '--expt-relaxed-constexpr', '-Xcompiler', '-fPIC,-fopenmp',
-    `-gencode=arch=compute_${arch},code=sm_${arch}`, `-gencode=arch=compute_${arch},code=compute_${arch}`];
+  const nvccFlags = [
+    '-std=c++17',
+    '-O3',
+    '--expt-relaxed-constexpr',
+    '-Xcompiler',
+    '-fPIC,-fopenmp',
+    `-gencode=arch=compute_${arch},code=sm_${arch}`,
+    `-gencode=arch=compute_${arch},code=compute_${arch}`,
+  ];
   const { cc, cu } = sources();
   const objName = (f) => join(objDir, f.slice(nativeDir.length + 1).replace(/[/]/g, '_') + '.o');
   const jobs = [
@@ -192,13 +228,15 @@ async function main() {
   const t0 = Date.now();
   const failures = await runJobs(jobs, Math.max(1, cpus().length));
   if (failures.length) fail(`compilation failed: ${failures.join(', ')}`);
-  const link = run('g++', ['-shared', '-o', binary, ...[...cu, ...cc].map(objName), `-L${cuda.libDir}`, '-l:libcudart_static.a', '-lopenblas',
-    '-fopenmp', '-ldl', '-lrt', '-lpthread'], { stdio: 'inherit' });
+  const link = run('g++', ['-shared', '-o', binary, ...[...cu, ...cc].map(objName), `-L${cuda.libDir}`, '-l:libcudart_static.a', '-lopenblas', '-fopenmp', '-ldl', '-lrt', '-lpthread'], {
+    stdio: 'inherit',
+  });
   if (link.status !== 0) fail('linking anvil_engine_cuda.node failed');
   // Loading it here with RTLD_NOW proves every symbol resolves (a kernel missing from the link
   // fails now, not at its first call; N-API symbols come from node itself); the device is checked
   // at run time.
-  const load = `const m = { exports: {} }; process.dlopen(m, ${JSON.stringify(binary)}, require('os').constants.dlopen.RTLD_NOW);` +
+  const load =
+    `const m = { exports: {} }; process.dlopen(m, ${JSON.stringify(binary)}, require('os').constants.dlopen.RTLD_NOW);` +
     ` const i = m.exports.info(); console.log(JSON.stringify({ backend: i.backend, device: i.device }))`;
   const check = run(process.execPath, ['-e', load]);
   if (check.status !== 0) fail(`the built CUDA addon does not load:\n${check.stderr}`);

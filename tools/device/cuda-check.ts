@@ -16,7 +16,12 @@ async function main() {
   const t0 = performance.now();
   try {
     for (const k of await kernelChecks(1)) {
-      results.push({ kind: 'kernel', name: k.name, passed: k.passed, detail: `maxAbsErr ${k.maxAbsErr.toExponential(2)} maxRef ${k.maxRef.toExponential(2)} atol ${k.atol} rtol ${k.rtol} failures ${k.failures} ${k.detail}` });
+      results.push({
+        kind: 'kernel',
+        name: k.name,
+        passed: k.passed,
+        detail: `maxAbsErr ${k.maxAbsErr.toExponential(2)} maxRef ${k.maxRef.toExponential(2)} atol ${k.atol} rtol ${k.rtol} failures ${k.failures} ${k.detail}`,
+      });
       console.log(`${k.passed ? 'PASS' : 'FAIL'} kernel ${results[results.length - 1].name}: ${results[results.length - 1].detail}`);
     }
   } catch (e) {

@@ -52,7 +52,12 @@ export async function startEmbeddedLoop(
   const adminToken = randomBytes(24).toString('hex');
   const env = (over: Record<string, string>) => ({ PORT: '0', LOG_LEVEL: logLevel, ...over });
   try {
-    const proxyCtx = hostedServiceContext('inference-proxy', inferenceProxyEnv, env({ INFERENCE_BACKEND: 'embedded', EMBEDDED_CHECKPOINT_DIR: opts.checkpointDir, DEPLOYMENT_NAME: 'embedded', MAX_IN_FLIGHT_PER_REPLICA: String(cfg.rollouts.concurrency * 2) }), infra);
+    const proxyCtx = hostedServiceContext(
+      'inference-proxy',
+      inferenceProxyEnv,
+      env({ INFERENCE_BACKEND: 'embedded', EMBEDDED_CHECKPOINT_DIR: opts.checkpointDir, DEPLOYMENT_NAME: 'embedded', MAX_IN_FLIGHT_PER_REPLICA: String(cfg.rollouts.concurrency * 2) }),
+      infra,
+    );
     const proxy = await startHostedService(proxyCtx, InferenceProxyModule.forRoot(proxyCtx));
     started.push(proxy);
     const poolCtx = hostedServiceContext('middleware', middlewareEnv, env(dataPoolEnv(cfg, opts.runId)), infra);
@@ -84,7 +89,16 @@ export async function startEmbeddedLoop(
         maxBatches: cfg.budget.steps,
         group: 'anvil.trainer',
       },
-      { bus: infra.bus, model, store: new CheckpointStore(join(runDir, 'checkpoints')), batches: new PostgresBatchSource(infra.dataSource), logger: logger.child({ component: 'trainer' }), onStep: opts.onStep, onFatal: opts.onFatal, splitOf: opts.splitOf },
+      {
+        bus: infra.bus,
+        model,
+        store: new CheckpointStore(join(runDir, 'checkpoints')),
+        batches: new PostgresBatchSource(infra.dataSource),
+        logger: logger.child({ component: 'trainer' }),
+        onStep: opts.onStep,
+        onFatal: opts.onFatal,
+        splitOf: opts.splitOf,
+      },
     );
     const rollouts = new RolloutRuntime({
       gatewayUrl: gateway.url,
@@ -104,7 +118,15 @@ export async function startEmbeddedLoop(
     });
     await rollouts.start();
     return {
-      infra, proxy, dataPool, gateway, rollouts, trainer, model, runId: opts.runId, runDir,
+      infra,
+      proxy,
+      dataPool,
+      gateway,
+      rollouts,
+      trainer,
+      model,
+      runId: opts.runId,
+      runDir,
       async close() {
         await rollouts.stop(0).catch((e: unknown) => logger.warn('rollout-manager stop failed', { err: e }));
         await trainer.stop().catch((e: unknown) => logger.warn('trainer stop failed', { err: e }));

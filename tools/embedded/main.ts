@@ -66,11 +66,25 @@ async function main(): Promise<void> {
       rewardWindow = [];
       const reward = rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : null;
       steps.push({
-        step: steps.length + 1, version: e.version, wallS: wall(), reward, loss: r.loss, gradNorm: r.gradNorm,
-        ratioMean: r.stats?.ratioMean ?? NaN, clipHighFrac: r.stats?.clipHighFrac ?? NaN, entropy: r.stats?.entropyMean ?? null,
-        mismatchAbs: r.mismatch.meanAbsDeltaLogp, mismatchKl: r.mismatch.klK3, mismatchTokens: r.mismatch.tokens,
-        sharing: r.sharing, uniqueTokens: e.reports.reduce((a, x) => a + x.uniqueTokens, 0), totalTokens: e.reports.reduce((a, x) => a + x.totalTokens, 0),
-        trainSeconds: e.busyMs / 1000, idleSeconds: e.idleMs / 1000, stalenessMean: e.staleness.mean, stalenessMax: e.staleness.max,
+        step: steps.length + 1,
+        version: e.version,
+        wallS: wall(),
+        reward,
+        loss: r.loss,
+        gradNorm: r.gradNorm,
+        ratioMean: r.stats?.ratioMean ?? NaN,
+        clipHighFrac: r.stats?.clipHighFrac ?? NaN,
+        entropy: r.stats?.entropyMean ?? null,
+        mismatchAbs: r.mismatch.meanAbsDeltaLogp,
+        mismatchKl: r.mismatch.klK3,
+        mismatchTokens: r.mismatch.tokens,
+        sharing: r.sharing,
+        uniqueTokens: e.reports.reduce((a, x) => a + x.uniqueTokens, 0),
+        totalTokens: e.reports.reduce((a, x) => a + x.totalTokens, 0),
+        trainSeconds: e.busyMs / 1000,
+        idleSeconds: e.idleMs / 1000,
+        stalenessMean: e.staleness.mean,
+        stalenessMax: e.staleness.max,
         skipped: r.skipped,
       });
       for (const x of e.reports) {
@@ -83,7 +97,14 @@ async function main(): Promise<void> {
         }
       }
       for (const [lag, n] of e.stalenessHistogram.entries()) staleness[lag] = (staleness[lag] ?? 0) + n;
-      progress.step({ step: steps.length, version: e.version, reward, staleness: e.staleness.mean, tokensPerSec: steps[steps.length - 1].uniqueTokens / Math.max(1e-9, e.busyMs / 1000), wallS: wall() });
+      progress.step({
+        step: steps.length,
+        version: e.version,
+        reward,
+        staleness: e.staleness.mean,
+        tokensPerSec: steps[steps.length - 1].uniqueTokens / Math.max(1e-9, e.busyMs / 1000),
+        wallS: wall(),
+      });
     },
   });
   loopRef = loop;
@@ -96,9 +117,15 @@ async function main(): Promise<void> {
 
   const evalCount = cfg.task.evalTasks;
   await loop.rollouts.loadBuiltin({
-    id: TASK_SET, name: 'chain-add (built in)', env: 'chain-add', envConfig: taskConfig,
-    groupSize: cfg.rollouts.groupSize, sampling: { temperature: cfg.rollouts.temperature, maxTokens: cfg.rollouts.maxTokensPerCall },
-    seed: cfg.seed, trainCount: 400, evalCount,
+    id: TASK_SET,
+    name: 'chain-add (built in)',
+    env: 'chain-add',
+    envConfig: taskConfig,
+    groupSize: cfg.rollouts.groupSize,
+    sampling: { temperature: cfg.rollouts.temperature, maxTokens: cfg.rollouts.maxTokensPerCall },
+    seed: cfg.seed,
+    trainCount: 400,
+    evalCount,
   });
 
   const evaluate = async (label: string) => {
@@ -157,9 +184,18 @@ async function main(): Promise<void> {
       trainRollouts: completedTrain,
       evaluations: evals.length,
       meanSharing: trained.reduce((a, s) => a + s.sharing, 0) / Math.max(1, trained.length),
-      trainerIdleFraction: trained.reduce((a, s) => a + s.idleSeconds, 0) / Math.max(1e-9, trained.reduce((a, s) => a + s.idleSeconds + s.trainSeconds, 0)),
+      trainerIdleFraction:
+        trained.reduce((a, s) => a + s.idleSeconds, 0) /
+        Math.max(
+          1e-9,
+          trained.reduce((a, s) => a + s.idleSeconds + s.trainSeconds, 0),
+        ),
       meanStalenessVersions: trained.reduce((a, s) => a + s.stalenessMean, 0) / Math.max(1, trained.length),
-      mismatch: { meanAbsDeltaLogp: splits.reduce((a, s) => a + s.meanAbsDeltaLogp * s.tokens, 0) / Math.max(1, mismatchTokens), klK3: splits.reduce((a, s) => a + s.klK3 * s.tokens, 0) / Math.max(1, mismatchTokens), tokens: mismatchTokens },
+      mismatch: {
+        meanAbsDeltaLogp: splits.reduce((a, s) => a + s.meanAbsDeltaLogp * s.tokens, 0) / Math.max(1, mismatchTokens),
+        klK3: splits.reduce((a, s) => a + s.klK3 * s.tokens, 0) / Math.max(1, mismatchTokens),
+        tokens: mismatchTokens,
+      },
       skippedSteps: steps.length - trained.length,
       evalVersionDrift: evals.reduce((a, e) => a + e.versionDrift, 0),
       finalEvalPinnedTo: final ? final.policyVersion : last.version,

@@ -6,9 +6,26 @@ import { renderReport, writeRunReport, type RunReport, type StepRow } from './rl
 
 function run(steps = 30): RunReport {
   const rows: StepRow[] = Array.from({ length: steps }, (_, i) => ({
-    step: i + 1, version: i + 1, wallS: 10 + 4 * i, reward: 0.2 + 0.01 * i, loss: 0.01, gradNorm: 0.5, ratioMean: 1, clipHighFrac: 0, entropy: 0.05,
-    mismatchAbs: 3e-8, mismatchKl: 1e-12, mismatchTokens: 500, sharing: 0.6, uniqueTokens: 8000, totalTokens: 20_000, trainSeconds: 2.5, idleSeconds: 1,
-    stalenessMean: 0.8, stalenessMax: 2, skipped: i === 3 ? 'non-finite loss or dLoss/dlogp' : null,
+    step: i + 1,
+    version: i + 1,
+    wallS: 10 + 4 * i,
+    reward: 0.2 + 0.01 * i,
+    loss: 0.01,
+    gradNorm: 0.5,
+    ratioMean: 1,
+    clipHighFrac: 0,
+    entropy: 0.05,
+    mismatchAbs: 3e-8,
+    mismatchKl: 1e-12,
+    mismatchTokens: 500,
+    sharing: 0.6,
+    uniqueTokens: 8000,
+    totalTokens: 20_000,
+    trainSeconds: 2.5,
+    idleSeconds: 1,
+    stalenessMean: 0.8,
+    stalenessMax: 2,
+    skipped: i === 3 ? 'non-finite loss or dLoss/dlogp' : null,
   }));
   return {
     title: 'Anvil embedded run <test>',

@@ -70,36 +70,103 @@ export function renderReport(r: RunReport): string {
   const evalStep = r.evals.map((e) => [e.step, e.success] as [number, number]);
   const evalT = r.evals.map((e) => [e.wallS, e.success] as [number, number]);
   const charts = [
-    lineChart({ title: 'Reward and held-out success against training step', xLabel: 'train step (batches)', yLabel: 'reward / success', yMin: 0, yMax: 1, series: [
-      { name: 'train reward (batch)', color: '#9bb7e0', points: reward },
-      { name: 'train reward (avg of 5)', color: '#2a5ca8', points: movingAverage(reward, 5) },
-      { name: 'held-out success', color: '#d2462f', points: evalStep, markers: true },
-    ] }),
-    lineChart({ title: 'Reward and held-out success against wall clock', xLabel: 'seconds since the run started', yLabel: 'reward / success', yMin: 0, yMax: 1, series: [
-      { name: 'train reward (avg of 5)', color: '#2a5ca8', points: movingAverage(rewardT, 5) },
-      { name: 'held-out success', color: '#d2462f', points: evalT, markers: true },
-    ] }),
-    lineChart({ title: 'Trainer throughput', xLabel: 'seconds since the run started', yLabel: 'tokens per second', yMin: 0, series: [
-      { name: 'trained tokens/s (unique tree nodes)', color: '#2f8f5b', points: s.map((x) => [x.wallS, x.uniqueTokens / Math.max(1e-9, x.trainSeconds)] as [number, number]) },
-      { name: 'trained tokens/s (samples unmerged)', color: '#9bd1b3', points: s.map((x) => [x.wallS, x.totalTokens / Math.max(1e-9, x.trainSeconds)] as [number, number]) },
-    ] }),
-    lineChart({ title: 'Rollout throughput (train rollouts completed)', xLabel: 'seconds since the run started', yLabel: 'rollouts per second', yMin: 0, series: [
-      { name: 'rollouts/s (over the last 20 completions)', color: '#8a5cc2', points: r.rolloutTimeline.map(([t, n], i, a) => { const j = Math.max(0, i - 20); const dt = t - a[j][0]; return [t, dt > 0 ? (n - a[j][1]) / dt : NaN] as [number, number]; }) },
-    ] }),
-    lineChart({ title: 'Trainer idle share per step (waiting for a batch)', xLabel: 'train step', yLabel: 'idle / (idle + busy)', yMin: 0, yMax: 1, series: [
-      { name: 'idle share', color: '#c27c2a', points: s.map((x) => [x.step, x.idleSeconds / Math.max(1e-9, x.idleSeconds + x.trainSeconds)] as [number, number]) },
-    ] }),
-    barChart({ title: 'Staleness of trained tokens (versions behind the trainer)', xLabel: 'versions behind', yLabel: 'share of tokens', bars: (() => { const tot = r.stalenessHistogram.reduce((a, b) => a + b, 0) || 1; return r.stalenessHistogram.map((c, lag) => ({ label: String(lag), value: c / tot })); })() }),
-    lineChart({ title: 'Prefix-tree merge speed-up per batch (tokens the samples hold / tree nodes trained)', xLabel: 'train step', yLabel: 'total / unique tokens', yMin: 0, series: [
-      { name: `merge speed-up (sharing 1 − unique/total: mean ${(s.reduce((a, x) => a + x.sharing, 0) / Math.max(1, s.length)).toFixed(2)})`, color: '#2f8f5b', points: s.map((x) => [x.step, x.totalTokens / Math.max(1, x.uniqueTokens)] as [number, number]) },
-    ] }),
-    lineChart({ title: 'Train/inference mismatch on tokens of the current version', xLabel: 'train step', yLabel: 'mean |Δlogp|', series: [
-      { name: 'mean |Δlogp|', color: '#d2462f', points: s.filter((x) => x.mismatchTokens > 0).map((x) => [x.step, x.mismatchAbs] as [number, number]) },
-    ] }),
+    lineChart({
+      title: 'Reward and held-out success against training step',
+      xLabel: 'train step (batches)',
+      yLabel: 'reward / success',
+      yMin: 0,
+      yMax: 1,
+      series: [
+        { name: 'train reward (batch)', color: '#9bb7e0', points: reward },
+        { name: 'train reward (avg of 5)', color: '#2a5ca8', points: movingAverage(reward, 5) },
+        { name: 'held-out success', color: '#d2462f', points: evalStep, markers: true },
+      ],
+    }),
+    lineChart({
+      title: 'Reward and held-out success against wall clock',
+      xLabel: 'seconds since the run started',
+      yLabel: 'reward / success',
+      yMin: 0,
+      yMax: 1,
+      series: [
+        { name: 'train reward (avg of 5)', color: '#2a5ca8', points: movingAverage(rewardT, 5) },
+        { name: 'held-out success', color: '#d2462f', points: evalT, markers: true },
+      ],
+    }),
+    lineChart({
+      title: 'Trainer throughput',
+      xLabel: 'seconds since the run started',
+      yLabel: 'tokens per second',
+      yMin: 0,
+      series: [
+        { name: 'trained tokens/s (unique tree nodes)', color: '#2f8f5b', points: s.map((x) => [x.wallS, x.uniqueTokens / Math.max(1e-9, x.trainSeconds)] as [number, number]) },
+        { name: 'trained tokens/s (samples unmerged)', color: '#9bd1b3', points: s.map((x) => [x.wallS, x.totalTokens / Math.max(1e-9, x.trainSeconds)] as [number, number]) },
+      ],
+    }),
+    lineChart({
+      title: 'Rollout throughput (train rollouts completed)',
+      xLabel: 'seconds since the run started',
+      yLabel: 'rollouts per second',
+      yMin: 0,
+      series: [
+        {
+          name: 'rollouts/s (over the last 20 completions)',
+          color: '#8a5cc2',
+          points: r.rolloutTimeline.map(([t, n], i, a) => {
+            const j = Math.max(0, i - 20);
+            const dt = t - a[j][0];
+            return [t, dt > 0 ? (n - a[j][1]) / dt : NaN] as [number, number];
+          }),
+        },
+      ],
+    }),
+    lineChart({
+      title: 'Trainer idle share per step (waiting for a batch)',
+      xLabel: 'train step',
+      yLabel: 'idle / (idle + busy)',
+      yMin: 0,
+      yMax: 1,
+      series: [{ name: 'idle share', color: '#c27c2a', points: s.map((x) => [x.step, x.idleSeconds / Math.max(1e-9, x.idleSeconds + x.trainSeconds)] as [number, number]) }],
+    }),
+    barChart({
+      title: 'Staleness of trained tokens (versions behind the trainer)',
+      xLabel: 'versions behind',
+      yLabel: 'share of tokens',
+      bars: (() => {
+        const tot = r.stalenessHistogram.reduce((a, b) => a + b, 0) || 1;
+        return r.stalenessHistogram.map((c, lag) => ({ label: String(lag), value: c / tot }));
+      })(),
+    }),
+    lineChart({
+      title: 'Prefix-tree merge speed-up per batch (tokens the samples hold / tree nodes trained)',
+      xLabel: 'train step',
+      yLabel: 'total / unique tokens',
+      yMin: 0,
+      series: [
+        {
+          name: `merge speed-up (sharing 1 − unique/total: mean ${(s.reduce((a, x) => a + x.sharing, 0) / Math.max(1, s.length)).toFixed(2)})`,
+          color: '#2f8f5b',
+          points: s.map((x) => [x.step, x.totalTokens / Math.max(1, x.uniqueTokens)] as [number, number]),
+        },
+      ],
+    }),
+    lineChart({
+      title: 'Train/inference mismatch on tokens of the current version',
+      xLabel: 'train step',
+      yLabel: 'mean |Δlogp|',
+      series: [{ name: 'mean |Δlogp|', color: '#d2462f', points: s.filter((x) => x.mismatchTokens > 0).map((x) => [x.step, x.mismatchAbs] as [number, number]) }],
+    }),
   ];
   const splitRows = r.mismatchBySplit.map((m) => `<tr><td>${esc(m.key)}</td><td>${m.meanAbsDeltaLogp.toExponential(2)}</td><td>${m.klK3.toExponential(2)}</td><td>${m.tokens}</td></tr>`).join('');
-  const evalRows = r.evals.map((e) => `<tr><td>${e.version}</td><td>${e.step}</td><td>${e.wallS.toFixed(0)}</td><td>${(e.success * 100).toFixed(1)}%</td><td>${e.meanReward.toFixed(3)}</td><td>${e.tasks}</td><td>${e.versionDrift}</td></tr>`).join('');
-  const summaryRows = Object.entries(r.summary).map(([k, v]) => `<tr><th>${esc(k)}</th><td>${cell(v)}</td></tr>`).join('');
+  const evalRows = r.evals
+    .map(
+      (e) =>
+        `<tr><td>${e.version}</td><td>${e.step}</td><td>${e.wallS.toFixed(0)}</td><td>${(e.success * 100).toFixed(1)}%</td><td>${e.meanReward.toFixed(3)}</td><td>${e.tasks}</td><td>${e.versionDrift}</td></tr>`,
+    )
+    .join('');
+  const summaryRows = Object.entries(r.summary)
+    .map(([k, v]) => `<tr><th>${esc(k)}</th><td>${cell(v)}</td></tr>`)
+    .join('');
   return `<!doctype html><html lang="en"><meta charset="utf-8"><title>${esc(r.title)}</title>
 <style>body{font:14px system-ui;margin:1.5em 2em;color:#222;max-width:1200px}h1{font-size:20px}h2{font-size:16px;margin-top:1.5em}
 table{border-collapse:collapse;margin-bottom:1em}td,th{border-bottom:1px solid #e4e4e4;padding:3px 10px;text-align:left;font-variant-numeric:tabular-nums}${CHART_CSS}</style>
@@ -115,7 +182,10 @@ table{border-collapse:collapse;margin-bottom:1em}td,th{border-bottom:1px solid #
 /** Writes report.html and summary.json into dir; returns the report's path. */
 export function writeRunReport(dir: string, r: RunReport): string {
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'summary.json'), JSON.stringify({ summary: r.summary, evals: r.evals, steps: r.steps, stalenessHistogram: r.stalenessHistogram, mismatchBySplit: r.mismatchBySplit, config: r.config }, null, 2) + '\n');
+  writeFileSync(
+    join(dir, 'summary.json'),
+    JSON.stringify({ summary: r.summary, evals: r.evals, steps: r.steps, stalenessHistogram: r.stalenessHistogram, mismatchBySplit: r.mismatchBySplit, config: r.config }, null, 2) + '\n',
+  );
   const file = join(dir, 'report.html');
   writeFileSync(file, renderReport(r));
   return file;

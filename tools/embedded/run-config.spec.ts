@@ -4,7 +4,13 @@ import { loadRunConfig, parseRunConfig, RunConfigError } from './run-config';
 describe('run config', () => {
   it('fills the demo defaults', () => {
     const c = parseRunConfig({});
-    expect(c).toMatchObject({ seed: 1, model: 'tiny', task: { set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact' }, algorithm: { loss: 'cispo', advantage: 'grpo' }, budget: { steps: 60 } });
+    expect(c).toMatchObject({
+      seed: 1,
+      model: 'tiny',
+      task: { set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact' },
+      algorithm: { loss: 'cispo', advantage: 'grpo' },
+      budget: { steps: 60 },
+    });
   });
 
   it('refuses unknown and out-of-range knobs, listing every problem at once', () => {

@@ -110,7 +110,8 @@ export const runConfigSchema = z
   .strict()
   .superRefine((c, ctx) => {
     if (c.task.kMax < c.task.kMin) ctx.addIssue({ code: 'custom', path: ['task', 'kMax'], message: `must be >= task.kMin (${c.task.kMin})` });
-    if (c.rollouts.concurrency < c.rollouts.groupSize) ctx.addIssue({ code: 'custom', path: ['rollouts', 'concurrency'], message: `must be >= rollouts.groupSize (${c.rollouts.groupSize}): a group runs at once` });
+    if (c.rollouts.concurrency < c.rollouts.groupSize)
+      ctx.addIssue({ code: 'custom', path: ['rollouts', 'concurrency'], message: `must be >= rollouts.groupSize (${c.rollouts.groupSize}): a group runs at once` });
     if (typeof c.scheduler.window === 'number' && c.scheduler.window > c.rollouts.concurrency)
       ctx.addIssue({ code: 'custom', path: ['scheduler', 'window'], message: `must be <= rollouts.concurrency (${c.rollouts.concurrency})` });
   });

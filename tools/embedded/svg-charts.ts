@@ -34,14 +34,16 @@ function niceTicks(lo: number, hi: number, n = 5): number[] {
 const fmt = (v: number) => (Math.abs(v) >= 1000 ? `${(v / 1000).toFixed(v >= 10_000 ? 0 : 1)}k` : Math.abs(v) < 0.01 && v !== 0 ? v.toExponential(0) : String(Number(v.toPrecision(3))));
 
 export function lineChart(o: ChartOptions): string {
-  const w = o.width ?? 560, h = o.height ?? 260;
+  const w = o.width ?? 560,
+    h = o.height ?? 260;
   const pad = { l: 56, r: 16, t: 30, b: 42 };
   const all = o.series.flatMap((s) => s.points).filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y));
   if (all.length === 0) return `<figure><figcaption>${esc(o.title)}</figcaption><p class="empty">no data</p></figure>`;
   const xMin = Math.min(...all.map((p) => p[0]));
   let xMax = Math.max(...all.map((p) => p[0]));
   if (xMax === xMin) xMax = xMin + 1;
-  let yMin = o.yMin ?? Math.min(...all.map((p) => p[1])), yMax = o.yMax ?? Math.max(...all.map((p) => p[1]));
+  let yMin = o.yMin ?? Math.min(...all.map((p) => p[1])),
+    yMax = o.yMax ?? Math.max(...all.map((p) => p[1]));
   if (yMax === yMin) {
     yMax += 0.5;
     yMin -= 0.5;
@@ -49,7 +51,10 @@ export function lineChart(o: ChartOptions): string {
   const X = (x: number) => pad.l + ((x - xMin) / (xMax - xMin)) * (w - pad.l - pad.r);
   const Y = (y: number) => h - pad.b - ((y - yMin) / (yMax - yMin)) * (h - pad.t - pad.b);
   const parts: string[] = [];
-  for (const t of niceTicks(yMin, yMax)) parts.push(`<line x1="${pad.l}" x2="${w - pad.r}" y1="${Y(t).toFixed(1)}" y2="${Y(t).toFixed(1)}" class="grid"/><text x="${pad.l - 6}" y="${(Y(t) + 4).toFixed(1)}" text-anchor="end">${fmt(t)}</text>`);
+  for (const t of niceTicks(yMin, yMax))
+    parts.push(
+      `<line x1="${pad.l}" x2="${w - pad.r}" y1="${Y(t).toFixed(1)}" y2="${Y(t).toFixed(1)}" class="grid"/><text x="${pad.l - 6}" y="${(Y(t) + 4).toFixed(1)}" text-anchor="end">${fmt(t)}</text>`,
+    );
   for (const t of niceTicks(xMin, xMax, 6)) parts.push(`<text x="${X(t).toFixed(1)}" y="${h - pad.b + 16}" text-anchor="middle">${fmt(t)}</text>`);
   parts.push(`<line x1="${pad.l}" x2="${pad.l}" y1="${pad.t}" y2="${h - pad.b}" class="axis"/><line x1="${pad.l}" x2="${w - pad.r}" y1="${h - pad.b}" y2="${h - pad.b}" class="axis"/>`);
   parts.push(`<text x="${(pad.l + w - pad.r) / 2}" y="${h - 6}" text-anchor="middle" class="label">${esc(o.xLabel)}</text>`);
@@ -67,14 +72,18 @@ export function lineChart(o: ChartOptions): string {
 }
 
 export function barChart(o: { title: string; xLabel: string; yLabel: string; bars: Array<{ label: string; value: number }>; color?: string; width?: number; height?: number }): string {
-  const w = o.width ?? 560, h = o.height ?? 240;
+  const w = o.width ?? 560,
+    h = o.height ?? 240;
   const pad = { l: 56, r: 16, t: 24, b: 48 };
   if (o.bars.length === 0) return `<figure><figcaption>${esc(o.title)}</figcaption><p class="empty">no data</p></figure>`;
   const max = Math.max(...o.bars.map((b) => b.value), 1e-12);
   const bw = (w - pad.l - pad.r) / o.bars.length;
   const Y = (v: number) => h - pad.b - (v / max) * (h - pad.t - pad.b);
   const parts: string[] = [];
-  for (const t of niceTicks(0, max)) parts.push(`<line x1="${pad.l}" x2="${w - pad.r}" y1="${Y(t).toFixed(1)}" y2="${Y(t).toFixed(1)}" class="grid"/><text x="${pad.l - 6}" y="${(Y(t) + 4).toFixed(1)}" text-anchor="end">${fmt(t)}</text>`);
+  for (const t of niceTicks(0, max))
+    parts.push(
+      `<line x1="${pad.l}" x2="${w - pad.r}" y1="${Y(t).toFixed(1)}" y2="${Y(t).toFixed(1)}" class="grid"/><text x="${pad.l - 6}" y="${(Y(t) + 4).toFixed(1)}" text-anchor="end">${fmt(t)}</text>`,
+    );
   o.bars.forEach((b, i) => {
     const x = pad.l + i * bw;
     parts.push(`<rect x="${(x + bw * 0.1).toFixed(1)}" y="${Y(b.value).toFixed(1)}" width="${(bw * 0.8).toFixed(1)}" height="${(h - pad.b - Y(b.value)).toFixed(1)}" fill="${o.color ?? '#3b6fb6'}"/>`);

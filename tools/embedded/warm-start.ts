@@ -68,7 +68,19 @@ export function warmStartKey(o: WarmStartOptions): string {
   const cfg = tinyConfig({ vocabSize: 272, ...o.model });
   const env = new ChainAddEnvironment(o.task).config;
   const probe = (o.env ?? new ChainAddEnvironment(o.task)).generate({ seed: 0, count: 1, split: 'train' })[0];
-  const h = createHash('sha256').update(JSON.stringify({ RECIPE, opening: probe.messages.filter((m) => m.role === 'system'), tools: probe.tools, steps: o.steps, tasksPerStep: o.tasksPerStep, lr: o.lr, seed: o.seed, cfg, env: { ...env, toolDelay: undefined } }));
+  const h = createHash('sha256').update(
+    JSON.stringify({
+      RECIPE,
+      opening: probe.messages.filter((m) => m.role === 'system'),
+      tools: probe.tools,
+      steps: o.steps,
+      tasksPerStep: o.tasksPerStep,
+      lr: o.lr,
+      seed: o.seed,
+      cfg,
+      env: { ...env, toolDelay: undefined },
+    }),
+  );
   return h.digest('hex').slice(0, 16);
 }
 
@@ -107,8 +119,7 @@ export async function warmStart(o: WarmStartOptions, log: (line: string) => void
     const cos = 0.1 + 0.9 * 0.5 * (1 + Math.cos((Math.PI * step) / o.steps));
     await model.step({ lr: o.lr * warm * cos });
     finalLoss = nll / outputTokens;
-    if (step === 1 || step % 20 === 0 || step === o.steps)
-      log(`warm start: SFT step ${step}/${o.steps}  loss ${finalLoss.toFixed(3)}  ${((performance.now() - started) / 1000).toFixed(0)} s`);
+    if (step === 1 || step % 20 === 0 || step === o.steps) log(`warm start: SFT step ${step}/${o.steps}  loss ${finalLoss.toFixed(3)}  ${((performance.now() - started) / 1000).toFixed(0)} s`);
   }
   const tmp = `${dir}.tmp-${process.pid}`;
   await fsp.rm(tmp, { recursive: true, force: true });

@@ -36,21 +36,25 @@ export async function buildComposeConfig() {
   const dir = join(cacheDir, 'compose-config', hash.digest('hex').slice(0, 16));
   const bin = join(dir, 'compose-config');
   if (existsSync(bin)) return bin;
-  return withLock(`${dir}.lock`, async () => {
-    if (existsSync(bin)) return bin;
-    if (!which('go')) throw new Error('no `docker compose` plugin and no Go toolchain to build tools/infra/compose-config');
-    mkdirSync(dir, { recursive: true });
-    const tmp = `${bin}.tmp-${process.pid}`;
-    log(TAG, 'building tools/infra/compose-config (compose-spec/compose-go) with go build');
-    const env = { ...process.env, GOTOOLCHAIN: 'local', GOFLAGS: '-mod=readonly', CGO_ENABLED: '0' };
-    try {
-      run('go', ['build', '-trimpath', '-o', tmp, '.'], { cwd: srcDir, env, timeoutMs: 10 * 60_000 });
-      renameSync(tmp, bin);
-    } finally {
-      rmSync(tmp, { force: true });
-    }
-    return bin;
-  }, { tag: TAG });
+  return withLock(
+    `${dir}.lock`,
+    async () => {
+      if (existsSync(bin)) return bin;
+      if (!which('go')) throw new Error('no `docker compose` plugin and no Go toolchain to build tools/infra/compose-config');
+      mkdirSync(dir, { recursive: true });
+      const tmp = `${bin}.tmp-${process.pid}`;
+      log(TAG, 'building tools/infra/compose-config (compose-spec/compose-go) with go build');
+      const env = { ...process.env, GOTOOLCHAIN: 'local', GOFLAGS: '-mod=readonly', CGO_ENABLED: '0' };
+      try {
+        run('go', ['build', '-trimpath', '-o', tmp, '.'], { cwd: srcDir, env, timeoutMs: 10 * 60_000 });
+        renameSync(tmp, bin);
+      } finally {
+        rmSync(tmp, { force: true });
+      }
+      return bin;
+    },
+    { tag: TAG },
+  );
 }
 
 export async function composeTool() {

@@ -31,26 +31,7 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { closeSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import {
-  aptInstall,
-  cacheDir,
-  canConnect,
-  cmdlineOf,
-  infraDir,
-  isAlive,
-  isMain,
-  log,
-  parseArgs,
-  parsePort,
-  readPid,
-  run,
-  safeUnlink,
-  sleep,
-  tailFile,
-  terminate,
-  which,
-  withLock,
-} from './util.mjs';
+import { aptInstall, cacheDir, canConnect, cmdlineOf, infraDir, isAlive, isMain, log, parseArgs, parsePort, readPid, run, safeUnlink, sleep, tailFile, terminate, which, withLock } from './util.mjs';
 
 const TAG = 'kafka';
 /** Newest Kafka 4.x on Maven Central at the time of writing; kafkajs 2.2.4 verified against it. */
@@ -100,36 +81,31 @@ export async function installKafka({ version = KAFKA_VERSION } = {}) {
   const libs = libsDir(version);
   const ready = () => existsSync(libs) && readdirSync(libs).some((f) => f.startsWith(`kafka_2.13-${version}`));
   if (ready()) return { version, libsDir: libs };
-  return withLock(join(kafkaCache, `${version}.install.lock`), async () => {
-    if (ready()) return { version, libsDir: libs };
-    ensureJavaAndMaven();
-    const tmp = `${libs}.tmp-${process.pid}`;
-    rmSync(tmp, { recursive: true, force: true });
-    log(TAG, `fetching Kafka ${version} from Maven Central (mvn dependency:copy-dependencies)`);
-    const t0 = Date.now();
-    const r = run(
-      'mvn',
-      [
-        '-B',
-        '-q',
-        '-f',
-        pomFile,
-        `-Dkafka.version=${version}`,
-        'dependency:copy-dependencies',
-        `-DoutputDirectory=${tmp}`,
-        '-DincludeScope=runtime',
-      ],
-      { allowFail: true, cwd: infraDir, timeoutMs: 15 * 60_000 },
-    );
-    if (r.status !== 0) {
+  return withLock(
+    join(kafkaCache, `${version}.install.lock`),
+    async () => {
+      if (ready()) return { version, libsDir: libs };
+      ensureJavaAndMaven();
+      const tmp = `${libs}.tmp-${process.pid}`;
       rmSync(tmp, { recursive: true, force: true });
-      throw new Error(`mvn failed to fetch Kafka ${version}:\n${(r.stdout + r.stderr).slice(-4000)}`);
-    }
-    rmSync(libs, { recursive: true, force: true });
-    renameSync(tmp, libs); // atomic: a libs dir that exists is complete
-    log(TAG, `Kafka ${version} fetched in ${((Date.now() - t0) / 1000).toFixed(1)} s -> ${libs}`);
-    return { version, libsDir: libs };
-  }, { tag: TAG });
+      log(TAG, `fetching Kafka ${version} from Maven Central (mvn dependency:copy-dependencies)`);
+      const t0 = Date.now();
+      const r = run('mvn', ['-B', '-q', '-f', pomFile, `-Dkafka.version=${version}`, 'dependency:copy-dependencies', `-DoutputDirectory=${tmp}`, '-DincludeScope=runtime'], {
+        allowFail: true,
+        cwd: infraDir,
+        timeoutMs: 15 * 60_000,
+      });
+      if (r.status !== 0) {
+        rmSync(tmp, { recursive: true, force: true });
+        throw new Error(`mvn failed to fetch Kafka ${version}:\n${(r.stdout + r.stderr).slice(-4000)}`);
+      }
+      rmSync(libs, { recursive: true, force: true });
+      renameSync(tmp, libs); // atomic: a libs dir that exists is complete
+      log(TAG, `Kafka ${version} fetched in ${((Date.now() - t0) / 1000).toFixed(1)} s -> ${libs}`);
+      return { version, libsDir: libs };
+    },
+    { tag: TAG },
+  );
 }
 
 function javaArgs(libs, logsDir, logFileName, heap) {
@@ -212,84 +188,75 @@ export async function startKafka({ fresh = false, port, timeoutMs } = {}) {
   const p = paths(kp);
   const { libsDir: libs } = await installKafka();
   const limit = timeoutMs ?? Number(process.env.KAFKA_START_TIMEOUT_MS || 120_000);
-  return withLock(p.lockFile, async () => {
-    const existing = runningPid(p);
-    if (existing !== null) {
-      if (fresh) log(TAG, `already running (pid ${existing}); --fresh ignored (stop it first to wipe it)`);
-      else log(TAG, `already running (pid ${existing})`);
-      if (!(await canConnect(kp))) throw new Error(`broker pid ${existing} is alive but 127.0.0.1:${kp} refuses connections; see ${p.logFile}`);
-      return { brokers: `127.0.0.1:${kp}`, port: kp, pid: existing, alreadyRunning: true, logFile: p.logFile };
-    }
-    for (const port_ of [kp, controllerPort]) {
-      if (await canConnect(port_)) {
-        throw new Error(`127.0.0.1:${port_} is already in use by a process not started by ${p.stateDir} (set KAFKA_PORT / KAFKA_CONTROLLER_PORT)`);
+  return withLock(
+    p.lockFile,
+    async () => {
+      const existing = runningPid(p);
+      if (existing !== null) {
+        if (fresh) log(TAG, `already running (pid ${existing}); --fresh ignored (stop it first to wipe it)`);
+        else log(TAG, `already running (pid ${existing})`);
+        if (!(await canConnect(kp))) throw new Error(`broker pid ${existing} is alive but 127.0.0.1:${kp} refuses connections; see ${p.logFile}`);
+        return { brokers: `127.0.0.1:${kp}`, port: kp, pid: existing, alreadyRunning: true, logFile: p.logFile };
       }
-    }
-    safeUnlink(p.pidFile);
-    if (fresh) rmSync(p.stateDir, { recursive: true, force: true });
-    mkdirSync(p.logsDir, { recursive: true });
-    mkdirSync(p.dataDir, { recursive: true });
-    writeFileSync(p.propsFile, serverProperties({ port: kp, controllerPort, dataDir: p.dataDir }));
-    // Keep the previous run's log for post-mortems; readiness is judged on a fresh file.
-    if (existsSync(p.logFile)) renameSync(p.logFile, `${p.logFile}.1`);
-
-    const heap = process.env.KAFKA_HEAP_OPTS || '-Xms256m -Xmx512m';
-    if (!existsSync(join(p.dataDir, 'meta.properties'))) {
-      const clusterId = newClusterId();
-      log(TAG, `formatting ${p.dataDir} (cluster ${clusterId}, standalone KRaft controller)`);
-      run(
-        'java',
-        [
-          ...javaArgs(libs, p.logsDir, 'storage.log', '-Xmx256m'),
-          STORAGE_TOOL,
-          'format',
-          '--standalone',
-          '-t',
-          clusterId,
-          '-c',
-          p.propsFile,
-        ],
-        { cwd: p.stateDir, timeoutMs: 120_000 },
-      );
-    }
-
-    const out = openSync(p.stdoutFile, 'w');
-    const t0 = Date.now();
-    const child = spawn('java', [...javaArgs(libs, p.logsDir, 'server.log', heap), MAIN_CLASS, p.propsFile], {
-      cwd: p.stateDir,
-      detached: true,
-      stdio: ['ignore', out, out],
-    });
-    closeSync(out);
-    let spawnError = null;
-    child.once('error', (e) => (spawnError = e));
-    child.unref();
-    if (!child.pid) throw new Error(`could not start java: ${spawnError?.message ?? 'no pid'}`);
-    writeFileSync(p.pidFile, `${child.pid}\n`);
-    log(TAG, `starting broker pid ${child.pid} on 127.0.0.1:${kp} (controller ${controllerPort}), logs ${p.logsDir}`);
-
-    const failure = (why) => {
-      const tail = [tailFile(p.stdoutFile, 3000), tailFile(p.logFile, 6000)].filter(Boolean).join('\n--- server.log ---\n');
-      return new Error(`Kafka broker ${why}.\n--- log tail (${p.stateDir}) ---\n${tail || '(empty)'}`);
-    };
-    const deadline = t0 + limit;
-    for (;;) {
-      if (spawnError) throw failure(`could not be spawned: ${spawnError.message}`);
-      if (!isAlive(child.pid)) {
-        safeUnlink(p.pidFile);
-        throw failure('exited during startup');
+      for (const port_ of [kp, controllerPort]) {
+        if (await canConnect(port_)) {
+          throw new Error(`127.0.0.1:${port_} is already in use by a process not started by ${p.stateDir} (set KAFKA_PORT / KAFKA_CONTROLLER_PORT)`);
+        }
       }
-      if (readLogSafe(p.logFile).includes('Kafka Server started') && (await canConnect(kp))) break;
-      if (Date.now() > deadline) {
-        await terminate(child.pid, 10_000, TAG);
-        safeUnlink(p.pidFile);
-        throw failure(`did not become ready within ${limit} ms`);
+      safeUnlink(p.pidFile);
+      if (fresh) rmSync(p.stateDir, { recursive: true, force: true });
+      mkdirSync(p.logsDir, { recursive: true });
+      mkdirSync(p.dataDir, { recursive: true });
+      writeFileSync(p.propsFile, serverProperties({ port: kp, controllerPort, dataDir: p.dataDir }));
+      // Keep the previous run's log for post-mortems; readiness is judged on a fresh file.
+      if (existsSync(p.logFile)) renameSync(p.logFile, `${p.logFile}.1`);
+
+      const heap = process.env.KAFKA_HEAP_OPTS || '-Xms256m -Xmx512m';
+      if (!existsSync(join(p.dataDir, 'meta.properties'))) {
+        const clusterId = newClusterId();
+        log(TAG, `formatting ${p.dataDir} (cluster ${clusterId}, standalone KRaft controller)`);
+        run('java', [...javaArgs(libs, p.logsDir, 'storage.log', '-Xmx256m'), STORAGE_TOOL, 'format', '--standalone', '-t', clusterId, '-c', p.propsFile], { cwd: p.stateDir, timeoutMs: 120_000 });
       }
-      await sleep(200);
-    }
-    log(TAG, `ready on 127.0.0.1:${kp} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-    return { brokers: `127.0.0.1:${kp}`, port: kp, pid: child.pid, alreadyRunning: false, logFile: p.logFile };
-  }, { tag: TAG });
+
+      const out = openSync(p.stdoutFile, 'w');
+      const t0 = Date.now();
+      const child = spawn('java', [...javaArgs(libs, p.logsDir, 'server.log', heap), MAIN_CLASS, p.propsFile], {
+        cwd: p.stateDir,
+        detached: true,
+        stdio: ['ignore', out, out],
+      });
+      closeSync(out);
+      let spawnError = null;
+      child.once('error', (e) => (spawnError = e));
+      child.unref();
+      if (!child.pid) throw new Error(`could not start java: ${spawnError?.message ?? 'no pid'}`);
+      writeFileSync(p.pidFile, `${child.pid}\n`);
+      log(TAG, `starting broker pid ${child.pid} on 127.0.0.1:${kp} (controller ${controllerPort}), logs ${p.logsDir}`);
+
+      const failure = (why) => {
+        const tail = [tailFile(p.stdoutFile, 3000), tailFile(p.logFile, 6000)].filter(Boolean).join('\n--- server.log ---\n');
+        return new Error(`Kafka broker ${why}.\n--- log tail (${p.stateDir}) ---\n${tail || '(empty)'}`);
+      };
+      const deadline = t0 + limit;
+      for (;;) {
+        if (spawnError) throw failure(`could not be spawned: ${spawnError.message}`);
+        if (!isAlive(child.pid)) {
+          safeUnlink(p.pidFile);
+          throw failure('exited during startup');
+        }
+        if (readLogSafe(p.logFile).includes('Kafka Server started') && (await canConnect(kp))) break;
+        if (Date.now() > deadline) {
+          await terminate(child.pid, 10_000, TAG);
+          safeUnlink(p.pidFile);
+          throw failure(`did not become ready within ${limit} ms`);
+        }
+        await sleep(200);
+      }
+      log(TAG, `ready on 127.0.0.1:${kp} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      return { brokers: `127.0.0.1:${kp}`, port: kp, pid: child.pid, alreadyRunning: false, logFile: p.logFile };
+    },
+    { tag: TAG },
+  );
 }
 
 function readLogSafe(file) {
@@ -304,18 +271,22 @@ function readLogSafe(file) {
 export async function stopKafka({ port } = {}) {
   const { port: kp } = ports(port);
   const p = paths(kp);
-  return withLock(p.lockFile, async () => {
-    const pid = runningPid(p);
-    if (pid === null) {
+  return withLock(
+    p.lockFile,
+    async () => {
+      const pid = runningPid(p);
+      if (pid === null) {
+        safeUnlink(p.pidFile);
+        return { stopped: false };
+      }
+      log(TAG, `stopping broker pid ${pid}`);
+      const killed = await terminate(pid, 30_000, TAG);
       safeUnlink(p.pidFile);
-      return { stopped: false };
-    }
-    log(TAG, `stopping broker pid ${pid}`);
-    const killed = await terminate(pid, 30_000, TAG);
-    safeUnlink(p.pidFile);
-    log(TAG, killed ? 'broker killed' : 'broker stopped');
-    return { stopped: true };
-  }, { tag: TAG });
+      log(TAG, killed ? 'broker killed' : 'broker stopped');
+      return { stopped: true };
+    },
+    { tag: TAG },
+  );
 }
 
 /**

@@ -30,21 +30,7 @@ import { createHash } from 'node:crypto';
 import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  aptInstall,
-  cacheDir,
-  canConnect,
-  isAlive,
-  isMain,
-  isRoot,
-  log,
-  parseArgs,
-  parsePort,
-  run,
-  sleep,
-  tailFile,
-  withLock,
-} from './util.mjs';
+import { aptInstall, cacheDir, canConnect, isAlive, isMain, isRoot, log, parseArgs, parsePort, run, sleep, tailFile, withLock } from './util.mjs';
 
 const TAG = 'postgres';
 const SUPERUSER = 'anvil';
@@ -74,21 +60,25 @@ function findBinDir() {
 export async function installPostgres() {
   const found = findBinDir();
   if (found) return found;
-  return withLock(join(cacheDir, 'pg', 'install.lock'), async () => {
-    const again = findBinDir();
-    if (again) return again;
-    // Don't let the Debian package create and start its own cluster on 5432: we run our own.
-    // createcluster.conf include_dir's createcluster.d, so a drop-in there needs no conffile dance.
-    if (isRoot()) {
-      const dropIn = '/etc/postgresql-common/createcluster.d/anvil-no-main-cluster.conf';
-      mkdirSync('/etc/postgresql-common/createcluster.d', { recursive: true });
-      if (!existsSync(dropIn)) writeFileSync(dropIn, '# written by anvil tools/infra/postgres.mjs: it runs its own cluster\ncreate_main_cluster = false\n');
-    }
-    aptInstall(['postgresql', 'postgresql-client'], TAG);
-    const installed = findBinDir();
-    if (!installed) throw new Error('postgresql installed but no /usr/lib/postgresql/<ver>/bin/initdb found');
-    return installed;
-  }, { tag: TAG });
+  return withLock(
+    join(cacheDir, 'pg', 'install.lock'),
+    async () => {
+      const again = findBinDir();
+      if (again) return again;
+      // Don't let the Debian package create and start its own cluster on 5432: we run our own.
+      // createcluster.conf include_dir's createcluster.d, so a drop-in there needs no conffile dance.
+      if (isRoot()) {
+        const dropIn = '/etc/postgresql-common/createcluster.d/anvil-no-main-cluster.conf';
+        mkdirSync('/etc/postgresql-common/createcluster.d', { recursive: true });
+        if (!existsSync(dropIn)) writeFileSync(dropIn, '# written by anvil tools/infra/postgres.mjs: it runs its own cluster\ncreate_main_cluster = false\n');
+      }
+      aptInstall(['postgresql', 'postgresql-client'], TAG);
+      const installed = findBinDir();
+      if (!installed) throw new Error('postgresql installed but no /usr/lib/postgresql/<ver>/bin/initdb found');
+      return installed;
+    },
+    { tag: TAG },
+  );
 }
 
 function osUserIds() {
@@ -207,64 +197,72 @@ export async function startPostgres({ fresh = false, port } = {}) {
   const pp = pgPort(port);
   const { binDir } = await installPostgres();
   const p = paths(pp);
-  return withLock(p.lockFile, async () => {
-    const running = postmasterPid(p.dataDir);
-    if (running !== null) {
-      log(TAG, `already running (pid ${running})${fresh ? '; --fresh ignored (stop it first to wipe it)' : ''}`);
-      ensureDatabase(binDir, pp, DEFAULT_DB);
-      return { url: postgresUrl(DEFAULT_DB, { port: pp }), port: pp, dataDir: p.dataDir, alreadyRunning: true };
-    }
-    if (await canConnect(pp)) throw new Error(`127.0.0.1:${pp} is already in use by another process (set PG_PORT)`);
-    if (fresh) rmSync(p.dir, { recursive: true, force: true });
-    const ids = isRoot() ? osUserIds() : null;
-    mkdirSync(p.socketDir, { recursive: true });
-    if (ids) chownTree(p.dir, ids);
-    if (!existsSync(join(p.dataDir, 'PG_VERSION'))) {
-      rmSync(p.dataDir, { recursive: true, force: true });
-      log(TAG, `initdb ${p.dataDir}`);
-      pgRun(join(binDir, 'initdb'), ['-D', p.dataDir, '--auth=trust', '-U', SUPERUSER, '--encoding=UTF8', '--no-locale', '--no-instructions'], {
+  return withLock(
+    p.lockFile,
+    async () => {
+      const running = postmasterPid(p.dataDir);
+      if (running !== null) {
+        log(TAG, `already running (pid ${running})${fresh ? '; --fresh ignored (stop it first to wipe it)' : ''}`);
+        ensureDatabase(binDir, pp, DEFAULT_DB);
+        return { url: postgresUrl(DEFAULT_DB, { port: pp }), port: pp, dataDir: p.dataDir, alreadyRunning: true };
+      }
+      if (await canConnect(pp)) throw new Error(`127.0.0.1:${pp} is already in use by another process (set PG_PORT)`);
+      if (fresh) rmSync(p.dir, { recursive: true, force: true });
+      const ids = isRoot() ? osUserIds() : null;
+      mkdirSync(p.socketDir, { recursive: true });
+      if (ids) chownTree(p.dir, ids);
+      if (!existsSync(join(p.dataDir, 'PG_VERSION'))) {
+        rmSync(p.dataDir, { recursive: true, force: true });
+        log(TAG, `initdb ${p.dataDir}`);
+        pgRun(join(binDir, 'initdb'), ['-D', p.dataDir, '--auth=trust', '-U', SUPERUSER, '--encoding=UTF8', '--no-locale', '--no-instructions'], {
+          timeoutMs: 180_000,
+        });
+        const conf = join(p.dataDir, 'postgresql.conf');
+        writeFileSync(conf, readFileSync(conf, 'utf8') + configBlock(pp, p.socketDir));
+        if (ids) chownSync(conf, ids.uid, ids.gid);
+      }
+      const t0 = Date.now();
+      const r = pgRun(join(binDir, 'pg_ctl'), ['-D', p.dataDir, '-l', p.logFile, '-w', '-t', '120', 'start'], {
+        allowFail: true,
         timeoutMs: 180_000,
       });
-      const conf = join(p.dataDir, 'postgresql.conf');
-      writeFileSync(conf, readFileSync(conf, 'utf8') + configBlock(pp, p.socketDir));
-      if (ids) chownSync(conf, ids.uid, ids.gid);
-    }
-    const t0 = Date.now();
-    const r = pgRun(join(binDir, 'pg_ctl'), ['-D', p.dataDir, '-l', p.logFile, '-w', '-t', '120', 'start'], {
-      allowFail: true,
-      timeoutMs: 180_000,
-    });
-    if (r.status !== 0) {
-      throw new Error(`pg_ctl start failed (${r.status}):\n${(r.stdout + r.stderr).trim()}\n--- ${p.logFile} ---\n${tailFile(p.logFile, 4000)}`);
-    }
-    // pg_ctl -w waits for "ready to accept connections"; double-check the TCP listener.
-    for (let i = 0; i < 50 && !(await canConnect(pp)); i++) await sleep(100);
-    ensureDatabase(binDir, pp, DEFAULT_DB);
-    log(TAG, `ready on 127.0.0.1:${pp} in ${((Date.now() - t0) / 1000).toFixed(1)} s (data ${p.dataDir})`);
-    return { url: postgresUrl(DEFAULT_DB, { port: pp }), port: pp, dataDir: p.dataDir, alreadyRunning: false };
-  }, { tag: TAG });
+      if (r.status !== 0) {
+        throw new Error(`pg_ctl start failed (${r.status}):\n${(r.stdout + r.stderr).trim()}\n--- ${p.logFile} ---\n${tailFile(p.logFile, 4000)}`);
+      }
+      // pg_ctl -w waits for "ready to accept connections"; double-check the TCP listener.
+      for (let i = 0; i < 50 && !(await canConnect(pp)); i++) await sleep(100);
+      ensureDatabase(binDir, pp, DEFAULT_DB);
+      log(TAG, `ready on 127.0.0.1:${pp} in ${((Date.now() - t0) / 1000).toFixed(1)} s (data ${p.dataDir})`);
+      return { url: postgresUrl(DEFAULT_DB, { port: pp }), port: pp, dataDir: p.dataDir, alreadyRunning: false };
+    },
+    { tag: TAG },
+  );
 }
 
 /** Stops the cluster with pg_ctl stop -m fast (falling back to -m immediate). */
 export async function stopPostgres({ port } = {}) {
   const pp = pgPort(port);
   const p = paths(pp);
-  return withLock(p.lockFile, async () => {
-    const pid = postmasterPid(p.dataDir);
-    if (pid === null) return { stopped: false };
-    const found = findBinDir();
-    if (!found) throw new Error(`postgres pid ${pid} runs but no pg_ctl found`);
-    log(TAG, `stopping pid ${pid}`);
-    const pgCtl = join(found.binDir, 'pg_ctl');
-    const r = pgRun(pgCtl, ['-D', p.dataDir, '-w', '-t', '60', '-m', 'fast', 'stop'], { allowFail: true, timeoutMs: 90_000 });
-    if (r.status !== 0 && postmasterPid(p.dataDir) !== null) {
-      log(TAG, `fast stop failed, using immediate: ${(r.stdout + r.stderr).trim()}`);
-      pgRun(pgCtl, ['-D', p.dataDir, '-w', '-t', '30', '-m', 'immediate', 'stop'], { allowFail: true, timeoutMs: 60_000 });
-    }
-    if (postmasterPid(p.dataDir) !== null) throw new Error(`postgres pid ${pid} did not stop; see ${p.logFile}`);
-    log(TAG, 'stopped');
-    return { stopped: true };
-  }, { tag: TAG });
+  return withLock(
+    p.lockFile,
+    async () => {
+      const pid = postmasterPid(p.dataDir);
+      if (pid === null) return { stopped: false };
+      const found = findBinDir();
+      if (!found) throw new Error(`postgres pid ${pid} runs but no pg_ctl found`);
+      log(TAG, `stopping pid ${pid}`);
+      const pgCtl = join(found.binDir, 'pg_ctl');
+      const r = pgRun(pgCtl, ['-D', p.dataDir, '-w', '-t', '60', '-m', 'fast', 'stop'], { allowFail: true, timeoutMs: 90_000 });
+      if (r.status !== 0 && postmasterPid(p.dataDir) !== null) {
+        log(TAG, `fast stop failed, using immediate: ${(r.stdout + r.stderr).trim()}`);
+        pgRun(pgCtl, ['-D', p.dataDir, '-w', '-t', '30', '-m', 'immediate', 'stop'], { allowFail: true, timeoutMs: 60_000 });
+      }
+      if (postmasterPid(p.dataDir) !== null) throw new Error(`postgres pid ${pid} did not stop; see ${p.logFile}`);
+      log(TAG, 'stopped');
+      return { stopped: true };
+    },
+    { tag: TAG },
+  );
 }
 
 async function main(argv) {

@@ -2,7 +2,11 @@ import { z } from 'zod';
 import { httpUrl, port, positiveInt, secret, serviceBaseEnv } from '@anvil/config';
 
 const nonNegativeInt = (fallback: number) => z.coerce.number().int().nonnegative().default(fallback);
-const flag = (fallback: 'true' | 'false') => z.enum(['true', 'false']).default(fallback).transform((v) => v === 'true');
+const flag = (fallback: 'true' | 'false') =>
+  z
+    .enum(['true', 'false'])
+    .default(fallback)
+    .transform((v) => v === 'true');
 
 export const gatewayEnv = z
   .object({

@@ -28,7 +28,21 @@ import { SCHEMA_GATE, SchemaGate } from './sessions/schema-gate';
 import { SessionLookups } from './sessions/session-lookups';
 import { SessionStore } from './sessions/session-store';
 import { StalenessGate } from './sessions/staleness-gate';
-import { CALL_SERVICE, CAPTURE_STORE, GATEWAY_CONFIG, GATEWAY_METRICS, IN_FLIGHT, INFERENCE_CLIENT, INFERENCE_PROBE, MODEL_REGISTRY, OUTBOX_RELAY, POLICY_VERSIONS, SESSION_AUTH, SESSION_STORE, SQL_CLIENT } from './tokens';
+import {
+  CALL_SERVICE,
+  CAPTURE_STORE,
+  GATEWAY_CONFIG,
+  GATEWAY_METRICS,
+  IN_FLIGHT,
+  INFERENCE_CLIENT,
+  INFERENCE_PROBE,
+  MODEL_REGISTRY,
+  OUTBOX_RELAY,
+  POLICY_VERSIONS,
+  SESSION_AUTH,
+  SESSION_STORE,
+  SQL_CLIENT,
+} from './tokens';
 
 /** A served model whose vocabulary disagrees with the tokenizer is a configuration error: exit 78, as for a bad environment. */
 const exitOnMismatch = (logger: Logger) => (error: VocabularyMismatchError) => {
@@ -82,7 +96,19 @@ export class GatewayApiModule {
         {
           provide: CALL_SERVICE,
           inject: [DATA_SOURCE, SQL_CLIENT, OUTBOX_RELAY, CAPTURE_STORE, SESSION_STORE, SESSION_AUTH, POLICY_VERSIONS, INFERENCE_CLIENT, MODEL_REGISTRY, GATEWAY_METRICS, LOGGER],
-          useFactory: (ds: DataSource, sql: SqlClient, relay: OutboxRelay, captures: CaptureStore, sessions: SessionStore, auth: SessionAuthenticator, versions: PolicyVersionStore, client: InferenceProxyClient, registry: ModelRegistry, metrics: GatewayMetrics, logger: Logger) => {
+          useFactory: (
+            ds: DataSource,
+            sql: SqlClient,
+            relay: OutboxRelay,
+            captures: CaptureStore,
+            sessions: SessionStore,
+            auth: SessionAuthenticator,
+            versions: PolicyVersionStore,
+            client: InferenceProxyClient,
+            registry: ModelRegistry,
+            metrics: GatewayMetrics,
+            logger: Logger,
+          ) => {
             const committer = new RecordCommitter(sql, relay);
             return new CallService({
               config,

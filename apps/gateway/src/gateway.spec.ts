@@ -130,10 +130,22 @@ describe('gateway (in-process, official OpenAI SDK)', () => {
     const t1 = await client.chat.completions.create({ model: 'anvil-tiny', messages: base, max_tokens: 64 }).withResponse();
     const t2 = await client.chat.completions.create({ model: 'anvil-tiny', messages: [...base, t1.data.choices[0].message, { role: 'user', content: 'second' }], max_tokens: 64 }).withResponse();
     // Context management: the agent summarises the first exchange away.
-    const t3 = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'summary: asked twice' }, { role: 'assistant', content: t2.data.choices[0].message.content }, { role: 'user', content: 'third' }], max_tokens: 64 }).withResponse();
+    const t3 = await client.chat.completions
+      .create({
+        model: 'anvil-tiny',
+        messages: [
+          { role: 'user', content: 'summary: asked twice' },
+          { role: 'assistant', content: t2.data.choices[0].message.content },
+          { role: 'user', content: 'third' },
+        ],
+        max_tokens: 64,
+      })
+      .withResponse();
     expect(t3.response.headers.get('x-anvil-capture')).toBe('branch:no-matching-call');
     // An edited earlier message (same length) is caught by planContinuation too.
-    const edited = await client.chat.completions.create({ model: 'anvil-tiny', messages: [...base, { role: 'assistant', content: 'something else' }, { role: 'user', content: 'second' }], max_tokens: 64 }).withResponse();
+    const edited = await client.chat.completions
+      .create({ model: 'anvil-tiny', messages: [...base, { role: 'assistant', content: 'something else' }, { role: 'user', content: 'second' }], max_tokens: 64 })
+      .withResponse();
     expect(edited.response.headers.get('x-anvil-capture')).toMatch(/^branch:/);
     const [r1, r2, r3, r4] = await recordsOf(h, [...callIdsOf(t1.response), ...callIdsOf(t2.response), ...callIdsOf(t3.response), ...callIdsOf(edited.response)]);
     expect(r2.payload.parentCallId).toBe(r1.payload.callId);
@@ -144,9 +156,30 @@ describe('gateway (in-process, official OpenAI SDK)', () => {
     }
     expect(r3.payload.branchId).not.toBe(r4.payload.branchId);
     // The new branch's prompt is a fresh rendering of what the agent sent, not a spliced sequence.
-    expect(tok.decode(r3.payload.promptIds)).toBe(tiny.template.render([{ role: 'user', content: 'summary: asked twice' }, { role: 'assistant', content: 'reply 2: ok' }, { role: 'user', content: 'third' }], { addGenerationPrompt: true }));
+    expect(tok.decode(r3.payload.promptIds)).toBe(
+      tiny.template.render(
+        [
+          { role: 'user', content: 'summary: asked twice' },
+          { role: 'assistant', content: 'reply 2: ok' },
+          { role: 'user', content: 'third' },
+        ],
+        { addGenerationPrompt: true },
+      ),
+    );
     // And the rewritten branch continues token-exactly from there.
-    const t4 = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'summary: asked twice' }, { role: 'assistant', content: t2.data.choices[0].message.content }, { role: 'user', content: 'third' }, t3.data.choices[0].message, { role: 'user', content: 'fourth' }], max_tokens: 64 }).withResponse();
+    const t4 = await client.chat.completions
+      .create({
+        model: 'anvil-tiny',
+        messages: [
+          { role: 'user', content: 'summary: asked twice' },
+          { role: 'assistant', content: t2.data.choices[0].message.content },
+          { role: 'user', content: 'third' },
+          t3.data.choices[0].message,
+          { role: 'user', content: 'fourth' },
+        ],
+        max_tokens: 64,
+      })
+      .withResponse();
     expect(t4.response.headers.get('x-anvil-capture')).toBe(`extend:${r3.payload.callId}`);
     const state = await (await h.admin(`/admin/v1/sessions/${s.sessionId}`)).json();
     expect(state).toMatchObject({ callCount: 5, branchCount: 3 });
@@ -155,7 +188,9 @@ describe('gateway (in-process, official OpenAI SDK)', () => {
   it('streams (SSE) the same reply the JSON answer gives, with usage, and records it before [DONE]', async () => {
     const s = await h.createSession();
     const client = sdk(h, s.apiKey);
-    const { data: stream, response } = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'stream please' }], max_tokens: 64, stream: true, stream_options: { include_usage: true }, logprobs: true }).withResponse();
+    const { data: stream, response } = await client.chat.completions
+      .create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'stream please' }], max_tokens: 64, stream: true, stream_options: { include_usage: true }, logprobs: true })
+      .withResponse();
     let text = '';
     let finish: string | null = null;
     let usage: OpenAI.CompletionUsage | undefined;
@@ -192,7 +227,9 @@ describe('gateway (in-process, official OpenAI SDK)', () => {
     expect(records.map((r) => r.payload.sampling.seed)).toEqual([7, 8, 9]);
     for (const r of records) expect(Array.from(r.payload.promptIds)).toEqual(Array.from(records[0].payload.promptIds));
     // Continuing from choice 1 extends that choice.
-    const next = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'three ways' }, data.choices[1].message, { role: 'user', content: 'go on' }], max_tokens: 64 }).withResponse();
+    const next = await client.chat.completions
+      .create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'three ways' }, data.choices[1].message, { role: 'user', content: 'go on' }], max_tokens: 64 })
+      .withResponse();
     expect(next.response.headers.get('x-anvil-capture')).toMatch(/^extend:/);
   });
 
@@ -241,7 +278,10 @@ describe('gateway (in-process, official OpenAI SDK)', () => {
     expect(data.choices[0].finish_reason).toBe('length');
     const [rec] = await recordsOf(h, callIdsOf(response));
     expect(rec.payload.promptIds.length + rec.payload.outputIds.length).toBe(100);
-    await expect(client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'y'.repeat(200) }] })).rejects.toMatchObject({ status: 400, code: 'context_length_exceeded' });
+    await expect(client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'y'.repeat(200) }] })).rejects.toMatchObject({
+      status: 400,
+      code: 'context_length_exceeded',
+    });
   });
 
   it('serves /v1/models and /v1/completions', async () => {
@@ -315,7 +355,12 @@ describe('gateway (in-process, official OpenAI SDK)', () => {
       ['temperature out of range', JSON.stringify({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'x' }], temperature: 9 }), 400, 'invalid_value'],
       ['unknown model', JSON.stringify({ model: 'gpt-9', messages: [{ role: 'user', content: 'x' }] }), 404, 'model_not_found'],
       ['n too large', JSON.stringify({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'x' }], n: 1000 }), 400, 'invalid_value'],
-      ['unknown tool in tool_choice', JSON.stringify({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'x' }], tools, tool_choice: { type: 'function', function: { name: 'nope' } } }), 400, 'invalid_value'],
+      [
+        'unknown tool in tool_choice',
+        JSON.stringify({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'x' }], tools, tool_choice: { type: 'function', function: { name: 'nope' } } }),
+        400,
+        'invalid_value',
+      ],
       ['image content', JSON.stringify({ model: 'anvil-tiny', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }), 400, 'invalid_value'],
     ])('%s', async (_name, body, status, code) => {
       const s = await h.createSession();
@@ -347,7 +392,15 @@ describe('gateway (in-process, official OpenAI SDK)', () => {
       h.flaky.failPublish = true;
       try {
         const a = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 });
-        const b = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: a.choices[0].message.content }, { role: 'user', content: 'again' }], max_tokens: 8 });
+        const b = await client.chat.completions.create({
+          model: 'anvil-tiny',
+          messages: [
+            { role: 'user', content: 'hi' },
+            { role: 'assistant', content: a.choices[0].message.content },
+            { role: 'user', content: 'again' },
+          ],
+          max_tokens: 8,
+        });
         expect(b.choices[0].message.content).toBeTruthy();
         const [{ n }] = (await h.ds.query(`SELECT count(*)::int AS "n" FROM "gateway_outbox" WHERE "session_id" = $1`, [s.sessionId])) as { n: number }[];
         expect(n).toBe(2);
@@ -371,11 +424,16 @@ describe('gateway (in-process, official OpenAI SDK)', () => {
       const before = h.records.length;
       await h.ds.query(`ALTER TABLE "gateway_outbox" RENAME TO "gateway_outbox_away"`);
       try {
-        await expect(client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 })).rejects.toMatchObject({ status: 503, code: 'record_unavailable' });
+        await expect(client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 })).rejects.toMatchObject({
+          status: 503,
+          code: 'record_unavailable',
+        });
         const stream = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, stream: true });
-        await expect((async () => {
-          for await (const _ of stream) void _;
-        })()).rejects.toThrow(/recorded durably|could not be recorded/);
+        await expect(
+          (async () => {
+            for await (const _ of stream) void _;
+          })(),
+        ).rejects.toThrow(/recorded durably|could not be recorded/);
       } finally {
         await h.ds.query(`ALTER TABLE "gateway_outbox_away" RENAME TO "gateway_outbox"`);
       }
@@ -401,7 +459,9 @@ describe('staleness back-pressure (MAX_STALENESS = 1)', () => {
   });
 
   const activate = async (version: number) => {
-    await h.bus.publish(createEvent('policy_version.activated', { version, deployment: 'default', swapPolicy: 'drain-then-swap', activatedAt: Date.now() }, { key: String(version), producer: 'test' }));
+    await h.bus.publish(
+      createEvent('policy_version.activated', { version, deployment: 'default', swapPolicy: 'drain-then-swap', activatedAt: Date.now() }, { key: String(version), producer: 'test' }),
+    );
     for (let i = 0; i < 200; i++) {
       const rows: { v: number }[] = await h.ds.query('SELECT max(version) AS v FROM gateway_policy_state');
       if (Number(rows[0]?.v) === version) return;

@@ -20,7 +20,14 @@ export class InferenceProxyModule {
       module: InferenceProxyModule,
       imports: [...serviceCoreModules(ctx)],
       controllers: [GenerateController],
-      providers: [{ provide: INFERENCE_CONFIG, useValue: ctx.config }, { provide: ERROR_FILTER_OPTIONS, useValue: { domain: proxyApiError } }, { provide: APP_FILTER, useClass: OpenAiErrorFilter }, runtimeProvider, RuntimeLifecycle, WeightsConsumer],
+      providers: [
+        { provide: INFERENCE_CONFIG, useValue: ctx.config },
+        { provide: ERROR_FILTER_OPTIONS, useValue: { domain: proxyApiError } },
+        { provide: APP_FILTER, useClass: OpenAiErrorFilter },
+        runtimeProvider,
+        RuntimeLifecycle,
+        WeightsConsumer,
+      ],
     };
   }
 }

@@ -15,7 +15,11 @@ export class MiddlewareModule {
       pool: {
         runId: ctx.config.DATA_POOL_RUN_ID,
         advantage: { estimator: ctx.config.DATA_POOL_ESTIMATOR, processRewardWeight: ctx.config.DATA_POOL_PROCESS_REWARD_WEIGHT },
-        window: { inFlight: ctx.config.DATA_POOL_IN_FLIGHT, ...(ctx.config.DATA_POOL_WINDOW !== undefined ? { window: ctx.config.DATA_POOL_WINDOW } : {}), ...(ctx.config.DATA_POOL_HEAD_AGE_LIMIT_MS ? { headAgeLimitMs: ctx.config.DATA_POOL_HEAD_AGE_LIMIT_MS } : {}) },
+        window: {
+          inFlight: ctx.config.DATA_POOL_IN_FLIGHT,
+          ...(ctx.config.DATA_POOL_WINDOW !== undefined ? { window: ctx.config.DATA_POOL_WINDOW } : {}),
+          ...(ctx.config.DATA_POOL_HEAD_AGE_LIMIT_MS ? { headAgeLimitMs: ctx.config.DATA_POOL_HEAD_AGE_LIMIT_MS } : {}),
+        },
         ...(ctx.config.DATA_POOL_BATCH_TRAJECTORIES ? { batchTrajectories: ctx.config.DATA_POOL_BATCH_TRAJECTORIES } : {}),
         ...(ctx.config.DATA_POOL_BATCH_TOKENS ? { batchTokens: ctx.config.DATA_POOL_BATCH_TOKENS } : {}),
         dropZeroVariance: ctx.config.DATA_POOL_DROP_ZERO_VARIANCE,

@@ -9,7 +9,10 @@ export const middlewareEnv = z.object({
   DATA_POOL_GROUP: z.string().min(1).default('anvil.middleware.data-pool'),
   DATA_POOL_CONCURRENCY: z.coerce.number().int().positive().default(3),
   /** The Data Pool owns the schema: apply committed migrations (under an advisory lock) at start. */
-  DB_MIGRATE_ON_START: z.enum(['true', 'false']).default('true').transform((v) => v === 'true'),
+  DB_MIGRATE_ON_START: z
+    .enum(['true', 'false'])
+    .default('true')
+    .transform((v) => v === 'true'),
   /** The run this Data Pool schedules (one active scheduler per run, see README). */
   DATA_POOL_RUN_ID: z.string().min(1).max(128).default('default'),
   DATA_POOL_ESTIMATOR: z.enum(['grpo', 'dr_grpo', 'rloo', 'reinforce_pp']).default('grpo'),
@@ -22,7 +25,10 @@ export const middlewareEnv = z.object({
   /** Batch by trajectory count, or (if set) by token budget. */
   DATA_POOL_BATCH_TRAJECTORIES: z.coerce.number().int().positive().optional(),
   DATA_POOL_BATCH_TOKENS: z.coerce.number().int().positive().optional(),
-  DATA_POOL_DROP_ZERO_VARIANCE: z.enum(['true', 'false']).default('true').transform((v) => v === 'true'),
+  DATA_POOL_DROP_ZERO_VARIANCE: z
+    .enum(['true', 'false'])
+    .default('true')
+    .transform((v) => v === 'true'),
   DATA_POOL_CALL_WAIT_MS: z.coerce.number().int().nonnegative().default(30_000),
   DATA_POOL_GROUP_TIMEOUT_MS: z.coerce.number().int().positive().default(1_800_000),
 });

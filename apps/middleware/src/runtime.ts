@@ -61,7 +61,12 @@ export class DataPoolRuntime {
 
   constructor(private readonly opts: DataPoolRuntimeOptions) {
     this.config = dataPoolConfig(opts.config);
-    this.outbox = new Outbox(opts.dataSource, opts.bus, { producer: this.config.producer, staleAfterMs: opts.outbox?.staleAfterMs ?? 10_000, sweepIntervalMs: opts.outbox?.sweepIntervalMs ?? 5_000, warn: (msg, f) => opts.logger?.warn(msg, f) });
+    this.outbox = new Outbox(opts.dataSource, opts.bus, {
+      producer: this.config.producer,
+      staleAfterMs: opts.outbox?.staleAfterMs ?? 10_000,
+      sweepIntervalMs: opts.outbox?.sweepIntervalMs ?? 5_000,
+      warn: (msg, f) => opts.logger?.warn(msg, f),
+    });
     const metrics = opts.metrics;
     this.m = metrics
       ? {

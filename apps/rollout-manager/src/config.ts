@@ -1,7 +1,11 @@
 import { z } from 'zod';
 import { httpUrl, port, positiveInt, secret, serviceBaseEnv } from '@anvil/config';
 
-const flag = (fallback: 'true' | 'false') => z.enum(['true', 'false']).default(fallback).transform((v) => v === 'true');
+const flag = (fallback: 'true' | 'false') =>
+  z
+    .enum(['true', 'false'])
+    .default(fallback)
+    .transform((v) => v === 'true');
 
 export const rolloutManagerEnv = z.object({
   ...serviceBaseEnv,

@@ -100,7 +100,8 @@ export class GatewayClient {
     };
     const choice = json.choices[0];
     const message: ChatMessage = { role: 'assistant', content: choice.message.content ?? null };
-    if (choice.message.tool_calls?.length) message.tool_calls = choice.message.tool_calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments } }));
+    if (choice.message.tool_calls?.length)
+      message.tool_calls = choice.message.tool_calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments } }));
     return {
       message,
       finishReason: choice.finish_reason,

@@ -6,9 +6,17 @@ import type { RolloutRuntime } from './runtime';
 
 const loadSchema = z.union([
   z.object({ spec: z.record(z.string(), z.unknown()), jsonl: z.string() }),
-  z.object({ spec: z.record(z.string(), z.unknown()), builtin: z.object({ env: z.string(), seed: z.number().int(), trainCount: z.number().int().nonnegative(), evalCount: z.number().int().nonnegative() }) }),
+  z.object({
+    spec: z.record(z.string(), z.unknown()),
+    builtin: z.object({ env: z.string(), seed: z.number().int(), trainCount: z.number().int().nonnegative(), evalCount: z.number().int().nonnegative() }),
+  }),
 ]);
-const submitSchema = z.object({ taskSetId: z.string().min(1), groupSize: z.number().int().positive().optional(), taskIds: z.array(z.string()).optional(), repeat: z.number().int().positive().max(10_000).optional() });
+const submitSchema = z.object({
+  taskSetId: z.string().min(1),
+  groupSize: z.number().int().positive().optional(),
+  taskIds: z.array(z.string()).optional(),
+  repeat: z.number().int().positive().max(10_000).optional(),
+});
 const evalSchema = z.object({ taskSetId: z.string().min(1), version: z.number().int().nonnegative(), samplesPerTask: z.number().int().positive().optional() });
 
 function parse<T>(schema: z.ZodType<T>, body: unknown): T {

@@ -563,7 +563,18 @@ export class RolloutRuntime {
       for (const m of members.filter((r) => r.status === 'running')) {
         if (m.agentPgid && killLeftoverAgent(m.agentPgid)) this.logger.warn('killed a black-box agent left by the previous process', { rolloutId: m.id, pgid: m.agentPgid });
         if (m.sessionId) await this.closeSession(m.sessionId);
-        await this.publishCompleted({ rolloutId: m.id, groupId: row.id, taskId: row.taskId, finishReason: 'aborted', outcomeReward: null, processRewards: [], numCalls: 0, error: 'rollout manager restarted while the rollout ran', versionAtStart: m.policyVersionAtStart ?? this.currentVersion, success: null });
+        await this.publishCompleted({
+          rolloutId: m.id,
+          groupId: row.id,
+          taskId: row.taskId,
+          finishReason: 'aborted',
+          outcomeReward: null,
+          processRewards: [],
+          numCalls: 0,
+          error: 'rollout manager restarted while the rollout ran',
+          versionAtStart: m.policyVersionAtStart ?? this.currentVersion,
+          success: null,
+        });
         await this.state.rolloutCompleted(m.id, 'aborted');
         m.status = 'completed';
       }
@@ -822,7 +833,10 @@ export class RolloutRuntime {
     // The session is closed whatever the ending, alongside the completion (not after it).
     const closing = sessionId ? this.closeSession(sessionId) : Promise.resolve(true);
     if (startedPublished) {
-      await Promise.all([closing, this.publishCompleted({ rolloutId: r.id, groupId: g.row.id, taskId: task.id, finishReason, outcomeReward, processRewards, numCalls, error, versionAtStart, success })]);
+      await Promise.all([
+        closing,
+        this.publishCompleted({ rolloutId: r.id, groupId: g.row.id, taskId: task.id, finishReason, outcomeReward, processRewards, numCalls, error, versionAtStart, success }),
+      ]);
     } else {
       await closing;
       // Never started (the gateway refused the session, or we were stopped first): report it anyway so the group completes.

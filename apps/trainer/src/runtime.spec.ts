@@ -21,13 +21,23 @@ function batchEvent(step: number, seed: number): TrainBatchEvent {
   const samples = [0, 1, 2, 3].map((i) => {
     const out = Array.from({ length: 4 }, tok);
     return {
-      sampleId: `s${step}-${i}`, trajectoryId: `t${step}-${i}`, groupId: `g${step}-${i >> 1}`,
-      promptIds: Int32Array.from([...prompt, i]), outputIds: Int32Array.from(out),
-      behaviourLogprobs: Float32Array.from(out, () => -5.6), outputVersions: Uint32Array.from(out, () => step),
-      advantage: i % 2 ? 1 : -1, lossWeight: 1,
+      sampleId: `s${step}-${i}`,
+      trajectoryId: `t${step}-${i}`,
+      groupId: `g${step}-${i >> 1}`,
+      promptIds: Int32Array.from([...prompt, i]),
+      outputIds: Int32Array.from(out),
+      behaviourLogprobs: Float32Array.from(out, () => -5.6),
+      outputVersions: Uint32Array.from(out, () => step),
+      advantage: i % 2 ? 1 : -1,
+      lossWeight: 1,
     };
   });
-  return createEventAt('train_batch.created', 1, { batchId: `b${step}`, step, trajectoryIds: samples.map((s) => s.trajectoryId), samples, policyVersion: step, createdAt: Date.now() }, { key: 'run', producer: 'test' }) as unknown as TrainBatchEvent;
+  return createEventAt(
+    'train_batch.created',
+    1,
+    { batchId: `b${step}`, step, trajectoryIds: samples.map((s) => s.trajectoryId), samples, policyVersion: step, createdAt: Date.now() },
+    { key: 'run', producer: 'test' },
+  ) as unknown as TrainBatchEvent;
 }
 
 /** The batch log a Data Pool keeps: every cut batch by step. */
@@ -41,7 +51,16 @@ class LogSource implements BatchSource {
   }
 }
 
-const options = { runId: 'run', settings: { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 4096, miniBatches: 1 }, publishEvery: 1, checkpointEvery: 2, maxNonFiniteSkips: 2, initialVersion: 0, maxBatches: 0, group: 'trainer' };
+const options = {
+  runId: 'run',
+  settings: { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 4096, miniBatches: 1 },
+  publishEvery: 1,
+  checkpointEvery: 2,
+  maxNonFiniteSkips: 2,
+  initialVersion: 0,
+  maxBatches: 0,
+  group: 'trainer',
+};
 
 async function harness(root: string, log: TrainBatchEvent[], seed = 1) {
   const bus = new MemoryBus({ logger: silentLogger });
@@ -68,7 +87,12 @@ describe('TrainerRuntime', () => {
     await waitFor('four batches', async () => (h.steps.length >= 4 ? true : undefined), 60_000, 20);
     await settle();
     await h.trainer.stop();
-    expect(h.steps.map((s) => [s.batchStep, s.fromVersion, s.version])).toEqual([[0, 0, 1], [1, 1, 2], [2, 2, 3], [3, 3, 4]]);
+    expect(h.steps.map((s) => [s.batchStep, s.fromVersion, s.version])).toEqual([
+      [0, 0, 1],
+      [1, 1, 2],
+      [2, 2, 3],
+      [3, 3, 4],
+    ]);
     expect(h.steps.map((s) => s.checkpointed)).toEqual([false, true, false, true]);
     const published = h.seen.filter((e) => e.type === 'weights.published').map((e) => e.payload as { version: number; checkpointUri: string; sha256: string });
     expect(published.map((p) => p.version)).toEqual([1, 2, 3, 4]);

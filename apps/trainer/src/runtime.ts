@@ -238,8 +238,15 @@ export class TrainerRuntime {
       return Promise.resolve(
         prefixTreeOf(
           p.samples.map((s) => ({
-            sampleId: s.sampleId, trajectoryId: s.trajectoryId, groupId: s.groupId, advantage: s.advantage, lossWeight: s.lossWeight,
-            promptIds: s.promptIds, outputIds: s.outputIds, behaviourLogp: s.behaviourLogprobs, versions: s.outputVersions,
+            sampleId: s.sampleId,
+            trajectoryId: s.trajectoryId,
+            groupId: s.groupId,
+            advantage: s.advantage,
+            lossWeight: s.lossWeight,
+            promptIds: s.promptIds,
+            outputIds: s.outputIds,
+            behaviourLogp: s.behaviourLogprobs,
+            versions: s.outputVersions,
           })),
         ),
       );
@@ -273,7 +280,11 @@ export class TrainerRuntime {
     }
     const fromVersion = this.version;
     const splitOf = this.deps.splitOf;
-    const reports = await trainOnTree(this.deps.model, tree, this.options.settings, { currentVersion: fromVersion, stepsDone: this.trainerStep, ...(splitOf ? { splitOf: (k: number) => splitOf(tree.samples[k]) } : {}) });
+    const reports = await trainOnTree(this.deps.model, tree, this.options.settings, {
+      currentVersion: fromVersion,
+      stepsDone: this.trainerStep,
+      ...(splitOf ? { splitOf: (k: number) => splitOf(tree.samples[k]) } : {}),
+    });
     const applied = reports.filter((r) => r.skipped === null).length;
     const skipped = reports.length - applied;
     this.trainerStep += applied;
@@ -294,9 +305,17 @@ export class TrainerRuntime {
       createEvent(
         'train_batch.trained',
         {
-          batchId: payload.batchId, batchStep: payload.step, runId: this.options.runId, trainerStep: this.trainerStep, policyVersion: this.version,
-          groupIds: [...new Set(tree.samples.map((s) => s.groupId))], trajectoryIds: [...new Set(tree.samples.map((s) => s.trajectoryId))],
-          outcome: applied > 0 ? 'trained' : 'skipped', reason: applied > 0 ? null : reports.map((r) => r.skipped).join('; '), checkpointed: full, trainedAt: Date.now(),
+          batchId: payload.batchId,
+          batchStep: payload.step,
+          runId: this.options.runId,
+          trainerStep: this.trainerStep,
+          policyVersion: this.version,
+          groupIds: [...new Set(tree.samples.map((s) => s.groupId))],
+          trajectoryIds: [...new Set(tree.samples.map((s) => s.trajectoryId))],
+          outcome: applied > 0 ? 'trained' : 'skipped',
+          reason: applied > 0 ? null : reports.map((r) => r.skipped).join('; '),
+          checkpointed: full,
+          trainedAt: Date.now(),
         },
         { key: payload.batchId, producer: 'trainer' },
       ),
@@ -307,12 +326,25 @@ export class TrainerRuntime {
     this.totals.batches++;
     this.idleSince = performance.now();
     this.deps.onStep?.({
-      batchId: payload.batchId, batchStep: payload.step, fromVersion, version: this.version, trainerStep: this.trainerStep, reports,
-      ...stalenessOf(tree, fromVersion), idleMs, busyMs, published: publish, checkpointed: full,
+      batchId: payload.batchId,
+      batchStep: payload.step,
+      fromVersion,
+      version: this.version,
+      trainerStep: this.trainerStep,
+      reports,
+      ...stalenessOf(tree, fromVersion),
+      idleMs,
+      busyMs,
+      published: publish,
+      checkpointed: full,
       batchStats: event.version === 2 ? (payload as EventPayloadAt<'train_batch.created', 2>).stats : null,
     });
     if (this.nonFiniteSkips > this.options.maxNonFiniteSkips) {
-      this.fail(new TrainerStoppedError(`${this.nonFiniteSkips} optimizer steps skipped for non-finite loss or gradients (limit ${this.options.maxNonFiniteSkips}): stopping with the last good weights (version ${this.version})`));
+      this.fail(
+        new TrainerStoppedError(
+          `${this.nonFiniteSkips} optimizer steps skipped for non-finite loss or gradients (limit ${this.options.maxNonFiniteSkips}): stopping with the last good weights (version ${this.version})`,
+        ),
+      );
     }
     if (this.done) this.doneWaiters.splice(0).forEach((r) => r());
   }
@@ -326,7 +358,11 @@ export class TrainerRuntime {
 
   private async writeAndPublish(full: boolean): Promise<void> {
     const state: Omit<TrainerState, 'format' | 'sha256' | 'writtenAt'> = {
-      runId: this.options.runId, step: this.trainerStep, version: this.version, position: { ...this.position }, nonFiniteSkips: this.nonFiniteSkips,
+      runId: this.options.runId,
+      step: this.trainerStep,
+      version: this.version,
+      position: { ...this.position },
+      nonFiniteSkips: this.nonFiniteSkips,
     };
     const written = await this.deps.store.write(this.deps.model, state, full);
     await this.publish(this.version, written.dir, written.sha256);
@@ -348,7 +384,10 @@ export class TrainerRuntime {
 
 /** Versions behind `version` of the batch's output tokens (each sample's tokens, as trained). */
 function stalenessOf(tree: PrefixTree, version: number) {
-  let sum = 0, max = 0, old = 0, n = 0;
+  let sum = 0,
+    max = 0,
+    old = 0,
+    n = 0;
   const histogram: number[] = [];
   for (const s of tree.samples)
     for (const node of s.outputNodes) {

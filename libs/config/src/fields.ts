@@ -14,7 +14,12 @@ export const kafkaBrokers = () =>
   z
     .string()
     .optional()
-    .transform((s) => (s ?? '').split(',').map((b) => b.trim()).filter(Boolean))
+    .transform((s) =>
+      (s ?? '')
+        .split(',')
+        .map((b) => b.trim())
+        .filter(Boolean),
+    )
     .refine((list) => list.every((b) => /^[^:\s]+:\d{1,5}$/.test(b)), 'each broker must be host:port');
 
 /** Which bus a service uses: Kafka (distributed) or the in-process bus (the embedded one-process default). */
@@ -26,7 +31,11 @@ export const databaseUrl = () =>
     .string({ error: 'is required (postgres://user@host:port/db, pglite://<dir> or memory)' })
     .regex(/^(postgres(ql)?:\/\/\S+|pglite:\/\/\S*|memory)$/, 'must be a postgres:// URL, pglite://<dir> or memory');
 
-export const httpUrl = () => z.string({ error: 'is required (http(s) URL)' }).url('must be an http(s) URL').regex(/^https?:\/\//, 'must be an http(s) URL');
+export const httpUrl = () =>
+  z
+    .string({ error: 'is required (http(s) URL)' })
+    .url('must be an http(s) URL')
+    .regex(/^https?:\/\//, 'must be an http(s) URL');
 
 export const secret = (minLength = 24) =>
   z
@@ -48,5 +57,8 @@ export const serviceBaseEnv = {
   LOG_LEVEL: logLevel(),
   OTEL_EXPORTER_OTLP_ENDPOINT: optionalUrl(),
   SHUTDOWN_TIMEOUT_MS: positiveInt(15_000),
-  KAFKA_TOPIC_PREFIX: z.string().regex(/^[a-zA-Z0-9._-]*$/, 'letters, digits, dot, dash, underscore only').default(''),
+  KAFKA_TOPIC_PREFIX: z
+    .string()
+    .regex(/^[a-zA-Z0-9._-]*$/, 'letters, digits, dot, dash, underscore only')
+    .default(''),
 };

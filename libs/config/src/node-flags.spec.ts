@@ -6,8 +6,10 @@ import { SERVICE_NODE_FLAGS } from './node-flags';
 const root = join(__dirname, '..', '..', '..');
 
 describe('SERVICE_NODE_FLAGS', () => {
-  it('is what the Dockerfile and every app\'s serve target start node with', () => {
-    const dockerCmd = readFileSync(join(root, 'Dockerfile'), 'utf8').split('\n').find((l) => l.startsWith('CMD '));
+  it("is what the Dockerfile and every app's serve target start node with", () => {
+    const dockerCmd = readFileSync(join(root, 'Dockerfile'), 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('CMD '));
     for (const flag of SERVICE_NODE_FLAGS) expect(dockerCmd).toContain(`node ${flag}`);
     const apps = readdirSync(join(root, 'apps'));
     expect(apps.length).toBeGreaterThan(0);

@@ -20,11 +20,7 @@ export interface EventEnvelope<T extends EventType = EventType> {
 
 export type AnyEventEnvelope = { [T in EventType]: EventEnvelope<T> }[EventType];
 
-export function createEvent<T extends EventType>(
-  type: T,
-  payload: EventPayload<T>,
-  opts: { key: string; producer: string; id?: string; occurredAt?: number },
-): EventEnvelope<T> {
+export function createEvent<T extends EventType>(type: T, payload: EventPayload<T>, opts: { key: string; producer: string; id?: string; occurredAt?: number }): EventEnvelope<T> {
   return {
     id: opts.id ?? randomUUID(),
     type,

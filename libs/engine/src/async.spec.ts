@@ -20,7 +20,10 @@ describe('async engine calls', () => {
     expect(p).toBeInstanceOf(Promise);
     const fw = await p;
     const afterForward = ticks;
-    const b = model.backward(fw, Float32Array.from({ length: N }, (_, i) => (i ? -1 / N : 0)));
+    const b = model.backward(
+      fw,
+      Float32Array.from({ length: N }, (_, i) => (i ? -1 / N : 0)),
+    );
     expect(b).toBeInstanceOf(Promise);
     await b;
     const s = model.step({ lr: 1e-3 });
@@ -53,7 +56,10 @@ describe('async engine calls', () => {
 
   it('results do not depend on the thread count', async () => {
     const model = Model.tiny({ seed: 2 });
-    const pack = { tokens: Int32Array.from({ length: 64 }, (_, i) => (i * 7) % model.config.vocabSize), parents: Int32Array.from({ length: 64 }, (_, i) => (i % 16 === 0 ? -1 : i - 1 - (i % 3 === 0 ? 1 : 0))) };
+    const pack = {
+      tokens: Int32Array.from({ length: 64 }, (_, i) => (i * 7) % model.config.vocabSize),
+      parents: Int32Array.from({ length: 64 }, (_, i) => (i % 16 === 0 ? -1 : i - 1 - (i % 3 === 0 ? 1 : 0))),
+    };
     const before = getThreads();
     setThreads(1);
     const a = await model.forward(pack);

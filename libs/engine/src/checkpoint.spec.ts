@@ -31,7 +31,10 @@ function toHalfBits(x: number): number {
   let e = Math.floor(Math.log2(a));
   if (e < -14) return s | Math.round(a / 2 ** -24); // subnormal
   let m = a / 2 ** e - 1;
-  if (m >= 1) { m -= 1; e += 1; } // guard log2 rounding
+  if (m >= 1) {
+    m -= 1;
+    e += 1;
+  } // guard log2 rounding
   return s | ((e + 15) << 10) | Math.round(m * 1024);
 }
 
@@ -136,8 +139,25 @@ describe('checkpoints', () => {
     };
     const cases: Array<[string, Buffer, RegExp]> = [
       ['too short', Buffer.alloc(4), /too short/],
-      ['header length beyond the file', (() => { const b = Buffer.alloc(16); b.writeBigUInt64LE(1000n); return b; })(), /header length/],
-      ['bad JSON', (() => { const b = Buffer.alloc(12); b.writeBigUInt64LE(4n); b.write('{{{{', 8); return b; })(), /not valid JSON/],
+      [
+        'header length beyond the file',
+        (() => {
+          const b = Buffer.alloc(16);
+          b.writeBigUInt64LE(1000n);
+          return b;
+        })(),
+        /header length/,
+      ],
+      [
+        'bad JSON',
+        (() => {
+          const b = Buffer.alloc(12);
+          b.writeBigUInt64LE(4n);
+          b.write('{{{{', 8);
+          return b;
+        })(),
+        /not valid JSON/,
+      ],
       ['unknown dtype', make({ a: { dtype: 'F128', shape: [1], data_offsets: [0, 16] } }, 16), /unknown dtype/],
       ['negative shape', make({ a: { dtype: 'F32', shape: [-1], data_offsets: [0, 4] } }, 4), /shape must be/],
       ['offsets out of bounds', make({ a: { dtype: 'F32', shape: [4], data_offsets: [0, 16] } }, 8), /out of bounds/],
@@ -155,9 +175,15 @@ describe('checkpoints', () => {
       await m.save(base);
       const file = join(base, 'model.safetensors');
       const good = m.tensors.map((t) => ({ name: t.name, shape: t.shape, dtype: 'F32' as const, data: t.data }));
-      await writeSafetensors(file, good.map((t) => (t.name === 'model.norm.weight' ? { ...t, shape: [4, 4] } : t)));
+      await writeSafetensors(
+        file,
+        good.map((t) => (t.name === 'model.norm.weight' ? { ...t, shape: [4, 4] } : t)),
+      );
       await expect(Model.load(base)).rejects.toThrow(/model.norm.weight has shape \[4, 4\], expected \[16\]/);
-      await writeSafetensors(file, good.filter((t) => t.name !== 'lm_head.weight'));
+      await writeSafetensors(
+        file,
+        good.filter((t) => t.name !== 'lm_head.weight'),
+      );
       await expect(Model.load(base)).rejects.toThrow(/missing tensors: lm_head.weight/);
       await writeSafetensors(file, [...good, { name: 'model.extra.weight', shape: [1], dtype: 'F32', data: new Float32Array(1) }]);
       await expect(Model.load(base)).rejects.toThrow(/unexpected tensor model.extra.weight/);

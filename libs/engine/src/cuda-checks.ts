@@ -40,18 +40,38 @@ export async function kernelChecks(seed = 1): Promise<NativeKernelCheck[]> {
 export const CHECK_CONFIGS: Array<{ name: string; cfg: ModelConfigInput }> = [
   {
     name: 'qwen2-like D=64 GQA bias tied',
-    cfg: { modelType: 'qwen2', vocabSize: 512, hiddenSize: 256, intermediateSize: 512, numHiddenLayers: 2, numAttentionHeads: 4,
-      numKeyValueHeads: 2, attentionBias: true, tieWordEmbeddings: true, maxPositionEmbeddings: 4096, ropeTheta: 1e6 },
+    cfg: {
+      modelType: 'qwen2',
+      vocabSize: 512,
+      hiddenSize: 256,
+      intermediateSize: 512,
+      numHiddenLayers: 2,
+      numAttentionHeads: 4,
+      numKeyValueHeads: 2,
+      attentionBias: true,
+      tieWordEmbeddings: true,
+      maxPositionEmbeddings: 4096,
+      ropeTheta: 1e6,
+    },
   },
   {
     name: 'llama-like D=128 untied',
-    cfg: { modelType: 'llama', vocabSize: 384, hiddenSize: 256, intermediateSize: 640, numHiddenLayers: 2, numAttentionHeads: 2,
-      numKeyValueHeads: 1, tieWordEmbeddings: false, maxPositionEmbeddings: 4096, ropeTheta: 10000 },
+    cfg: {
+      modelType: 'llama',
+      vocabSize: 384,
+      hiddenSize: 256,
+      intermediateSize: 640,
+      numHiddenLayers: 2,
+      numAttentionHeads: 2,
+      numKeyValueHeads: 1,
+      tieWordEmbeddings: false,
+      maxPositionEmbeddings: 4096,
+      ropeTheta: 10000,
+    },
   },
   {
     name: 'tiny D=32',
-    cfg: { modelType: 'llama', vocabSize: 300, hiddenSize: 128, intermediateSize: 384, numHiddenLayers: 2, numAttentionHeads: 4,
-      numKeyValueHeads: 2, maxPositionEmbeddings: 4096, ropeTheta: 10000 },
+    cfg: { modelType: 'llama', vocabSize: 300, hiddenSize: 128, intermediateSize: 384, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, maxPositionEmbeddings: 4096, ropeTheta: 10000 },
   },
 ];
 
@@ -80,7 +100,8 @@ function coefficients(pack: Pack, samples: PackSample[], seed: number): Float32A
 }
 
 function relL2(a: Float32Array, b: Float32Array): number {
-  let num = 0, den = 0;
+  let num = 0,
+    den = 0;
   for (let i = 0; i < a.length; i++) {
     num += (a[i] - b[i]) ** 2;
     den += b[i] ** 2;
@@ -89,7 +110,8 @@ function relL2(a: Float32Array, b: Float32Array): number {
 }
 
 function maxAbsDiff(a: Float32Array, b: Float32Array, mask?: Uint8Array): { max: number; at: number } {
-  let max = 0, at = -1;
+  let max = 0,
+    at = -1;
   for (let i = 0; i < a.length; i++) {
     if (mask && !mask[i]) continue;
     const d = Math.abs(a[i] - b[i]);
@@ -113,8 +135,10 @@ export async function modelVsCpu(name: string, cfg: ModelConfigInput, pack: Pack
   const gpu = Model.create(cfg, { backend: 'cuda', seed, initStd: 0.05 });
   try {
     const checks: CudaCheck[] = [];
-    const fc = await cpu.forward(pack), fg = await gpu.forward(pack);
-    const lp = maxAbsDiff(fg.logp, fc.logp, fc.hasLogp), en = maxAbsDiff(fg.entropy, fc.entropy, fc.hasLogp);
+    const fc = await cpu.forward(pack),
+      fg = await gpu.forward(pack);
+    const lp = maxAbsDiff(fg.logp, fc.logp, fc.hasLogp),
+      en = maxAbsDiff(fg.entropy, fc.entropy, fc.hasLogp);
     checks.push({
       name: `${name}: forward log-probs and entropies (N=${pack.uniqueTokens})`,
       passed: lp.max <= LOGP_ATOL && en.max <= LOGP_ATOL,
@@ -127,7 +151,8 @@ export async function modelVsCpu(name: string, cfg: ModelConfigInput, pack: Pack
     await cpu.backward(fc, coef, dent);
     await gpu.backward(fg, coef, dent);
     await gpu.syncToHost({ grads: true });
-    let worst = 0, worstName = '';
+    let worst = 0,
+      worstName = '';
     const bad: string[] = [];
     for (const t of cpu.tensors) {
       const e = relL2(gpu.tensor(t.name).grad, t.grad);
@@ -143,7 +168,8 @@ export async function modelVsCpu(name: string, cfg: ModelConfigInput, pack: Pack
       detail: bad.length ? `over ${GRAD_REL_L2}: ${bad.slice(0, 6).join(', ')}` : `worst ${worstName} ${worst.toExponential(2)} (tolerance ${GRAD_REL_L2})`,
       metrics: { worstGradRelL2: worst },
     });
-    const nc = await cpu.gradNorm(), ng = await gpu.gradNorm();
+    const nc = await cpu.gradNorm(),
+      ng = await gpu.gradNorm();
     checks.push({
       name: `${name}: gradient norm`,
       passed: Math.abs(nc - ng) <= 0.02 * nc,
@@ -163,8 +189,10 @@ export async function modelVsCpu(name: string, cfg: ModelConfigInput, pack: Pack
 export async function treeEqualsFlat(name: string, cfg: ModelConfigInput, samples: PackSample[]): Promise<CudaCheck> {
   const m = Model.create(cfg, { backend: 'cuda', seed: 11, initStd: 0.05 });
   try {
-    const tree = buildPack(samples), flat = flatPack(samples);
-    const coefT = coefficients(tree, samples, 5), coefF = coefficients(flat, samples, 5);
+    const tree = buildPack(samples),
+      flat = flatPack(samples);
+    const coefT = coefficients(tree, samples, 5),
+      coefF = coefficients(flat, samples, 5);
     const ft = await m.forward(tree);
     await m.zeroGrad();
     await m.backward(ft, coefT);
@@ -198,7 +226,10 @@ export async function treeEqualsFlat(name: string, cfg: ModelConfigInput, sample
 export async function trainingTracksCpu(cfg: ModelConfigInput, steps = 12): Promise<CudaCheck> {
   const samples = branchingSamples(3, 512, 4, 4, 48, 24).map((s) => ({ promptIds: s.promptIds, outputIds: Array.from(s.promptIds).slice(0, 24) }));
   const pack = buildPack(samples);
-  const coef = mergeSampleValues(pack, pack.samples.map((i) => Float32Array.from(samples[i].outputIds, () => -1 / samples.length)));
+  const coef = mergeSampleValues(
+    pack,
+    pack.samples.map((i) => Float32Array.from(samples[i].outputIds, () => -1 / samples.length)),
+  );
   const run = async (backend: 'cpu' | 'cuda') => {
     const m = Model.create(cfg, { backend, seed: 3, initStd: 0.05 });
     const losses: number[] = [];
@@ -219,12 +250,12 @@ export async function trainingTracksCpu(cfg: ModelConfigInput, steps = 12): Prom
     }
     return losses;
   };
-  const lc = await run('cpu'), lg = await run('cuda');
+  const lc = await run('cpu'),
+    lg = await run('cuda');
   // Relative gap per step, measured against the CPU loss but never against less than 5% of the
   // first loss: once the task is nearly memorised (loss near 0) a relative gap means nothing.
   let worst = 0;
-  for (let i = 0; i < steps; i++)
-    worst = Math.max(worst, Math.abs(lg[i] - lc[i]) / Math.max(Math.abs(lc[i]), 0.05 * Math.abs(lc[0]), 1e-6));
+  for (let i = 0; i < steps; i++) worst = Math.max(worst, Math.abs(lg[i] - lc[i]) / Math.max(Math.abs(lc[i]), 0.05 * Math.abs(lc[0]), 1e-6));
   const fell = lg[steps - 1] < 0.8 * lg[0] && lc[steps - 1] < 0.8 * lc[0];
   return {
     name: `training run, ${steps} AdamW steps: GPU losses track the CPU's`,
@@ -256,7 +287,9 @@ export async function generationMatchesCpu(cfg: ModelConfigInput, backend: 'cuda
     const seq = [...prompt, ...b.outputIds];
     const fw = await cpu.forward({ tokens: Int32Array.from(seq), parents: Int32Array.from(seq, (_, i) => i - 1) });
     fw.handle.dispose();
-    let lpErr = 0, worstTie = 0, exact = 0;
+    let lpErr = 0,
+      worstTie = 0,
+      exact = 0;
     const notes: string[] = [];
     for (let i = 0; i < b.outputIds.length; i++) {
       const cpuLpOfGpuToken = fw.logp[prompt.length + i];

@@ -114,7 +114,11 @@ describe('generation', () => {
     expect(a.outputIds).toEqual(b.outputIds);
     expect(a.outputIds).not.toEqual(c.outputIds);
     // top-k: every sampled id is among the k most likely under the policy at that position
-    for (const [topK, topP] of [[3, 1], [0, 0.5], [10, 0.3]] as const) {
+    for (const [topK, topP] of [
+      [3, 1],
+      [0, 0.5],
+      [10, 0.3],
+    ] as const) {
       const g = await gen.generate(p, { maxTokens: 12, topK, topP, temperature: 1.3, seed: 1 });
       const seq = [...p, ...g.outputIds];
       for (let i = 0; i < g.outputIds.length; i++) {
@@ -174,13 +178,17 @@ describe('generation', () => {
     setImmediate(spin);
     const ac = new AbortController();
     const seen: number[] = [];
-    const p = gen.generate(prompt(600), { maxTokens: 3000, seed: 1 }, {
-      signal: ac.signal,
-      onToken: (id) => {
-        seen.push(id);
-        if (seen.length === 5) ac.abort();
+    const p = gen.generate(
+      prompt(600),
+      { maxTokens: 3000, seed: 1 },
+      {
+        signal: ac.signal,
+        onToken: (id) => {
+          seen.push(id);
+          if (seen.length === 5) ac.abort();
+        },
       },
-    });
+    );
     const other = gen.generate(prompt(10), { maxTokens: 3, seed: 2 });
     // stats() and clearPrefixCache() never wait on the event loop for the step in flight (the 600-token prefill)
     await new Promise((r) => setTimeout(r, 20));

@@ -164,8 +164,7 @@ export class Generator {
       if (!Number.isSafeInteger(seed)) throw new Error('seed must be a safe integer');
       const prompt = Int32Array.from(promptIds);
       if (prompt.length === 0) throw new Error('empty prompt: generation needs at least one prompt token');
-      if (prompt.length >= this.maxPositions)
-        throw new Error(`prompt has ${prompt.length} tokens: it leaves no room to generate within ${this.maxPositions} positions`);
+      if (prompt.length >= this.maxPositions) throw new Error(`prompt has ${prompt.length} tokens: it leaves no room to generate within ${this.maxPositions} positions`);
       const out: Generation = { outputIds: [], logprobs: [], rawLogprobs: [], finishReason: 'length', cachedPromptTokens: 0 };
       if (topLogprobs > 0) out.topLogprobs = [];
       if (callbacks.signal?.aborted) return resolve({ ...out, finishReason: 'abort' });

@@ -60,29 +60,39 @@ async function check(cfg: ModelConfigInput, seed: number): Promise<Map<string, n
 
 describe('gradients vs finite differences', () => {
   it('untied llama with q/k/v bias and GQA: every tensor kind', async () => {
-    const worst = await check(
-      { vocabSize: 16, hiddenSize: 16, intermediateSize: 24, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, attentionBias: true },
-      11,
-    );
-    const kinds = ['embed_tokens', 'q_proj.weight', 'k_proj.weight', 'v_proj.weight', 'o_proj', 'q_proj.bias', 'k_proj.bias', 'v_proj.bias',
-      'gate_proj', 'up_proj', 'down_proj', 'input_layernorm', 'post_attention_layernorm', 'model.norm', 'lm_head'];
-    for (const k of kinds) expect([...worst.keys()].some((n) => n.includes(k)), k).toBe(true);
+    const worst = await check({ vocabSize: 16, hiddenSize: 16, intermediateSize: 24, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, attentionBias: true }, 11);
+    const kinds = [
+      'embed_tokens',
+      'q_proj.weight',
+      'k_proj.weight',
+      'v_proj.weight',
+      'o_proj',
+      'q_proj.bias',
+      'k_proj.bias',
+      'v_proj.bias',
+      'gate_proj',
+      'up_proj',
+      'down_proj',
+      'input_layernorm',
+      'post_attention_layernorm',
+      'model.norm',
+      'lm_head',
+    ];
+    for (const k of kinds)
+      expect(
+        [...worst.keys()].some((n) => n.includes(k)),
+        k,
+      ).toBe(true);
     for (const [name, rel] of worst) expect(rel, name).toBeLessThan(1e-2);
   });
 
   it('head_dim 40 (vector attention kernels, 32-wide + 8-wide tails)', async () => {
-    const worst = await check(
-      { vocabSize: 16, hiddenSize: 16, intermediateSize: 16, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 40 },
-      13,
-    );
+    const worst = await check({ vocabSize: 16, hiddenSize: 16, intermediateSize: 16, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 40 }, 13);
     for (const [name, rel] of worst) expect(rel, name).toBeLessThan(1e-2);
   });
 
   it('tied qwen2 (embedding gets both the input and the LM-head gradient)', async () => {
-    const worst = await check(
-      { modelType: 'qwen2', vocabSize: 16, hiddenSize: 16, intermediateSize: 20, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, tieWordEmbeddings: true },
-      12,
-    );
+    const worst = await check({ modelType: 'qwen2', vocabSize: 16, hiddenSize: 16, intermediateSize: 20, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, tieWordEmbeddings: true }, 12);
     for (const [name, rel] of worst) expect(rel, name).toBeLessThan(1e-2);
   });
 });

@@ -5,9 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { Model, ModelConfigInput } from './index';
 import { randInt, referenceForward, rng } from './test-support';
 
-function expectedLayout(c: {
-  V: number; C: number; F: number; L: number; H: number; KVH: number; D: number; bias: boolean; tied: boolean;
-}): Array<[string, number[]]> {
+function expectedLayout(c: { V: number; C: number; F: number; L: number; H: number; KVH: number; D: number; bias: boolean; tied: boolean }): Array<[string, number[]]> {
   const out: Array<[string, number[]]> = [['model.embed_tokens.weight', [c.V, c.C]]];
   for (let l = 0; l < c.L; l++) {
     const p = `model.layers.${l}.`;
@@ -52,20 +50,32 @@ describe('Hugging Face compatibility', () => {
     [
       'llama GQA, untied, llama3 rope scaling, eps 1e-5',
       {
-        vocabSize: 57, hiddenSize: 32, intermediateSize: 40, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, rmsNormEps: 1e-5, ropeTheta: 500,
+        vocabSize: 57,
+        hiddenSize: 32,
+        intermediateSize: 40,
+        numHiddenLayers: 2,
+        numAttentionHeads: 4,
+        numKeyValueHeads: 2,
+        rmsNormEps: 1e-5,
+        ropeTheta: 500,
         ropeScaling: { type: 'llama3', factor: 4, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 24 },
       },
     ],
-    ['llama linear rope scaling, explicit head_dim', { vocabSize: 33, hiddenSize: 24, intermediateSize: 30, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 16, ropeScaling: { type: 'linear', factor: 2.5 } }],
+    [
+      'llama linear rope scaling, explicit head_dim',
+      { vocabSize: 33, hiddenSize: 24, intermediateSize: 30, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 16, ropeScaling: { type: 'linear', factor: 2.5 } },
+    ],
     ['llama head_dim 40 (vector kernels: 32-wide + 8-wide tails)', { vocabSize: 30, hiddenSize: 32, intermediateSize: 48, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 40 }],
-    ['qwen2 (bias), tied, GQA', { modelType: 'qwen2', vocabSize: 45, hiddenSize: 24, intermediateSize: 36, numHiddenLayers: 2, numAttentionHeads: 3, numKeyValueHeads: 1, tieWordEmbeddings: true, ropeTheta: 1e6 }],
+    [
+      'qwen2 (bias), tied, GQA',
+      { modelType: 'qwen2', vocabSize: 45, hiddenSize: 24, intermediateSize: 36, numHiddenLayers: 2, numAttentionHeads: 3, numKeyValueHeads: 1, tieWordEmbeddings: true, ropeTheta: 1e6 },
+    ],
   ];
   for (const [label, cfg] of cases) {
     it(`log-probs and entropies match the Float64 reference: ${label}`, async () => {
       const r = rng(label.length);
       const m = Model.create(cfg, { seed: 3, initStd: 0.3 });
-      if (m.config.attentionBias)
-        for (const t of m.tensors) if (t.name.endsWith('.bias')) t.data.forEach((_, i) => (t.data[i] = 0.2 * (r() - 0.5)));
+      if (m.config.attentionBias) for (const t of m.tensors) if (t.name.endsWith('.bias')) t.data.forEach((_, i) => (t.data[i] = 0.2 * (r() - 0.5)));
       for (const t of m.tensors) if (t.name.includes('norm')) t.data.forEach((_, i) => (t.data[i] = 0.5 + r()));
       const T = 30;
       const seq = Array.from({ length: T }, () => randInt(r, 0, m.config.vocabSize - 1));

@@ -73,15 +73,7 @@ export interface NativeModel {
    * Writes logp/entropy in place and resolves with the handle. maxTokens/maxBytes: 0 = no limit.
    * logitsMode: 0 auto, 1 keep the LM-head logits for the backward, 2 recompute them there.
    */
-  forward(
-    tokens: Int32Array,
-    parents: Int32Array,
-    logp: Float32Array,
-    entropy: Float32Array,
-    maxTokens: number,
-    maxBytes: number,
-    logitsMode: 0 | 1 | 2,
-  ): Promise<NativeHandle>;
+  forward(tokens: Int32Array, parents: Int32Array, logp: Float32Array, entropy: Float32Array, maxTokens: number, maxBytes: number, logitsMode: 0 | 1 | 2): Promise<NativeHandle>;
   backward(handle: NativeHandle, dLdlogp: Float32Array, dLdEntropy?: Float32Array | null): Promise<void>;
   zeroGrad(): Promise<number>;
   gradNorm(): Promise<number>;

@@ -28,7 +28,9 @@ describe('optimizer state', () => {
     await oneStep(a, 3);
     await oneStep(b, 3);
     expect(b.stepCount).toBe(3);
-    a.tensors.forEach((t, i) => expect(Buffer.from(b.tensors[i].data.buffer, b.tensors[i].data.byteOffset, b.tensors[i].data.byteLength).equals(Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength))).toBe(true));
+    a.tensors.forEach((t, i) =>
+      expect(Buffer.from(b.tensors[i].data.buffer, b.tensors[i].data.byteOffset, b.tensors[i].data.byteLength).equals(Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength))).toBe(true),
+    );
     a.dispose();
     b.dispose();
   });

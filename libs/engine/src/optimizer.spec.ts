@@ -9,10 +9,16 @@ describe('AdamW', () => {
   it('matches the closed form over several steps (bias correction, decoupled decay, no decay on 1-D)', async () => {
     const r = rng(5);
     const model = Model.create(cfg, { seed: 1, initStd: 0.1 });
-    const beta1 = 0.9, beta2 = 0.95, eps = 1e-6, wd = 0.1;
+    const beta1 = 0.9,
+      beta2 = 0.95,
+      eps = 1e-6,
+      wd = 0.1;
     model.configureOptimizer({ beta1, beta2, eps, weightDecay: wd });
     const ref = model.tensors.map((t) => ({
-      p: Float64Array.from(t.data), m: new Float64Array(t.numel), v: new Float64Array(t.numel), decay: t.shape.length >= 2,
+      p: Float64Array.from(t.data),
+      m: new Float64Array(t.numel),
+      v: new Float64Array(t.numel),
+      decay: t.shape.length >= 2,
     }));
     expect(model.tensors.filter((t) => t.decay).every((t) => t.shape.length === 2)).toBe(true);
     expect(model.tensor('model.norm.weight').decay).toBe(false);
@@ -30,7 +36,8 @@ describe('AdamW', () => {
           const g = t.grad[i];
           s.m[i] = beta1 * s.m[i] + (1 - beta1) * g;
           s.v[i] = beta2 * s.v[i] + (1 - beta2) * g * g;
-          const mhat = s.m[i] / (1 - beta1 ** step), vhat = s.v[i] / (1 - beta2 ** step);
+          const mhat = s.m[i] / (1 - beta1 ** step),
+            vhat = s.v[i] / (1 - beta2 ** step);
           s.p[i] = s.p[i] - lr * wdk * s.p[i] - (lr * mhat) / (Math.sqrt(vhat) + eps);
         }
         let worst = 0;
@@ -60,9 +67,13 @@ describe('gradient accumulation and clipping', () => {
     const a = { tokens: new Int32Array([1, 2, 3, 4]), parents: new Int32Array([-1, 0, 1, 1]) };
     const b = { tokens: new Int32Array([5, 6, 7]), parents: new Int32Array([-1, 0, 1]) };
     const both = { tokens: new Int32Array([1, 2, 3, 4, 5, 6, 7]), parents: new Int32Array([-1, 0, 1, 1, -1, 4, 5]) };
-    const ca = new Float32Array([0, 1, -0.5, 2]), cb = new Float32Array([0, 0.7, 1.3]);
+    const ca = new Float32Array([0, 1, -0.5, 2]),
+      cb = new Float32Array([0, 0.7, 1.3]);
     await model.zeroGrad();
-    for (const [p, c] of [[a, ca], [b, cb]] as const) {
+    for (const [p, c] of [
+      [a, ca],
+      [b, cb],
+    ] as const) {
       const fw = await model.forward(p);
       await model.backward(fw, c);
       fw.handle.dispose();
@@ -73,7 +84,8 @@ describe('gradient accumulation and clipping', () => {
     const fw = await model.forward(both);
     await model.backward(fw, new Float32Array([...ca, ...cb]));
     model.tensors.forEach((t, k) => {
-      let d = 0, n = 0;
+      let d = 0,
+        n = 0;
       t.grad.forEach((g, i) => ((d += (g - acc[k][i]) ** 2), (n += g * g)));
       expect(Math.sqrt(d), t.name).toBeLessThanOrEqual(1e-5 * Math.sqrt(n) + 1e-12);
     });
@@ -82,7 +94,8 @@ describe('gradient accumulation and clipping', () => {
   it('kept and recomputed LM-head logits give the same gradients; a handle can be backpropagated twice', async () => {
     const model = Model.create({ ...cfg, vocabSize: 300 }, { seed: 6, initStd: 0.2 });
     const pack = { tokens: new Int32Array([1, 2, 3, 4, 5, 6]), parents: new Int32Array([-1, 0, 1, 1, 3, -1]) };
-    const coef = new Float32Array([0, 0.5, -1, 2, 1, 0]), ent = new Float32Array([0, 0.1, 0, -0.3, 0.2, 0]);
+    const coef = new Float32Array([0, 0.5, -1, 2, 1, 0]),
+      ent = new Float32Array([0, 0.1, 0, -0.3, 0.2, 0]);
     const grads: Float64Array[][] = [];
     for (const logits of ['keep', 'recompute'] as const) {
       await model.zeroGrad();
@@ -93,7 +106,8 @@ describe('gradient accumulation and clipping', () => {
       fw.handle.dispose();
     }
     model.tensors.forEach((t, k) => {
-      let d = 0, n = 0;
+      let d = 0,
+        n = 0;
       grads[0][k].forEach((g, i) => ((d += (g - grads[1][k][i]) ** 2), (n += g * g)));
       expect(Math.sqrt(d), t.name).toBeLessThanOrEqual(1e-5 * Math.sqrt(n) + 1e-12);
     });

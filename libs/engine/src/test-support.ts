@@ -106,21 +106,32 @@ function rope(x: Float64Array, pos: number, inv: Float64Array): Float64Array {
  */
 export function referenceForward(model: Model, seq: number[]): { logp: Float64Array; entropy: Float64Array } {
   const c = model.config;
-  const C = c.hiddenSize, H = c.numAttentionHeads, KVH = c.numKeyValueHeads, D = c.headDim, F = c.intermediateSize;
-  const V = c.vocabSize, T = seq.length, rep = H / KVH;
+  const C = c.hiddenSize,
+    H = c.numAttentionHeads,
+    KVH = c.numKeyValueHeads,
+    D = c.headDim,
+    F = c.intermediateSize;
+  const V = c.vocabSize,
+    T = seq.length,
+    rep = H / KVH;
   const inv = referenceInvFreq(c);
   const emb = get(model, 'model.embed_tokens.weight');
   let x = seq.map((t) => emb.slice(t * C, (t + 1) * C));
   for (let l = 0; l < c.numHiddenLayers; l++) {
     const p = `model.layers.${l}.`;
     const W = (n: string) => get(model, p + n);
-    const Wq = W('self_attn.q_proj.weight'), Wk = W('self_attn.k_proj.weight'), Wv = W('self_attn.v_proj.weight');
+    const Wq = W('self_attn.q_proj.weight'),
+      Wk = W('self_attn.k_proj.weight'),
+      Wv = W('self_attn.v_proj.weight');
     const Wo = W('self_attn.o_proj.weight');
     const bq = c.attentionBias ? W('self_attn.q_proj.bias') : undefined;
     const bk = c.attentionBias ? W('self_attn.k_proj.bias') : undefined;
     const bv = c.attentionBias ? W('self_attn.v_proj.bias') : undefined;
-    const ln1 = W('input_layernorm.weight'), ln2 = W('post_attention_layernorm.weight');
-    const Wg = W('mlp.gate_proj.weight'), Wu = W('mlp.up_proj.weight'), Wd = W('mlp.down_proj.weight');
+    const ln1 = W('input_layernorm.weight'),
+      ln2 = W('post_attention_layernorm.weight');
+    const Wg = W('mlp.gate_proj.weight'),
+      Wu = W('mlp.up_proj.weight'),
+      Wd = W('mlp.down_proj.weight');
     const hs = x.map((v) => rmsnorm(v, ln1, c.rmsNormEps));
     const q = hs.map((h) => linear(Wq, h, H * D, C, bq));
     const k = hs.map((h) => linear(Wk, h, KVH * D, C, bk));
@@ -149,7 +160,8 @@ export function referenceForward(model: Model, seq: number[]): { logp: Float64Ar
       const o = linear(Wo, att[t], C, H * D);
       const mid = xi.map((a, i) => a + o[i]);
       const h2 = rmsnorm(mid, ln2, c.rmsNormEps);
-      const g = linear(Wg, h2, F, C), u = linear(Wu, h2, F, C);
+      const g = linear(Wg, h2, F, C),
+        u = linear(Wu, h2, F, C);
       const m = g.map((gi, i) => (gi / (1 + Math.exp(-gi))) * u[i]);
       const d = linear(Wd, m, C, F);
       return mid.map((a, i) => a + d[i]);

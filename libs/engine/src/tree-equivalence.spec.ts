@@ -13,18 +13,17 @@ const CONFIGS: Array<[string, ModelConfigInput]> = [
   [
     'GQA 4/1 untied + llama3 rope scaling',
     {
-      vocabSize: 50, hiddenSize: 32, intermediateSize: 40, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 1,
+      vocabSize: 50,
+      hiddenSize: 32,
+      intermediateSize: 40,
+      numHiddenLayers: 2,
+      numAttentionHeads: 4,
+      numKeyValueHeads: 1,
       ropeScaling: { type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 32 },
     },
   ],
-  [
-    'head_dim 72 (wide vector kernels), GQA 2/1',
-    { vocabSize: 41, hiddenSize: 32, intermediateSize: 40, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 72 },
-  ],
-  [
-    'qwen2 MHA (bias) untied, 3 layers',
-    { modelType: 'qwen2', vocabSize: 97, hiddenSize: 24, intermediateSize: 56, numHiddenLayers: 3, numAttentionHeads: 2, numKeyValueHeads: 2, ropeTheta: 1e6 },
-  ],
+  ['head_dim 72 (wide vector kernels), GQA 2/1', { vocabSize: 41, hiddenSize: 32, intermediateSize: 40, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 72 }],
+  ['qwen2 MHA (bias) untied, 3 layers', { modelType: 'qwen2', vocabSize: 97, hiddenSize: 24, intermediateSize: 56, numHiddenLayers: 3, numAttentionHeads: 2, numKeyValueHeads: 2, ropeTheta: 1e6 }],
 ];
 
 async function gradsOf(model: Model, pack: { tokens: Int32Array; parents: Int32Array }, dlogp: Float32Array, dent: Float32Array) {
@@ -56,16 +55,20 @@ describe('tree attention: merged pack == flat samples', () => {
         const m = await gradsOf(model, merged, mergeSampleValues(merged, coef), mergeSampleValues(merged, ecoef));
         const f = await gradsOf(model, flat, mergeSampleValues(flat, coef), mergeSampleValues(flat, ecoef));
 
-        const lm = unmergeNodeValues(merged, m.fw.logp), lf = unmergeNodeValues(flat, f.fw.logp);
-        const em = unmergeNodeValues(merged, m.fw.entropy), ef = unmergeNodeValues(flat, f.fw.entropy);
+        const lm = unmergeNodeValues(merged, m.fw.logp),
+          lf = unmergeNodeValues(flat, f.fw.logp);
+        const em = unmergeNodeValues(merged, m.fw.entropy),
+          ef = unmergeNodeValues(flat, f.fw.entropy);
         for (let s = 0; s < samples.length; s++)
           for (let t = 0; t < lm[s].length; t++) {
             expect(Math.abs(lm[s][t] - lf[s][t])).toBeLessThan(1e-5);
             expect(Math.abs(em[s][t] - ef[s][t])).toBeLessThan(1e-5);
           }
         for (const t of model.tensors) {
-          const a = m.grads.get(t.name)!, b = f.grads.get(t.name)!;
-          let diff = 0, norm = 0;
+          const a = m.grads.get(t.name)!,
+            b = f.grads.get(t.name)!;
+          let diff = 0,
+            norm = 0;
           for (let i = 0; i < a.length; i++) {
             diff += (a[i] - b[i]) ** 2;
             norm += b[i] ** 2;

@@ -70,7 +70,9 @@ describe('invalid packs are rejected, never a crash', () => {
     expect(() => Model.create({ vocabSize: 10, hiddenSize: 16, intermediateSize: 8, numHiddenLayers: 1, numAttentionHeads: 3 })).toThrow(ConfigError);
     expect(() => Model.create({ vocabSize: 10, hiddenSize: 16, intermediateSize: 8, numHiddenLayers: 1, numAttentionHeads: 4, numKeyValueHeads: 3 })).toThrow(/multiple of num_key_value_heads/);
     expect(() => parseHfConfig({ model_type: 'llama', hidden_act: 'gelu' })).toThrow(/hidden_act must be "silu"/);
-    expect(() => parseHfConfig({ model_type: 'llama', vocab_size: 10, hidden_size: 8, intermediate_size: 8, num_hidden_layers: 1, num_attention_heads: 2, rope_scaling: { rope_type: 'yarn', factor: 2 } })).toThrow(/yarn.*not supported/);
+    expect(() =>
+      parseHfConfig({ model_type: 'llama', vocab_size: 10, hidden_size: 8, intermediate_size: 8, num_hidden_layers: 1, num_attention_heads: 2, rope_scaling: { rope_type: 'yarn', factor: 2 } }),
+    ).toThrow(/yarn.*not supported/);
   });
 
   it('the process is still alive and computing after all of the above', async () => {

@@ -74,11 +74,7 @@ export interface DeliveryState {
   notBefore: number;
 }
 
-export function readDeliveryState(
-  headers: Readonly<Record<string, string>>,
-  isRetryCopy: boolean,
-  fallback: Origin,
-): DeliveryState {
+export function readDeliveryState(headers: Readonly<Record<string, string>>, isRetryCopy: boolean, fallback: Origin): DeliveryState {
   if (!isRetryCopy) return { origin: fallback, attemptsSoFar: 0, retryRound: 0, notBefore: 0 };
   const int = (name: string) => {
     const n = Number(headers[name]);

@@ -45,11 +45,10 @@ export function startTelemetry(opts: { serviceName: string; otlpEndpoint?: strin
     // localhost whose final flush stalls shutdown for seconds when no collector listens.
     metricReaders: [],
     logRecordProcessors: [],
-    instrumentations: spanProcessors.length === 0 ? [] : [
-      new HttpInstrumentation({ ignoreIncomingRequestHook: (req) => /^\/(healthz|readyz|metrics)/.test(req.url ?? '') }),
-      new PgInstrumentation(),
-      new KafkaJsInstrumentation(),
-    ],
+    instrumentations:
+      spanProcessors.length === 0
+        ? []
+        : [new HttpInstrumentation({ ignoreIncomingRequestHook: (req) => /^\/(healthz|readyz|metrics)/.test(req.url ?? '') }), new PgInstrumentation(), new KafkaJsInstrumentation()],
   });
   sdk.start();
   active = {

@@ -8,11 +8,7 @@ import { ReadinessRegistry } from './readiness';
 const logger = createLogger({ service: 'test', level: 'error' });
 
 function activation(version: number): AnyEventEnvelope {
-  return createEvent(
-    'policy_version.activated',
-    { version, deployment: 'default', swapPolicy: 'drain-then-swap', activatedAt: Date.now() },
-    { key: 'default', producer: 'test' },
-  ) as AnyEventEnvelope;
+  return createEvent('policy_version.activated', { version, deployment: 'default', swapPolicy: 'drain-then-swap', activatedAt: Date.now() }, { key: 'default', producer: 'test' }) as AnyEventEnvelope;
 }
 
 /**

@@ -64,7 +64,7 @@ export function hostedServiceContext<S extends z.ZodObject>(
   options: { logger?: Logger; logLevel?: LogLevel } = {},
 ): HostedServiceContext<z.infer<S>> {
   const config = loadConfig(service, envSchema, { EVENT_BUS_KIND: infra.bus.kind, DATABASE_URL: (infra.dataSource.options as { url?: string }).url ?? 'memory', ...env });
-  const logLevel = options.logLevel ?? ((config as { LOG_LEVEL?: LogLevel }).LOG_LEVEL ?? 'info');
+  const logLevel = options.logLevel ?? (config as { LOG_LEVEL?: LogLevel }).LOG_LEVEL ?? 'info';
   return {
     service,
     config,

@@ -27,10 +27,15 @@ describe('InfraModule by configuration', () => {
     const ds = svc.app.get<DataSource>(DATA_SOURCE);
     expect(bus.kind).toBe('memory');
     // The database connects lazily (PGlite compiles first): ready once it answers.
-    const body = await waitFor('/readyz 200', async () => {
-      const res = await fetch(`${svc.url}/readyz`);
-      return res.status === 200 ? ((await res.json()) as { ready: boolean; checks: Record<string, { ok: boolean }> }) : undefined;
-    }, 100_000, 100);
+    const body = await waitFor(
+      '/readyz 200',
+      async () => {
+        const res = await fetch(`${svc.url}/readyz`);
+        return res.status === 200 ? ((await res.json()) as { ready: boolean; checks: Record<string, { ok: boolean }> }) : undefined;
+      },
+      100_000,
+      100,
+    );
     expect(Object.keys(body.checks).sort()).toEqual(['database', 'event-bus']);
     expect(ds.isInitialized).toBe(true);
     await svc.close();

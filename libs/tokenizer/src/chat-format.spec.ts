@@ -47,7 +47,10 @@ describe('chat formats', () => {
       writeFileSync(join(dir, 'tokenizer.json'), readFileSync(join(QWEN3_DIR, 'tokenizer.json')));
       writeFileSync(join(dir, 'tokenizer_config.json'), readFileSync(join(QWEN3_DIR, 'tokenizer_config.json')));
       writeFileSync(join(dir, 'generation_config.json'), JSON.stringify({ eos_token_id: [151645, 151643] }));
-      writeFileSync(join(dir, 'chat_template.jinja'), "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
+      writeFileSync(
+        join(dir, 'chat_template.jinja'),
+        '{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}',
+      );
       const f = loadChatFormat(dir);
       expect(f.toolCallFormat).toBe('none');
       expect(f.reasoning).toBe(false);
@@ -56,7 +59,13 @@ describe('chat formats', () => {
     });
 
     it('takes a named template list (the "default" one) and fails without any template', () => {
-      const cfg = { ...(qwenFiles.tokenizerConfig as Record<string, unknown>), chat_template: [{ name: 'tool_use', template: 'T' }, { name: 'default', template: 'D{{ eos_token }}' }] };
+      const cfg = {
+        ...(qwenFiles.tokenizerConfig as Record<string, unknown>),
+        chat_template: [
+          { name: 'tool_use', template: 'T' },
+          { name: 'default', template: 'D{{ eos_token }}' },
+        ],
+      };
       const f = chatFormatFromFiles({ ...qwenFiles, tokenizerConfig: cfg });
       expect(f.template.render([])).toBe('D<|im_end|>');
       const none = { ...(qwenFiles.tokenizerConfig as Record<string, unknown>), chat_template: undefined };

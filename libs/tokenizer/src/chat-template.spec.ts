@@ -21,20 +21,23 @@ describe('ChatTemplate on the real Qwen3 chat_template', () => {
     expect(qwen.argumentsAsString).toBe(true);
   });
 
-  it.each(golden.templates.map((c) => [`${c.name} gen=${c.addGenerationPrompt} ${JSON.stringify(c.extra)}`, c] as const))(
-    'renders like transformers.apply_chat_template: %s',
-    (_, c) => {
-      const text =
-        c.name === 'dict-arguments'
-          ? qwen.renderContext({ ...c.extra, messages: c.messages, tools: c.tools, add_generation_prompt: c.addGenerationPrompt }) // tojson parity
-          : qwen.render(c.messages as unknown as ChatMessage[], { tools: c.tools as unknown as ToolDefinition[] | null, addGenerationPrompt: c.addGenerationPrompt, extra: c.extra });
-      expect(text).toBe(c.text);
-    },
-  );
+  it.each(golden.templates.map((c) => [`${c.name} gen=${c.addGenerationPrompt} ${JSON.stringify(c.extra)}`, c] as const))('renders like transformers.apply_chat_template: %s', (_, c) => {
+    const text =
+      c.name === 'dict-arguments'
+        ? qwen.renderContext({ ...c.extra, messages: c.messages, tools: c.tools, add_generation_prompt: c.addGenerationPrompt }) // tojson parity
+        : qwen.render(c.messages as unknown as ChatMessage[], { tools: c.tools as unknown as ToolDefinition[] | null, addGenerationPrompt: c.addGenerationPrompt, extra: c.extra });
+    expect(text).toBe(c.text);
+  });
 
   it('converts OpenAI messages: null content, text parts, arguments strings, reasoning fields', () => {
     const msgs: ChatMessage[] = [
-      { role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'a' },
+          { type: 'text', text: 'b' },
+        ],
+      },
       { role: 'assistant', content: null, reasoning: 'thinking', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
       { role: 'tool', tool_call_id: 'c1', content: 'sunny' },
     ];
@@ -50,7 +53,7 @@ describe('ChatTemplate on the real Qwen3 chat_template', () => {
   });
 
   it('parses arguments into objects for templates that apply tojson themselves', () => {
-    const t = new ChatTemplate("{% for m in messages %}{% for tc in m.tool_calls %}{{ tc.function.arguments | tojson }}{% endfor %}{% endfor %}");
+    const t = new ChatTemplate('{% for m in messages %}{% for tc in m.tool_calls %}{{ tc.function.arguments | tojson }}{% endfor %}{% endfor %}');
     expect(t.argumentsAsString).toBe(false);
     const msgs: ChatMessage[] = [{ role: 'assistant', content: '', tool_calls: [{ id: 'x', type: 'function', function: { name: 'f', arguments: '{"b":1,"a":"é"}' } }] }];
     expect(t.render(msgs)).toBe('{"b": 1, "a": "é"}');
@@ -70,7 +73,15 @@ describe('the tiny model template', () => {
     const msgs: ChatMessage[] = [
       { role: 'system', content: 'Be brief.' },
       { role: 'user', content: 'Weather in Paris?' },
-      { role: 'assistant', content: 'Checking.', reasoning_content: 'use the tool', tool_calls: [{ id: 'c0', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }, { id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Lyon"}' } }] },
+      {
+        role: 'assistant',
+        content: 'Checking.',
+        reasoning_content: 'use the tool',
+        tool_calls: [
+          { id: 'c0', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } },
+          { id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Lyon"}' } },
+        ],
+      },
       { role: 'tool', tool_call_id: 'c0', content: '21C' },
       { role: 'tool', tool_call_id: 'c1', content: '23C' },
       { role: 'assistant', content: 'Paris 21C.' },
@@ -88,7 +99,13 @@ describe('the tiny model template', () => {
   });
 
   it('lists tools in the system turn, with or without a system message', () => {
-    const withSystem = tiny.render([{ role: 'system', content: 'S' }, { role: 'user', content: 'u' }], { tools: [weather] });
+    const withSystem = tiny.render(
+      [
+        { role: 'system', content: 'S' },
+        { role: 'user', content: 'u' },
+      ],
+      { tools: [weather] },
+    );
     expect(withSystem.startsWith('<|im_start|>system\nS\n\n# Tools\n')).toBe(true);
     expect(withSystem).toContain(`<tools>\n${JSON.stringify(weather).replace(/":/g, '": ').replace(/,"/g, ', "')}\n</tools>`);
     expect(withSystem.endsWith('\n</tools><|im_end|>\n<|im_start|>user\nu<|im_end|>\n')).toBe(true);

@@ -86,7 +86,13 @@ describe('planContinuation: tiny byte-level format', () => {
     ];
     let prev = respond(f, [...history], fresh(f, history), `<think>\nTwo cities.\n</think>\n\nOn it.\n${call('get_weather', '{"city": "Paris"}')}\n${call('get_weather', '{"city": "Oslo"}')}`);
     const steps: Array<{ added: ChatMessage[]; output: string }> = [
-      { added: [{ role: 'tool', tool_call_id: 'a', content: '{"temp": 21}' }, { role: 'tool', tool_call_id: 'b', content: '{"temp": 3}' }], output: 'Paris 21°C, Oslo 3°C.' },
+      {
+        added: [
+          { role: 'tool', tool_call_id: 'a', content: '{"temp": 21}' },
+          { role: 'tool', tool_call_id: 'b', content: '{"temp": 3}' },
+        ],
+        output: 'Paris 21°C, Oslo 3°C.',
+      },
       { added: [{ role: 'user', content: 'And Tokyo? 東京' }], output: call('search', '{"q": "Tokyo weather"}') },
       { added: [{ role: 'tool', tool_call_id: 'c', content: 'sunny, 28°C' }], output: '<think>\nfound it\n</think>\n\nTokyo: sunny, 28°C ☀️' },
       { added: [{ role: 'user', content: 'Thanks' }], output: 'You are welcome.' },
@@ -104,7 +110,19 @@ describe('planContinuation: tiny byte-level format', () => {
       expect(ext.text).toBe(f.template.render(stored, { tools, addGenerationPrompt: true }));
       // Handing in the previous rendering (kept from the previous plan) gives the same plan.
       const prevText = f.template.render(prev.messages, { tools, addGenerationPrompt: true });
-      expect(planContinuation({ template: f.template, tokenizer: f.tokenizer, prevMessages: prev.messages, prevPromptIds: prev.promptIds, prevOutputIds: prev.outputIds, assistantMessage: prev.reply, newMessages: client, tools, prevText })).toEqual(ext);
+      expect(
+        planContinuation({
+          template: f.template,
+          tokenizer: f.tokenizer,
+          prevMessages: prev.messages,
+          prevPromptIds: prev.promptIds,
+          prevOutputIds: prev.outputIds,
+          assistantMessage: prev.reply,
+          newMessages: client,
+          tools,
+          prevText,
+        }),
+      ).toEqual(ext);
       prev = respond(f, messages, ext.promptIds, step.output, { client });
     }
   });
@@ -144,7 +162,10 @@ describe('planContinuation: tiny byte-level format', () => {
 
 /** A model output in the Hermes format: optional reasoning, optional content, 0..3 calls. */
 function randomOutput(r: () => number, reasoning = r() < 0.5): string {
-  const word = () => randomText(r, 12).replace(/[<>\n]/g, 'x').trim() || 'w';
+  const word = () =>
+    randomText(r, 12)
+      .replace(/[<>\n]/g, 'x')
+      .trim() || 'w';
   let out = reasoning ? `<think>\n${word()} ${word()}\n</think>\n\n` : '';
   const calls = Math.floor(r() * 4);
   const content = calls === 0 || r() < 0.5 ? word() : '';
@@ -152,7 +173,13 @@ function randomOutput(r: () => number, reasoning = r() < 0.5): string {
   for (let i = 0; i < calls; i++) {
     if (content || i > 0) out += '\n';
     const name = r() < 0.5 ? 'get_weather' : 'search';
-    out += call(name, JSON.stringify(name === 'search' ? { q: word() } : { city: word() }, null, 1).replace(/\n ?/g, ' ').replace('{ ', '{').replace(' }', '}'));
+    out += call(
+      name,
+      JSON.stringify(name === 'search' ? { q: word() } : { city: word() }, null, 1)
+        .replace(/\n ?/g, ' ')
+        .replace('{ ', '{')
+        .replace(' }', '}'),
+    );
   }
   return out;
 }
@@ -281,7 +308,10 @@ describe('planContinuation: the real Qwen3 template and tokenizer', () => {
     let extends_ = 0;
     let branches = 0;
     for (let conv = 0; conv < 12; conv++) {
-      const history: ChatMessage[] = [{ role: 'system', content: randomText(r, 20).replace(/<|>/g, '') || 's' }, { role: 'user', content: `ask ${randomText(r, 30)}` }];
+      const history: ChatMessage[] = [
+        { role: 'system', content: randomText(r, 20).replace(/<|>/g, '') || 's' },
+        { role: 'user', content: `ask ${randomText(r, 30)}` },
+      ];
       let prev = respond(f, [...history], fresh(f, history), randomOutput(r, true));
       let stored = [...history];
       for (let t = 0; t < 4; t++) {

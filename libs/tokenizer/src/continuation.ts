@@ -232,7 +232,10 @@ export function planContinuation(input: ContinuationInput): ContinuationPlan {
     }
     let at = 0;
     while (at < outputText.length && outputText[at] === afterPrompt[at]) at++;
-    return branch('assistant-render-mismatch', `the template renders the reply as ${JSON.stringify(afterPrompt.slice(at, at + 40))} where the model wrote ${JSON.stringify(outputText.slice(at, at + 40))} (character ${at})`);
+    return branch(
+      'assistant-render-mismatch',
+      `the template renders the reply as ${JSON.stringify(afterPrompt.slice(at, at + 40))} where the model wrote ${JSON.stringify(outputText.slice(at, at + 40))} (character ${at})`,
+    );
   }
   const appendedText = afterPrompt.slice(outputText.length);
   const appendedIds = tokenizer.encode(appendedText);

@@ -12,7 +12,7 @@ describe('forcedToolCallOpening', () => {
   it.each([
     ['tiny', tinyChatFormat()],
     ['Qwen3', loadChatFormat(QWEN3_DIR)],
-  ])('%s: the generation prompt + the opening is where the template\'s rendering of a call of that tool continues', (_name, format) => {
+  ])("%s: the generation prompt + the opening is where the template's rendering of a call of that tool continues", (_name, format) => {
     const prompt = format.template.render(messages, { tools, addGenerationPrompt: true });
     const named = forcedToolCallOpening(format.template, { messages, tools }, 'add');
     const any = forcedToolCallOpening(format.template, { messages, tools }, null);

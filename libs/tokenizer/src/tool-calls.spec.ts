@@ -14,7 +14,8 @@ const tools: ToolDefinition[] = [
 
 describe('parseAssistantOutput (hermes)', () => {
   it('extracts several <tool_call> blocks with deterministic ids and the content before them', () => {
-    const text = 'Let me check both.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": "search", "arguments": {"q": "Tokyo \\"weather\\"", "n": [1, {"x": "}"}]}}\n</tool_call>';
+    const text =
+      'Let me check both.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": "search", "arguments": {"q": "Tokyo \\"weather\\"", "n": [1, {"x": "}"}]}}\n</tool_call>';
     const out = parseAssistantOutput(text, { format: 'hermes', tools, idSeed: 'req-1' });
     expect(out.content).toBe('Let me check both.');
     expect(out.toolCalls.map((c) => [c.name, c.arguments])).toEqual([

@@ -39,7 +39,13 @@ export interface ReadTrainBatchOptions {
 
 function payloadOf(event: EventEnvelope<'train_batch.created'> | TrainBatchV2): TrainBatchV2 {
   if ('payload' in event) {
-    if (event.version !== 2) throw new TrainBatchError('version', (event.payload as { batchId?: string }).batchId ?? '?', 'version', `train_batch.created v${event.version} carries its samples inline; only v2 is a claim-check`);
+    if (event.version !== 2)
+      throw new TrainBatchError(
+        'version',
+        (event.payload as { batchId?: string }).batchId ?? '?',
+        'version',
+        `train_batch.created v${event.version} carries its samples inline; only v2 is a claim-check`,
+      );
     return event.payload;
   }
   return event;
@@ -60,7 +66,10 @@ export async function readTrainBatch(event: EventEnvelope<'train_batch.created'>
   const actual = sha256Hex(blob);
   if (actual !== b.blob.sha256 || blob.length !== b.blob.bytes) {
     if (opts.recordRefusal ?? true) {
-      await db.query(`UPDATE "${TRAIN_BATCH_BLOBS_TABLE}" SET "refused_at" = now(), "refused_reason" = $2 WHERE "batch_id" = $1 AND "refused_at" IS NULL`, [b.batchId, `checksum: expected ${b.blob.sha256} (${b.blob.bytes} bytes), got ${actual} (${blob.length} bytes)`]);
+      await db.query(`UPDATE "${TRAIN_BATCH_BLOBS_TABLE}" SET "refused_at" = now(), "refused_reason" = $2 WHERE "batch_id" = $1 AND "refused_at" IS NULL`, [
+        b.batchId,
+        `checksum: expected ${b.blob.sha256} (${b.blob.bytes} bytes), got ${actual} (${blob.length} bytes)`,
+      ]);
     }
     throw new BatchChecksumError(b.batchId, b.blob.sha256, actual);
   }
@@ -69,7 +78,8 @@ export async function readTrainBatch(event: EventEnvelope<'train_batch.created'>
   if (tree.samples.length !== b.samples.length) throw new TrainBatchError('mismatch', b.batchId, 'samples', `event lists ${b.samples.length} samples, the blob ${tree.samples.length}`);
   b.samples.forEach((s, i) => {
     const t = tree.samples[i];
-    if (t.sampleId !== s.sampleId || t.trajectoryId !== s.trajectoryId || t.groupId !== s.groupId) throw new TrainBatchError('mismatch', b.batchId, `samples[${i}].sampleId`, `event names ${s.sampleId}, the blob ${t.sampleId}`);
+    if (t.sampleId !== s.sampleId || t.trajectoryId !== s.trajectoryId || t.groupId !== s.groupId)
+      throw new TrainBatchError('mismatch', b.batchId, `samples[${i}].sampleId`, `event names ${s.sampleId}, the blob ${t.sampleId}`);
     // the blob stores float32: the event's float64 is authoritative
     t.advantage = s.advantage;
     t.lossWeight = s.lossWeight;
@@ -80,9 +90,14 @@ export async function readTrainBatch(event: EventEnvelope<'train_batch.created'>
 /** Writes a batch's tree in the caller's transaction; returns what the event's `blob` names. */
 export async function writeTrainBatchBlob(db: Queryable, batch: { batchId: string; runId: string | null; tree: PrefixTree }): Promise<TrainBatchV2['blob']> {
   const { blob, sha256 } = encodePrefixTreeBlob(batch.tree);
-  await db.query(
-    `INSERT INTO "${TRAIN_BATCH_BLOBS_TABLE}" ("batch_id", "run_id", "layout", "sha256", "bytes", "nodes", "blob") VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-    [batch.batchId, batch.runId, PREFIX_TREE_LAYOUT, sha256, blob.length, batch.tree.tokens.length, blob],
-  );
+  await db.query(`INSERT INTO "${TRAIN_BATCH_BLOBS_TABLE}" ("batch_id", "run_id", "layout", "sha256", "bytes", "nodes", "blob") VALUES ($1, $2, $3, $4, $5, $6, $7)`, [
+    batch.batchId,
+    batch.runId,
+    PREFIX_TREE_LAYOUT,
+    sha256,
+    blob.length,
+    batch.tree.tokens.length,
+    blob,
+  ]);
   return { store: 'postgres', sha256, bytes: blob.length, layout: PREFIX_TREE_LAYOUT, nodes: batch.tree.tokens.length };
 }

@@ -14,7 +14,12 @@ function rng(seed: number) {
   };
 }
 
-interface Full { call: CallSegment; prompt: Int32Array; trajectoryId: string; weight: number }
+interface Full {
+  call: CallSegment;
+  prompt: Int32Array;
+  trajectoryId: string;
+  weight: number;
+}
 
 /**
  * A group of trajectories: a shared system+task prefix, each rollout's calls extending the previous
@@ -42,10 +47,23 @@ function group(seed: number, rollouts: number, calls: number): Full[] {
       }
       const outputIds = Array.from({ length: 1 + Math.floor(r() * 5) }, tok);
       const v1: LlmCallRecordedV1 = {
-        callId: id, sessionId: 's', rolloutId: `t${t}`, groupId: 'g', taskId: 'x', branchId: 'b', parentCallId: parent, turnIndex: c, model: 'm',
-        promptIds: Int32Array.from(prompt), reusedPromptTokens: reused, outputIds: Int32Array.from(outputIds),
-        outputLogprobs: Float32Array.from(outputIds, () => -r()), outputVersions: Uint32Array.from(outputIds, () => 1 + Math.floor(r() * 3)),
-        finishReason: 'stop', sampling: { temperature: 1, topP: 1, topK: 0, seed: null }, timings: { receivedAt: 0, firstTokenAt: null, finishedAt: 0 },
+        callId: id,
+        sessionId: 's',
+        rolloutId: `t${t}`,
+        groupId: 'g',
+        taskId: 'x',
+        branchId: 'b',
+        parentCallId: parent,
+        turnIndex: c,
+        model: 'm',
+        promptIds: Int32Array.from(prompt),
+        reusedPromptTokens: reused,
+        outputIds: Int32Array.from(outputIds),
+        outputLogprobs: Float32Array.from(outputIds, () => -r()),
+        outputVersions: Uint32Array.from(outputIds, () => 1 + Math.floor(r() * 3)),
+        finishReason: 'stop',
+        sampling: { temperature: 1, topP: 1, topK: 0, seed: null },
+        timings: { receivedAt: 0, firstTokenAt: null, finishedAt: 0 },
       };
       const v2 = llmCallV1ToV2(v1);
       out.push({ call: { ...v2, callId: id }, prompt: v1.promptIds, trajectoryId: `t${t}`, weight: t % 3 === 2 ? 0 : 1 });
@@ -73,10 +91,11 @@ describe('PrefixTreeBuilder (from call deltas) equals buildPack over the materia
     // behaviour logprobs / versions sit on the output nodes of the samples that produced them
     calls.forEach((f, i) => {
       const first = tree.samples.findIndex((s) => s.outputNodes.some((n) => tree.samples[i].outputNodes.includes(n)));
-      if (first === i) tree.samples[i].outputNodes.forEach((n, k) => {
-        expect(tree.behaviourLogp[n]).toBeCloseTo(f.call.outputLogprobs[k], 6);
-        expect(tree.versions[n]).toBe(f.call.outputVersions[k]);
-      });
+      if (first === i)
+        tree.samples[i].outputNodes.forEach((n, k) => {
+          expect(tree.behaviourLogp[n]).toBeCloseTo(f.call.outputLogprobs[k], 6);
+          expect(tree.versions[n]).toBe(f.call.outputVersions[k]);
+        });
     });
     expect(b.total).toBe(pack.totalTokens);
     expect(tree.tokens.length).toBeLessThan(pack.totalTokens);
@@ -84,7 +103,15 @@ describe('PrefixTreeBuilder (from call deltas) equals buildPack over the materia
 
   it('refuses a call whose parent was not added, naming the field', () => {
     const b = new PrefixTreeBuilder();
-    const seg: CallSegment = { callId: 'c2', parentCallId: 'c1', reusedPromptTokens: 3, promptDeltaIds: Int32Array.of(1), outputIds: Int32Array.of(2), outputLogprobs: Float32Array.of(-1), outputVersions: Uint32Array.of(1) };
+    const seg: CallSegment = {
+      callId: 'c2',
+      parentCallId: 'c1',
+      reusedPromptTokens: 3,
+      promptDeltaIds: Int32Array.of(1),
+      outputIds: Int32Array.of(2),
+      outputLogprobs: Float32Array.of(-1),
+      outputVersions: Uint32Array.of(1),
+    };
     expect(() => b.add(seg, null)).toThrow(TreeBuildError);
     expect(() => b.add(seg, null)).toThrow(/parentCallId/);
   });

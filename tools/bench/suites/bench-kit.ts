@@ -48,7 +48,8 @@ export function starGroup(n: number, P: number, b: number, vocab: number, seed: 
 /** Whole samples, in order, into flat packs of at most `max` tokens. */
 export function flatPacks(samples: PackSample[], max: number): Pack[] {
   const packs: Pack[] = [];
-  let cur: number[] = [], size = 0;
+  let cur: number[] = [],
+    size = 0;
   samples.forEach((s, i) => {
     const len = s.promptIds.length + s.outputIds.length;
     if (size + len > max && cur.length) {

@@ -25,7 +25,17 @@ const MB = 1024 * 1024;
 const PARTITIONS = Number(process.env.BENCH_PARTITIONS ?? 3);
 const SCALE = Number(process.env.BENCH_SCALE ?? 1);
 
-interface Session { rolloutId: string; groupId: string; v2: AnyEventEnvelope[]; v1: AnyEventEnvelope[]; started: AnyEventEnvelope; completed: AnyEventEnvelope; unique: number; outputs: number; wholePrompt: number }
+interface Session {
+  rolloutId: string;
+  groupId: string;
+  v2: AnyEventEnvelope[];
+  v1: AnyEventEnvelope[];
+  started: AnyEventEnvelope;
+  completed: AnyEventEnvelope;
+  unique: number;
+  outputs: number;
+  wholePrompt: number;
+}
 
 function rng(seed: number) {
   let s = seed >>> 0 || 1;
@@ -63,7 +73,16 @@ function sessions(count: number, seed: number, tag: string): Session[] {
   });
 }
 
-interface Phase { name: string; calls: number; seconds: number; callsPerSec: number; uniqueMBps: number; p50ms: number; p99ms: number; kafkaBytes: number }
+interface Phase {
+  name: string;
+  calls: number;
+  seconds: number;
+  callsPerSec: number;
+  uniqueMBps: number;
+  p50ms: number;
+  p99ms: number;
+  kafkaBytes: number;
+}
 
 async function ingestPhase(bus: MessageBus, ds: DataSource, group: string, name: string, ss: Session[], which: 'v1' | 'v2', pace: { perSecond?: number; batch: number }): Promise<Phase> {
   const ingestion = new DataPoolIngestion(ds, group);
@@ -116,7 +135,16 @@ async function ingestPhase(bus: MessageBus, ds: DataSource, group: string, name:
   await sub.stop();
   latencies.sort((a, b) => a - b);
   const unique = ss.reduce((a, s) => a + 4 * (s.unique - s.outputs) + 12 * s.outputs, 0);
-  return { name, calls: events.length, seconds, callsPerSec: events.length / seconds, uniqueMBps: unique / MB / seconds, p50ms: percentile(latencies, 50), p99ms: percentile(latencies, 99), kafkaBytes: events.reduce((a, e) => a + encodeEvent(e).length, 0) };
+  return {
+    name,
+    calls: events.length,
+    seconds,
+    callsPerSec: events.length / seconds,
+    uniqueMBps: unique / MB / seconds,
+    p50ms: percentile(latencies, 50),
+    p99ms: percentile(latencies, 99),
+    kafkaBytes: events.reduce((a, e) => a + encodeEvent(e).length, 0),
+  };
 }
 
 async function main() {
@@ -148,7 +176,14 @@ async function main() {
     const bytesPerUniqueTokenRatio = Number(st.bytes) / raw;
 
     // assembly + scheduling: rollout events for the sustained sessions, then the runtime settles and cuts batches
-    const rt = new DataPoolRuntime({ bus, dataSource: ds, group: 'bench.dp.sustained', tickIntervalMs: 60_000, pruneIntervalMs: 0, config: { runId: 'bench', batchTrajectories: 4, window: { inFlight: 16, window: 8 }, dropZeroVariance: false } });
+    const rt = new DataPoolRuntime({
+      bus,
+      dataSource: ds,
+      group: 'bench.dp.sustained',
+      tickIntervalMs: 60_000,
+      pruneIntervalMs: 0,
+      config: { runId: 'bench', batchTrajectories: 4, window: { inFlight: 16, window: 8 }, dropZeroVariance: false },
+    });
     const ing = new DataPoolIngestion(ds, 'bench.dp.rollouts', 'bench');
     await ing.ingestBatch(sustained.map((s) => s.started));
     await ing.ingestBatch(sustained.map((s) => s.completed));
@@ -163,34 +198,53 @@ async function main() {
     const v1 = phases[2];
     const v2KafkaPerCall = sus.kafkaBytes / sus.calls;
     const v1KafkaPerCall = v1.kafkaBytes / v1.calls;
-    printTable('Kafka -> Data Pool -> PostgreSQL', phases.map((p) => ({ phase: p.name, calls: p.calls, 'calls/s': Math.round(p.callsPerSec), 'unique MB/s': p.uniqueMBps, 'p50 ms': p.p50ms, 'p99 ms': p.p99ms, 'Kafka bytes/call': Math.round(p.kafkaBytes / p.calls) })));
+    printTable(
+      'Kafka -> Data Pool -> PostgreSQL',
+      phases.map((p) => ({
+        phase: p.name,
+        calls: p.calls,
+        'calls/s': Math.round(p.callsPerSec),
+        'unique MB/s': p.uniqueMBps,
+        'p50 ms': p.p50ms,
+        'p99 ms': p.p99ms,
+        'Kafka bytes/call': Math.round(p.kafkaBytes / p.calls),
+      })),
+    );
     printTable('Linear in unique tokens, assembly and batches', [
       { measure: 'stored token bytes / (4 B prompt + 12 B output per unique token)', value: bytesPerUniqueTokenRatio.toFixed(3) },
       { measure: 'whole llm_calls rows (pg_column_size) / same', value: (Number(rowBytes.bytes) / raw).toFixed(3) },
       { measure: 'v1 path (whole prompts per call) / same, computed', value: (v1Raw / raw).toFixed(2) },
       { measure: 'Kafka bytes per call, v1 / v2 (different sessions: per-token below)', value: `${Math.round(v1KafkaPerCall)} / ${Math.round(v2KafkaPerCall)}` },
-      { measure: 'Kafka bytes per unique token, v1 / v2', value: `${(v1.kafkaBytes / legacy.reduce((a, s) => a + s.unique, 0)).toFixed(1)} / ${(sus.kafkaBytes / sustained.reduce((a, s) => a + s.unique, 0)).toFixed(1)}` },
-      { measure: 'trajectories assembled + batches cut', value: `${sustained.length} in ${assembleS.toFixed(2)} s (${(sustained.length / assembleS).toFixed(1)}/s), ${batchIds.length} batches (${(batchIds.length / assembleS).toFixed(1)}/s)` },
+      {
+        measure: 'Kafka bytes per unique token, v1 / v2',
+        value: `${(v1.kafkaBytes / legacy.reduce((a, s) => a + s.unique, 0)).toFixed(1)} / ${(sus.kafkaBytes / sustained.reduce((a, s) => a + s.unique, 0)).toFixed(1)}`,
+      },
+      {
+        measure: 'trajectories assembled + batches cut',
+        value: `${sustained.length} in ${assembleS.toFixed(2)} s (${(sustained.length / assembleS).toFixed(1)}/s), ${batchIds.length} batches (${(batchIds.length / assembleS).toFixed(1)}/s)`,
+      },
       { measure: 'batch blobs (anvil-prefix-tree/1)', value: `${blob.n} blobs, ${(Number(blob.bytes) / MB).toFixed(1)} MiB` },
       { measure: 'target >= 2000 calls/s', value: sus.callsPerSec >= 2000 ? 'met' : `short (${Math.round(sus.callsPerSec)})` },
       { measure: 'target p99 < 100 ms at 1k calls/s', value: lat.p99ms < 100 ? 'met' : `short (${lat.p99ms.toFixed(1)} ms)` },
       { measure: 'target ratio <= 1.2', value: bytesPerUniqueTokenRatio <= 1.2 ? 'met' : 'short' },
     ]);
-    console.log(JSON.stringify({
-      suite: 'datapool',
-      sustainedCallsPerSec: sus.callsPerSec,
-      uniqueMBpsStored: sus.uniqueMBps,
-      p50MsAt1k: lat.p50ms,
-      p99MsAt1k: lat.p99ms,
-      achievedCallsPerSecAt1k: lat.callsPerSec,
-      bytesPerUniqueTokenRatio,
-      rowBytesPerUniqueTokenRatio: Number(rowBytes.bytes) / raw,
-      v1: { sustainedCallsPerSec: v1.callsPerSec, kafkaBytesPerUniqueToken: v1.kafkaBytes / legacy.reduce((a, s) => a + s.unique, 0), storedRatioComputed: v1Raw / raw },
-      v2: { kafkaBytesPerUniqueToken: sus.kafkaBytes / sustained.reduce((a, s) => a + s.unique, 0) },
-      trajectoriesPerSec: sustained.length / assembleS,
-      batchesPerSec: batchIds.length / assembleS,
-      targets: { callsPerSecMin: 2000, p99MsMax: 100, ratioMax: 1.2 },
-    }));
+    console.log(
+      JSON.stringify({
+        suite: 'datapool',
+        sustainedCallsPerSec: sus.callsPerSec,
+        uniqueMBpsStored: sus.uniqueMBps,
+        p50MsAt1k: lat.p50ms,
+        p99MsAt1k: lat.p99ms,
+        achievedCallsPerSecAt1k: lat.callsPerSec,
+        bytesPerUniqueTokenRatio,
+        rowBytesPerUniqueTokenRatio: Number(rowBytes.bytes) / raw,
+        v1: { sustainedCallsPerSec: v1.callsPerSec, kafkaBytesPerUniqueToken: v1.kafkaBytes / legacy.reduce((a, s) => a + s.unique, 0), storedRatioComputed: v1Raw / raw },
+        v2: { kafkaBytesPerUniqueToken: sus.kafkaBytes / sustained.reduce((a, s) => a + s.unique, 0) },
+        trajectoriesPerSec: sustained.length / assembleS,
+        batchesPerSec: batchIds.length / assembleS,
+        targets: { callsPerSecMin: 2000, p99MsMax: 100, ratioMax: 1.2 },
+      }),
+    );
   } finally {
     await bus.close().catch(() => undefined);
     if (ds.isInitialized) await ds.destroy().catch(() => undefined);

@@ -24,12 +24,32 @@ const H200_BF16_TFLOPS = 790;
 const TOKENS_PER_STEP = 8192;
 
 const QWEN2_05B: ModelConfigInput = {
-  modelType: 'qwen2', vocabSize: 151936, hiddenSize: 896, intermediateSize: 4864, numHiddenLayers: 24, numAttentionHeads: 14,
-  numKeyValueHeads: 2, attentionBias: true, tieWordEmbeddings: true, maxPositionEmbeddings: 32768, ropeTheta: 1e6, rmsNormEps: 1e-6,
+  modelType: 'qwen2',
+  vocabSize: 151936,
+  hiddenSize: 896,
+  intermediateSize: 4864,
+  numHiddenLayers: 24,
+  numAttentionHeads: 14,
+  numKeyValueHeads: 2,
+  attentionBias: true,
+  tieWordEmbeddings: true,
+  maxPositionEmbeddings: 32768,
+  ropeTheta: 1e6,
+  rmsNormEps: 1e-6,
 };
 const QWEN2_15B: ModelConfigInput = {
-  modelType: 'qwen2', vocabSize: 151936, hiddenSize: 1536, intermediateSize: 8960, numHiddenLayers: 28, numAttentionHeads: 12,
-  numKeyValueHeads: 2, attentionBias: true, tieWordEmbeddings: true, maxPositionEmbeddings: 32768, ropeTheta: 1e6, rmsNormEps: 1e-6,
+  modelType: 'qwen2',
+  vocabSize: 151936,
+  hiddenSize: 1536,
+  intermediateSize: 8960,
+  numHiddenLayers: 28,
+  numAttentionHeads: 12,
+  numKeyValueHeads: 2,
+  attentionBias: true,
+  tieWordEmbeddings: true,
+  maxPositionEmbeddings: 32768,
+  ropeTheta: 1e6,
+  rmsNormEps: 1e-6,
 };
 
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
@@ -65,7 +85,8 @@ interface StepPack {
 async function trainStep(m: Model, packs: StepPack[]) {
   const t0 = performance.now();
   await m.zeroGrad();
-  let fwd = 0, bwd = 0;
+  let fwd = 0,
+    bwd = 0;
   for (const p of packs) {
     const a = performance.now();
     const f = await m.forward(p);
@@ -95,7 +116,10 @@ function stepPacks(packs: Pack[], samples: PackSample[]): StepPack[] {
   return packs.map((pack) => ({
     tokens: pack.tokens,
     parents: pack.parents,
-    coef: mergeSampleValues(pack, pack.samples.map((i) => Float32Array.from(samples[i].outputIds, () => -1 / samples.length))),
+    coef: mergeSampleValues(
+      pack,
+      pack.samples.map((i) => Float32Array.from(samples[i].outputIds, () => -1 / samples.length)),
+    ),
   }));
 }
 
@@ -118,13 +142,22 @@ async function mfu(name: string, cfg: ModelConfigInput, steps: number) {
   const flops = modelFlops(m, packs);
   const mem = m.memory();
   const row = {
-    name, params: m.numParams, tokens: TOKENS_PER_STEP, createSeconds,
-    stepSeconds: best.seconds, forwardSeconds: best.forward, backwardSeconds: best.backward, optimizerSeconds: best.optimizer,
-    tokensPerSecond: TOKENS_PER_STEP / best.seconds, modelTflops: flops / best.seconds / 1e12,
+    name,
+    params: m.numParams,
+    tokens: TOKENS_PER_STEP,
+    createSeconds,
+    stepSeconds: best.seconds,
+    forwardSeconds: best.forward,
+    backwardSeconds: best.backward,
+    optimizerSeconds: best.optimizer,
+    tokensPerSecond: TOKENS_PER_STEP / best.seconds,
+    modelTflops: flops / best.seconds / 1e12,
     mfu: flops / best.seconds / 1e12 / H200_BF16_TFLOPS,
     deviceBytes: mem.paramBytes + mem.gradBytes + mem.optimizerBytes,
   };
-  console.error(`[bench] ${name}: step ${fmt(best.seconds, 3)} s (fwd ${fmt(best.forward, 3)}, bwd ${fmt(best.backward, 3)}, optim ${fmt(best.optimizer, 3)}), ${fmt(row.modelTflops)} TFLOP/s, MFU ${fmt(100 * row.mfu)}%`);
+  console.error(
+    `[bench] ${name}: step ${fmt(best.seconds, 3)} s (fwd ${fmt(best.forward, 3)}, bwd ${fmt(best.backward, 3)}, optim ${fmt(best.optimizer, 3)}), ${fmt(row.modelTflops)} TFLOP/s, MFU ${fmt(100 * row.mfu)}%`,
+  );
   m.dispose();
   return row;
 }
@@ -147,18 +180,30 @@ async function merging() {
     const samples = starSamples(2, c.n, c.P, c.b, m.config.vocabSize, 100 + S);
     const merged = packSamples(samples, { maxTokens: TOKENS_PER_STEP });
     const flat = flatPacks(samples, TOKENS_PER_STEP);
-    const mp = stepPacks(merged.packs, samples), fp = stepPacks(flat, samples);
+    const mp = stepPacks(merged.packs, samples),
+      fp = stepPacks(flat, samples);
     await trainStep(m, mp);
     await trainStep(m, fp.slice(0, 1));
-    let tm = Infinity, tf = Infinity;
+    let tm = Infinity,
+      tf = Infinity;
     for (let r = 0; r < 2; r++) {
       tf = Math.min(tf, (await trainStep(m, fp)).seconds);
       tm = Math.min(tm, (await trainStep(m, mp)).seconds);
     }
     const realS = merged.totalTokens / merged.uniqueTokens;
     const row = {
-      targetS: S, S: realS, samples: samples.length, prompt: c.P, suffix: c.b, totalTokens: merged.totalTokens, uniqueTokens: merged.uniqueTokens,
-      flatPacks: flat.length, mergedPacks: merged.packs.length, flatStepSeconds: tf, mergedStepSeconds: tm, speedup: tf / tm,
+      targetS: S,
+      S: realS,
+      samples: samples.length,
+      prompt: c.P,
+      suffix: c.b,
+      totalTokens: merged.totalTokens,
+      uniqueTokens: merged.uniqueTokens,
+      flatPacks: flat.length,
+      mergedPacks: merged.packs.length,
+      flatStepSeconds: tf,
+      mergedStepSeconds: tm,
+      speedup: tf / tm,
       target: 0.8 * realS,
     };
     console.error(`[bench] S=${fmt(realS)}: flat ${fmt(tf, 3)} s, merged ${fmt(tm, 3)} s, speed-up ${fmt(row.speedup)}x`);
@@ -171,11 +216,17 @@ async function merging() {
 /** Decode tokens/s of the GPU generator (paged KV cache), prompt 512, random weights. */
 async function decode(addon: NonNullable<ReturnType<typeof loadBackend>['addon']>) {
   const shape = (c: ModelConfigInput) => ({
-    vocabSize: need(c.vocabSize, 'vocabSize'), hiddenSize: need(c.hiddenSize, 'hiddenSize'),
-    intermediateSize: need(c.intermediateSize, 'intermediateSize'), numLayers: need(c.numHiddenLayers, 'numHiddenLayers'),
-    numHeads: need(c.numAttentionHeads, 'numAttentionHeads'), numKvHeads: need(c.numKeyValueHeads, 'numKeyValueHeads'),
+    vocabSize: need(c.vocabSize, 'vocabSize'),
+    hiddenSize: need(c.hiddenSize, 'hiddenSize'),
+    intermediateSize: need(c.intermediateSize, 'intermediateSize'),
+    numLayers: need(c.numHiddenLayers, 'numHiddenLayers'),
+    numHeads: need(c.numAttentionHeads, 'numAttentionHeads'),
+    numKvHeads: need(c.numKeyValueHeads, 'numKeyValueHeads'),
     headDim: need(c.hiddenSize, 'hiddenSize') / need(c.numAttentionHeads, 'numAttentionHeads'),
-    qkvBias: true, tieWordEmbeddings: true, ropeTheta: 1e6, rmsNormEps: 1e-6,
+    qkvBias: true,
+    tieWordEmbeddings: true,
+    ropeTheta: 1e6,
+    rmsNormEps: 1e-6,
   });
   const benchDecode = need(addon.benchDecodeCuda, 'benchDecodeCuda').bind(addon);
   const cases = [
@@ -203,9 +254,11 @@ async function attentionKernels(addon: NonNullable<ReturnType<typeof loadBackend
     { name: '1.5B shape', H: 12, KVH: 2, D: 128 },
     { name: '0.5B shape', H: 14, KVH: 2, D: 64 },
   ];
-  const N = TOKENS_PER_STEP, seqs = 2, n = N / seqs;
+  const N = TOKENS_PER_STEP,
+    seqs = 2,
+    n = N / seqs;
   const bench = need(addon.benchAttention, 'benchAttention').bind(addon);
-  const pairs = seqs * (n * (n + 1)) / 2; // visible (query, key) pairs of two causal chains
+  const pairs = (seqs * (n * (n + 1))) / 2; // visible (query, key) pairs of two causal chains
   for (const sh of shapes)
     for (const impl of [1, 2] as const) {
       const row: Record<string, number | string> = { shape: sh.name, impl: impl === 1 ? 'wmma' : 'fa2', H: sh.H, KVH: sh.KVH, D: sh.D, N };
@@ -251,17 +304,25 @@ async function main() {
     console.log('\nTree attention kernels alone, 8192 nodes = two causal chains of 4096 (FLOPs: 4·H·D per visible pair forward, 8·H·D backward)');
     console.log('shape | impl | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s');
     for (const r of attention)
-      console.log(r.error ? `${r.shape} | ${r.impl} | error: ${r.error}` : `${r.shape} | ${r.impl} | ${fmt(Number(r.forwardMs), 2)} | ${fmt(Number(r.forwardTflops))} | ${fmt(Number(r.backwardMs), 2)} | ${fmt(Number(r.backwardTflops))}`);
+      console.log(
+        r.error
+          ? `${r.shape} | ${r.impl} | error: ${r.error}`
+          : `${r.shape} | ${r.impl} | ${fmt(Number(r.forwardMs), 2)} | ${fmt(Number(r.forwardTflops))} | ${fmt(Number(r.backwardMs), 2)} | ${fmt(Number(r.backwardTflops))}`,
+      );
   }
   console.log(`\nTrain step (fwd + bwd + clip + AdamW), 8192 tokens, random-init Qwen2 shapes; attention: ${implUsed}`);
   console.log('model | params | step s | fwd s | bwd s | optim s | tokens/s | model TFLOP/s | MFU');
   for (const r of models)
-    console.log(`${r.name} | ${(r.params / 1e9).toFixed(2)}B | ${fmt(r.stepSeconds, 3)} | ${fmt(r.forwardSeconds, 3)} | ${fmt(r.backwardSeconds, 3)} | ${fmt(r.optimizerSeconds, 3)} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.modelTflops)} | ${fmt(100 * r.mfu)}%`);
+    console.log(
+      `${r.name} | ${(r.params / 1e9).toFixed(2)}B | ${fmt(r.stepSeconds, 3)} | ${fmt(r.forwardSeconds, 3)} | ${fmt(r.backwardSeconds, 3)} | ${fmt(r.optimizerSeconds, 3)} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.modelTflops)} | ${fmt(100 * r.mfu)}%`,
+    );
   if (merge.length) {
     console.log('\nPrefix merging (0.5B shape): the same samples flat vs merged into tries');
     console.log('target S | S | samples | prompt | suffix | total tok | unique tok | packs flat/merged | flat s | merged s | speed-up | target');
     for (const r of merge)
-      console.log(`${r.targetS} | ${fmt(r.S, 2)} | ${r.samples} | ${r.prompt} | ${r.suffix} | ${r.totalTokens} | ${r.uniqueTokens} | ${r.flatPacks}/${r.mergedPacks} | ${fmt(r.flatStepSeconds, 3)} | ${fmt(r.mergedStepSeconds, 3)} | ${fmt(r.speedup, 1)}x | ${fmt(r.target, 1)}x`);
+      console.log(
+        `${r.targetS} | ${fmt(r.S, 2)} | ${r.samples} | ${r.prompt} | ${r.suffix} | ${r.totalTokens} | ${r.uniqueTokens} | ${r.flatPacks}/${r.mergedPacks} | ${fmt(r.flatStepSeconds, 3)} | ${fmt(r.mergedStepSeconds, 3)} | ${fmt(r.speedup, 1)}x | ${fmt(r.target, 1)}x`,
+      );
   }
   if (decodeRows.length) {
     console.log('\nGPU decode (paged KV cache; prompt 512 prefilled, then 32 decode steps; logits to the host and the CPU sampler each step)');
@@ -271,12 +332,25 @@ async function main() {
   } else console.log(`\nGPU decode: ${only.has('decode') ? 'this CUDA build has no benchDecodeCuda export' : 'not run (ANVIL_BENCH_ONLY)'}`);
   const mfuTarget = models.length ? models[1].mfu >= 0.4 : null;
   const mergeTarget = merge.length > 0 && merge.every((r) => r.speedup >= 0.8 * r.S);
-  console.log(`\ntargets: MFU >= 40% on the 1.5B shape: ${mfuTarget === null ? 'not run' : mfuTarget ? 'met' : 'NOT met'}; merge speed-up >= 0.8 S: ${merge.length ? (mergeTarget ? 'met' : 'NOT met') : 'not run'}`);
-  console.log(JSON.stringify({
-    suite: 'engine-cuda', ran: true, device: info.device, gemmLibrary: info.gemm, cublasBf16Tflops: gemm.tflops, peakTflopsAssumed: H200_BF16_TFLOPS,
-    attentionImpl: implUsed, attention, models, merging: merge, decode: decodeRows,
-    targets: { mfu15b: mfuTarget, mergeSpeedup: merge.length ? mergeTarget : null },
-  }));
+  console.log(
+    `\ntargets: MFU >= 40% on the 1.5B shape: ${mfuTarget === null ? 'not run' : mfuTarget ? 'met' : 'NOT met'}; merge speed-up >= 0.8 S: ${merge.length ? (mergeTarget ? 'met' : 'NOT met') : 'not run'}`,
+  );
+  console.log(
+    JSON.stringify({
+      suite: 'engine-cuda',
+      ran: true,
+      device: info.device,
+      gemmLibrary: info.gemm,
+      cublasBf16Tflops: gemm.tflops,
+      peakTflopsAssumed: H200_BF16_TFLOPS,
+      attentionImpl: implUsed,
+      attention,
+      models,
+      merging: merge,
+      decode: decodeRows,
+      targets: { mfu15b: mfuTarget, mergeSpeedup: merge.length ? mergeTarget : null },
+    }),
+  );
 }
 
 main().catch((e) => {

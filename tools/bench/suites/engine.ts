@@ -63,15 +63,29 @@ async function trainStep(m: Model, packs: Array<{ tokens: Int32Array; parents: I
 /** SGEMM GFLOP/s of OpenBLAS on the forward + backward GEMM shapes of this model at N tokens. */
 async function sgemmOnModelShapes(m: Model, N: number) {
   const c = m.config;
-  const C = c.hiddenSize, F = c.intermediateSize, QKV = (c.numAttentionHeads + 2 * c.numKeyValueHeads) * c.headDim, HD = c.numAttentionHeads * c.headDim;
+  const C = c.hiddenSize,
+    F = c.intermediateSize,
+    QKV = (c.numAttentionHeads + 2 * c.numKeyValueHeads) * c.headDim,
+    HD = c.numAttentionHeads * c.headDim;
   const lmRows = Math.min(N, Math.max(64, Math.floor((8 << 20) / c.vocabSize)));
   // [out, in] of each weight, per layer (x layers) or once (LM head)
-  const shapes: Array<[number, number, number]> = [[QKV, C, c.numHiddenLayers], [C, HD, c.numHiddenLayers], [2 * F, C, c.numHiddenLayers], [C, F, c.numHiddenLayers], [c.vocabSize, C, 1]];
-  let flops = 0, secs = 0;
+  const shapes: Array<[number, number, number]> = [
+    [QKV, C, c.numHiddenLayers],
+    [C, HD, c.numHiddenLayers],
+    [2 * F, C, c.numHiddenLayers],
+    [C, F, c.numHiddenLayers],
+    [c.vocabSize, C, 1],
+  ];
+  let flops = 0,
+    secs = 0;
   for (const [O, I, times] of shapes) {
     const rows = O === c.vocabSize ? lmRows : N;
     const reps = O === c.vocabSize ? N / rows : 1;
-    const runs: Array<[SgemmMode, number, number, number]> = [['nt', rows, O, I], ['nn', rows, I, O], ['tn', O, I, rows]];
+    const runs: Array<[SgemmMode, number, number, number]> = [
+      ['nt', rows, O, I],
+      ['nn', rows, I, O],
+      ['tn', O, I, rows],
+    ];
     for (const [mode, M, Nn, K] of runs) {
       const r = await benchSgemm(M, Nn, K, mode, quick ? 0.05 : 0.15);
       const f = 2 * M * Nn * K * times * reps;
@@ -86,7 +100,9 @@ function chainPacks(m: Model, seqs: number, seqLen: number, seed: number) {
   const packs = [];
   let s = seed;
   const N = seqs * seqLen;
-  const tokens = new Int32Array(N), parents = new Int32Array(N), coef = new Float32Array(N);
+  const tokens = new Int32Array(N),
+    parents = new Int32Array(N),
+    coef = new Float32Array(N);
   for (let i = 0; i < N; i++) {
     s = (s * 1103515245 + 12345) >>> 0;
     tokens[i] = s % m.config.vocabSize;
@@ -158,20 +174,26 @@ async function merging() {
     packs.map((pack) => ({
       tokens: pack.tokens,
       parents: pack.parents,
-      coef: mergeSampleValues(pack, pack.samples.map((i) => Float32Array.from(samples[i].outputIds, () => -1 / samples.length))),
+      coef: mergeSampleValues(
+        pack,
+        pack.samples.map((i) => Float32Array.from(samples[i].outputIds, () => -1 / samples.length)),
+      ),
     }));
   for (const c of SHARING_CASES) {
     const samples = starSamples(c.groups, c.n, c.P, c.b, m.config.vocabSize, 100 + c.S);
     const merged = packSamples(samples, { maxTokens: PACK_TOKENS });
     const flat = flatPacks(samples, PACK_TOKENS);
     const S = merged.totalTokens / merged.uniqueTokens;
-    const mp = toStep(merged.packs, samples), fp = toStep(flat, samples);
+    const mp = toStep(merged.packs, samples),
+      fp = toStep(flat, samples);
     // warm-up both (steady state: arenas of these sizes are cached, as in training), then
     // alternate flat and merged steps so that bursts of outside load hit both alike; keep minima
     await trainStep(m, mp);
     await trainStep(m, fp.slice(0, 1)); // flat packs are all <= PACK_TOKENS: one warms the arena cache
     const reps = quick ? 1 : 2;
-    let tm = Infinity, fbm = Infinity, peakM = 0;
+    let tm = Infinity,
+      fbm = Infinity,
+      peakM = 0;
     const f = { seconds: Infinity, fwdBwdSeconds: Infinity, peak: 0 };
     for (let r = 0; r < reps; r++) {
       const a = await trainStep(m, fp);
@@ -186,11 +208,22 @@ async function merging() {
       }
     }
     const row = {
-      targetS: c.S, S, samples: samples.length, totalTokens: merged.totalTokens, uniqueTokens: merged.uniqueTokens, sharing: merged.sharing,
-      flatPacks: flat.length, mergedPacks: merged.packs.length,
-      flatStepSeconds: f.seconds, mergedStepSeconds: tm, speedup: f.seconds / tm,
-      flatFwdBwdSeconds: f.fwdBwdSeconds, mergedFwdBwdSeconds: fbm, fwdBwdSpeedup: f.fwdBwdSeconds / fbm,
-      flatPeakBytes: f.peak, mergedPeakBytes: peakM,
+      targetS: c.S,
+      S,
+      samples: samples.length,
+      totalTokens: merged.totalTokens,
+      uniqueTokens: merged.uniqueTokens,
+      sharing: merged.sharing,
+      flatPacks: flat.length,
+      mergedPacks: merged.packs.length,
+      flatStepSeconds: f.seconds,
+      mergedStepSeconds: tm,
+      speedup: f.seconds / tm,
+      flatFwdBwdSeconds: f.fwdBwdSeconds,
+      mergedFwdBwdSeconds: fbm,
+      fwdBwdSpeedup: f.fwdBwdSeconds / fbm,
+      flatPeakBytes: f.peak,
+      mergedPeakBytes: peakM,
     };
     rows.push(row);
     console.error(`[bench] S=${fmt(S)}: flat ${fmt(f.seconds, 2)} s, merged ${fmt(tm, 3)} s, speed-up ${fmt(row.speedup)}x (fwd+bwd ${fmt(row.fwdBwdSpeedup)}x)`);
@@ -233,7 +266,9 @@ async function generation() {
     const warm = await ttft([...long, 1, 2, 3]); // the next turn of a session: its prefix is cached
     const row = { name: c.name, params: m.numParams, decodeTokPerSecB1: b1, decodeTokPerSecB8: b8, ttftColdSeconds: cold.seconds, ttftPrefixHitSeconds: warm.seconds, prefixHitTokens: warm.cached };
     rows.push(row);
-    console.error(`[bench] generation ${c.name}: decode ${fmt(b1, 0)} tok/s (B=1), ${fmt(b8, 0)} tok/s (B=8); TTFT 1024-token prompt ${fmt(cold.seconds, 3)} s cold, ${fmt(warm.seconds, 3)} s with ${warm.cached} cached`);
+    console.error(
+      `[bench] generation ${c.name}: decode ${fmt(b1, 0)} tok/s (B=1), ${fmt(b8, 0)} tok/s (B=8); TTFT 1024-token prompt ${fmt(cold.seconds, 3)} s cold, ${fmt(warm.seconds, 3)} s with ${warm.cached} cached`,
+    );
     await gen.close();
     m.dispose();
   }
@@ -252,23 +287,33 @@ async function main() {
   console.log('model FLOPs = 6 * P_gemm * tokens + 12 * layers * heads * head_dim * sum(depth + 1)');
   console.log('config | params | P_gemm | tokens/step | step s | tokens/s | model GFLOP/s | OpenBLAS SGEMM GFLOP/s (model shapes) | ratio');
   for (const r of tp)
-    console.log(`${r.name} | ${(r.params / 1e6).toFixed(2)}M | ${(r.gemmParams / 1e6).toFixed(2)}M | ${r.tokensPerStep} | ${fmt(r.stepSeconds, 3)} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.modelGflops)} | ${fmt(r.sgemmGflops)} | ${fmt(r.ratio, 2)}`);
+    console.log(
+      `${r.name} | ${(r.params / 1e6).toFixed(2)}M | ${(r.gemmParams / 1e6).toFixed(2)}M | ${r.tokensPerStep} | ${fmt(r.stepSeconds, 3)} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.modelGflops)} | ${fmt(r.sgemmGflops)} | ${fmt(r.ratio, 2)}`,
+    );
   console.log(`\nPrefix merging (${CONFIGS[1].name} config): the same samples flat vs merged into a trie`);
-  console.log(`(step = zeroGrad + forward/backward of every pack (<= ${PACK_TOKENS} tokens each) + clip + AdamW; fwd+bwd excludes the optimizer, whose cost is the same for both; peak = activations + scratch of the largest pack)`);
+  console.log(
+    `(step = zeroGrad + forward/backward of every pack (<= ${PACK_TOKENS} tokens each) + clip + AdamW; fwd+bwd excludes the optimizer, whose cost is the same for both; peak = activations + scratch of the largest pack)`,
+  );
   console.log('target S | S = total/unique | samples | total tok | unique tok | packs flat/merged | flat step s | merged step s | step speed-up | fwd+bwd speed-up | flat peak MiB | merged peak MiB');
   for (const r of mg)
-    console.log(`${r.targetS} | ${fmt(r.S, 2)} | ${r.samples} | ${r.totalTokens} | ${r.uniqueTokens} | ${r.flatPacks}/${r.mergedPacks} | ${fmt(r.flatStepSeconds, 3)} | ${fmt(r.mergedStepSeconds, 3)} | ${fmt(r.speedup, 1)}x | ${fmt(r.fwdBwdSpeedup, 1)}x | ${mib(r.flatPeakBytes)} | ${mib(r.mergedPeakBytes)}`);
+    console.log(
+      `${r.targetS} | ${fmt(r.S, 2)} | ${r.samples} | ${r.totalTokens} | ${r.uniqueTokens} | ${r.flatPacks}/${r.mergedPacks} | ${fmt(r.flatStepSeconds, 3)} | ${fmt(r.mergedStepSeconds, 3)} | ${fmt(r.speedup, 1)}x | ${fmt(r.fwdBwdSpeedup, 1)}x | ${mib(r.flatPeakBytes)} | ${mib(r.mergedPeakBytes)}`,
+    );
 
   console.log('\nGeneration (KV cache, continuous batching): prompt 128, 64 new tokens; TTFT of a 1024-token prompt cold vs prefix-cache hit');
   console.log('config | params | decode tok/s B=1 | decode tok/s B=8 | TTFT cold s | TTFT prefix hit s | hit tokens');
   for (const r of gn)
-    console.log(`${r.name} | ${(r.params / 1e6).toFixed(2)}M | ${fmt(r.decodeTokPerSecB1, 0)} | ${fmt(r.decodeTokPerSecB8, 0)} | ${fmt(r.ttftColdSeconds, 3)} | ${fmt(r.ttftPrefixHitSeconds, 3)} | ${r.prefixHitTokens}`);
+    console.log(
+      `${r.name} | ${(r.params / 1e6).toFixed(2)}M | ${fmt(r.decodeTokPerSecB1, 0)} | ${fmt(r.decodeTokPerSecB8, 0)} | ${fmt(r.ttftColdSeconds, 3)} | ${fmt(r.ttftPrefixHitSeconds, 3)} | ${r.prefixHitTokens}`,
+    );
 
   const ratioTarget = tp.filter((r) => r.name !== 'tiny').every((r) => r.ratio >= 0.5);
   const speedupTarget = mg.every((r) => (r.targetS <= 16 ? r.speedup >= 0.8 * r.S : r.speedup >= 20));
   const fwdBwdSpeedupTarget = mg.every((r) => (r.targetS <= 16 ? r.fwdBwdSpeedup >= 0.8 * r.S : r.fwdBwdSpeedup >= 20));
   const memoryTarget = mg.filter((r) => r.targetS > 1).every((r) => r.mergedPeakBytes < r.flatPeakBytes);
-  console.log(`\ntargets: ratio >= 0.5 on small/100M: ${ratioTarget ? 'met' : 'NOT met'}; step speed-up >= 0.8 S (S <= 16) and >= 20x at S = 40: ${speedupTarget ? 'met' : 'NOT met'} (fwd+bwd: ${fwdBwdSpeedupTarget ? 'met' : 'NOT met'}); merged memory below flat: ${memoryTarget ? 'met' : 'NOT met'}`);
+  console.log(
+    `\ntargets: ratio >= 0.5 on small/100M: ${ratioTarget ? 'met' : 'NOT met'}; step speed-up >= 0.8 S (S <= 16) and >= 20x at S = 40: ${speedupTarget ? 'met' : 'NOT met'} (fwd+bwd: ${fwdBwdSpeedupTarget ? 'met' : 'NOT met'}); merged memory below flat: ${memoryTarget ? 'met' : 'NOT met'}`,
+  );
   const seconds = (performance.now() - t0) / 1000;
   console.log(`total ${fmt(seconds)} s`);
   console.log(

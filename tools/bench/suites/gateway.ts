@@ -90,7 +90,15 @@ async function engineDecode(): Promise<EngineRow[]> {
         hit: hit.e2e > best.hit.e2e ? hit : best.hit,
       };
     }
-    rows.push({ name: c.name, params: m.numParams, decodeTokPerSecCold: best.cold.decode, decodeTokPerSecHit: best.hit.decode, e2eTokPerSecCold: best.cold.e2e, e2eTokPerSecHit: best.hit.e2e, cachedTokens: best.hit.cached });
+    rows.push({
+      name: c.name,
+      params: m.numParams,
+      decodeTokPerSecCold: best.cold.decode,
+      decodeTokPerSecHit: best.hit.decode,
+      e2eTokPerSecCold: best.cold.e2e,
+      e2eTokPerSecHit: best.hit.e2e,
+      cachedTokens: best.hit.cached,
+    });
     await gen.close();
     m.dispose();
   }
@@ -151,10 +159,15 @@ http {
   child.stdout?.on('data', (d) => (out += d));
   child.stderr?.on('data', (d) => (out += d));
   const url = `http://127.0.0.1:${NGINX_PORT}`;
-  await waitFor('nginx', async () => {
-    if (child.exitCode !== null) throw new Error(`nginx exited with ${child.exitCode}: ${out}`);
-    return (await fetch(`${url}/health`)).status === 200 ? true : undefined;
-  }, 20_000, 100);
+  await waitFor(
+    'nginx',
+    async () => {
+      if (child.exitCode !== null) throw new Error(`nginx exited with ${child.exitCode}: ${out}`);
+      return (await fetch(`${url}/health`)).status === 200 ? true : undefined;
+    },
+    20_000,
+    100,
+  );
   return { child, url, dir };
 }
 
@@ -311,7 +324,11 @@ async function main() {
         await Promise.all(
           Array.from({ length: Math.min(32, maxSessions - base) }, async (_, j) => {
             const i = base + j;
-            const res = await fetch(`${gw.baseUrl}/admin/v1/sessions`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' }, body: JSON.stringify({ rolloutId: `bench-${tag}-${i}`, groupId: 'bench', taskId: 'bench', model: MODEL }) });
+            const res = await fetch(`${gw.baseUrl}/admin/v1/sessions`, {
+              method: 'POST',
+              headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+              body: JSON.stringify({ rolloutId: `bench-${tag}-${i}`, groupId: 'bench', taskId: 'bench', model: MODEL }),
+            });
             if (res.status !== 201) throw new Error(`open session: ${res.status} ${await res.text()}`);
             keys[i] = ((await res.json()) as { apiKey: string }).apiKey;
           }),
@@ -327,7 +344,20 @@ async function main() {
     const fmt = tinyChatFormat();
     const promptIds = fmt.tokenizer.encode(fmt.template.render([{ role: 'user', content }], { addGenerationPrompt: true }));
     // The request the inference-proxy's vLLM backend sends (vllm-backend.ts), token ids in, SSE out.
-    const completionBody = JSON.stringify({ prompt: promptIds, max_tokens: MAX_TOKENS, temperature: 1, top_p: 1, seed: 1, stop_token_ids: fmt.stopTokenIds, logprobs: 0, return_tokens_as_token_ids: true, skip_special_tokens: false, include_stop_str_in_output: true, stream: true, stream_options: { include_usage: true } });
+    const completionBody = JSON.stringify({
+      prompt: promptIds,
+      max_tokens: MAX_TOKENS,
+      temperature: 1,
+      top_p: 1,
+      seed: 1,
+      stop_token_ids: fmt.stopTokenIds,
+      logprobs: 0,
+      return_tokens_as_token_ids: true,
+      skip_special_tokens: false,
+      include_stop_str_in_output: true,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const directUrl = new URL(`${fixture.url}/v1/completions`);
     const nginxUrl = new URL(`${nginx.url}/v1/completions`);
     const direct: Target = { name: 'direct (fixture)', req: () => ({ url: directUrl, headers: {}, body: completionBody }) };
@@ -367,31 +397,58 @@ async function main() {
     const addedOver = (base: Measured) => (m: Measured) => ({ p50: m.p50ms - base.p50ms, p99: m.p99ms - base.p99ms });
     const added = addedOver(latency[0]);
     const addedLight = addedOver(light[0]);
-    const kindsOf = (m: Measured) => Object.entries(m.errorKinds).map(([k, v]) => `${k}×${v}`).join(' ');
-    const fmtRow = (m: Measured) => ({ path: m.path, load: m.mode, calls: m.calls, errors: m.errors, 'calls/s': Math.round(m.callsPerSec), 'p50 ms': m.p50ms, 'p90 ms': m.p90ms, 'p99 ms': m.p99ms, 'error kinds': kindsOf(m) });
+    const kindsOf = (m: Measured) =>
+      Object.entries(m.errorKinds)
+        .map(([k, v]) => `${k}×${v}`)
+        .join(' ');
+    const fmtRow = (m: Measured) => ({
+      path: m.path,
+      load: m.mode,
+      calls: m.calls,
+      errors: m.errors,
+      'calls/s': Math.round(m.callsPerSec),
+      'p50 ms': m.p50ms,
+      'p90 ms': m.p90ms,
+      'p99 ms': m.p99ms,
+      'error kinds': kindsOf(m),
+    });
     // What the services said about failed calls (first few error/warn lines each), on stderr.
     if ([...light, ...latency, ...load].some((m) => m.errors > 0)) {
       for (const svc of services) {
-        const lines = svc.output().split('\n').filter((l) => /"level":"(error|warn)"/.test(l));
-        if (lines.length) console.error(`[bench] ${svc.app} (port ${svc.port}): ${lines.length} error/warn lines, first ones:\n${lines.slice(0, 3).map((l) => l.slice(0, 600)).join('\n')}`);
+        const lines = svc
+          .output()
+          .split('\n')
+          .filter((l) => /"level":"(error|warn)"/.test(l));
+        if (lines.length)
+          console.error(
+            `[bench] ${svc.app} (port ${svc.port}): ${lines.length} error/warn lines, first ones:\n${lines
+              .slice(0, 3)
+              .map((l) => l.slice(0, 600))
+              .join('\n')}`,
+          );
       }
     }
     console.log(`\nBackend: vLLM protocol fixture, ${MAX_TOKENS} tokens × ${TOKEN_MS} ms/token, SSE; one ${MODEL} chat turn through the gateway. All processes share this machine's cores.`);
     printTable(`Latency, open loop at ${LOW_RATE} and ${RATE} req/s (latency from each request's due time)`, [...light, ...latency].map(fmtRow));
     printTable('Added over calling the fixture directly (same rate, same percentile)', [
-      ...light.slice(1).map((m) => ({ path: m.path, rate: LOW_RATE, 'added p50 ms': addedLight(m).p50, 'added p99 ms': addedLight(m).p99, 'achieved calls/s': Math.round(m.callsPerSec), errors: m.errors })),
+      ...light
+        .slice(1)
+        .map((m) => ({ path: m.path, rate: LOW_RATE, 'added p50 ms': addedLight(m).p50, 'added p99 ms': addedLight(m).p99, 'achieved calls/s': Math.round(m.callsPerSec), errors: m.errors })),
       ...latency.slice(1).map((m) => ({ path: m.path, rate: RATE, 'added p50 ms': added(m).p50, 'added p99 ms': added(m).p99, 'achieved calls/s': Math.round(m.callsPerSec), errors: m.errors })),
     ]);
     printTable('Sustained throughput, fixed concurrency (each session its own key)', load.map(fmtRow));
-    printTable('Embedded engine (createGenerator, 2 threads): 512-token prompt, 64 new tokens, cold vs prefix-cache hit', engine.map((r) => ({
-      model: r.name,
-      params: `${(r.params / 1e6).toFixed(1)}M`,
-      'decode tok/s cold': Math.round(r.decodeTokPerSecCold),
-      'decode tok/s hit': Math.round(r.decodeTokPerSecHit),
-      'e2e tok/s cold': Math.round(r.e2eTokPerSecCold),
-      'e2e tok/s hit': Math.round(r.e2eTokPerSecHit),
-      'hit tokens': r.cachedTokens,
-    })));
+    printTable(
+      'Embedded engine (createGenerator, 2 threads): 512-token prompt, 64 new tokens, cold vs prefix-cache hit',
+      engine.map((r) => ({
+        model: r.name,
+        params: `${(r.params / 1e6).toFixed(1)}M`,
+        'decode tok/s cold': Math.round(r.decodeTokPerSecCold),
+        'decode tok/s hit': Math.round(r.decodeTokPerSecHit),
+        'e2e tok/s cold': Math.round(r.e2eTokPerSecCold),
+        'e2e tok/s hit': Math.round(r.e2eTokPerSecHit),
+        'hit tokens': r.cachedTokens,
+      })),
+    );
 
     const on = latency[3];
     const off = latency[2];
@@ -411,23 +468,37 @@ async function main() {
     const lightOff = addedLight(light[2]);
     const lightNg = addedLight(light[1]);
     printTable('Targets', [
-      { target: `capture on: p99 added ≤ 5 ms at ${RATE} req/s`, measured: `${onAdded.p99.toFixed(2)} ms at ${Math.round(on.callsPerSec)} calls/s (${on.errors} errors)`, result: captureTargetMet ? 'met' : 'short' },
-      { target: 'capture off: gateway+proxy hop ≤ 2× nginx hop', measured: `p50 ${offAdded.p50.toFixed(2)} vs ${ngAdded.p50.toFixed(2)} ms (${ratioP50.toFixed(1)}×), p99 ${offAdded.p99.toFixed(2)} vs ${ngAdded.p99.toFixed(2)} ms (${ratioP99.toFixed(1)}×; nginx hop floored at ${floorMs} ms)`, result: hopTargetMet ? 'met' : 'short' },
-      { target: `(context) added at ${LOW_RATE} req/s, p50 / p99`, measured: `capture on ${lightOn.p50.toFixed(2)} / ${lightOn.p99.toFixed(2)} ms, off ${lightOff.p50.toFixed(2)} / ${lightOff.p99.toFixed(2)} ms, nginx ${lightNg.p50.toFixed(2)} / ${lightNg.p99.toFixed(2)} ms`, result: '' },
+      {
+        target: `capture on: p99 added ≤ 5 ms at ${RATE} req/s`,
+        measured: `${onAdded.p99.toFixed(2)} ms at ${Math.round(on.callsPerSec)} calls/s (${on.errors} errors)`,
+        result: captureTargetMet ? 'met' : 'short',
+      },
+      {
+        target: 'capture off: gateway+proxy hop ≤ 2× nginx hop',
+        measured: `p50 ${offAdded.p50.toFixed(2)} vs ${ngAdded.p50.toFixed(2)} ms (${ratioP50.toFixed(1)}×), p99 ${offAdded.p99.toFixed(2)} vs ${ngAdded.p99.toFixed(2)} ms (${ratioP99.toFixed(1)}×; nginx hop floored at ${floorMs} ms)`,
+        result: hopTargetMet ? 'met' : 'short',
+      },
+      {
+        target: `(context) added at ${LOW_RATE} req/s, p50 / p99`,
+        measured: `capture on ${lightOn.p50.toFixed(2)} / ${lightOn.p99.toFixed(2)} ms, off ${lightOff.p50.toFixed(2)} / ${lightOff.p99.toFixed(2)} ms, nginx ${lightNg.p50.toFixed(2)} / ${lightNg.p99.toFixed(2)} ms`,
+        result: '',
+      },
     ]);
-    console.log(JSON.stringify({
-      suite: 'gateway',
-      backend: { tokenLatencyMs: TOKEN_MS, maxTokens: MAX_TOKENS },
-      rate: RATE,
-      lowRate: LOW_RATE,
-      latency,
-      latencyLowRate: light,
-      addedLowRate: { captureOn: lightOn, captureOff: lightOff, nginx: lightNg },
-      added: { captureOn: onAdded, captureOff: offAdded, nginx: ngAdded },
-      throughput: load,
-      engine,
-      targets: { captureOnP99AddedMsMax: 5, captureOnMet: captureTargetMet, hopRatioMax: 2, hopRatioP50: ratioP50, hopRatioP99: ratioP99, hopMet: hopTargetMet },
-    }));
+    console.log(
+      JSON.stringify({
+        suite: 'gateway',
+        backend: { tokenLatencyMs: TOKEN_MS, maxTokens: MAX_TOKENS },
+        rate: RATE,
+        lowRate: LOW_RATE,
+        latency,
+        latencyLowRate: light,
+        addedLowRate: { captureOn: lightOn, captureOff: lightOff, nginx: lightNg },
+        added: { captureOn: onAdded, captureOff: offAdded, nginx: ngAdded },
+        throughput: load,
+        engine,
+        targets: { captureOnP99AddedMsMax: 5, captureOnMet: captureTargetMet, hopRatioMax: 2, hopRatioP50: ratioP50, hopRatioP99: ratioP99, hopMet: hopTargetMet },
+      }),
+    );
   } finally {
     for (const s of services.reverse()) await s.stop('SIGTERM').catch(() => undefined);
     await stopChild(nginx?.child, 'SIGQUIT').catch(() => undefined);

@@ -114,7 +114,22 @@ async function runPhase(bus: MessageBus, ingestion: DataPoolIngestion, group: st
 async function brokerCeiling(recordSize: number, records: number): Promise<number> {
   const { runProducerPerf } = await import('../../infra/lib.mjs');
   const { code, output } = await runProducerPerf(
-    ['--topic', `bench-perf-${Date.now()}`, '--num-records', String(records), '--record-size', String(recordSize), '--throughput', '-1', '--producer-props', 'acks=all', 'enable.idempotence=true', 'max.request.size=16777216', 'linger.ms=5', 'batch.size=1048576'],
+    [
+      '--topic',
+      `bench-perf-${Date.now()}`,
+      '--num-records',
+      String(records),
+      '--record-size',
+      String(recordSize),
+      '--throughput',
+      '-1',
+      '--producer-props',
+      'acks=all',
+      'enable.idempotence=true',
+      'max.request.size=16777216',
+      'linger.ms=5',
+      'batch.size=1048576',
+    ],
     { echo: false },
   );
   const lines = String(output).trim().split('\n');
@@ -146,15 +161,18 @@ async function main() {
 
     const big = phases[1];
     const ceilingMBps = await brokerCeiling(big.encodedBytesPerEvent, 1500);
-    printTable('Kafka -> Data Pool -> PostgreSQL (token payload = ids + logprobs + versions, 4 B each)', phases.map((p) => ({
-      phase: p.name,
-      events: p.events,
-      'events/s': Math.round(p.eventsPerSec),
-      'payload MB/s': p.payloadMBps,
-      'p50 ms': p.p50ms,
-      'p99 ms': p.p99ms,
-      'bytes/event': p.encodedBytesPerEvent,
-    })));
+    printTable(
+      'Kafka -> Data Pool -> PostgreSQL (token payload = ids + logprobs + versions, 4 B each)',
+      phases.map((p) => ({
+        phase: p.name,
+        events: p.events,
+        'events/s': Math.round(p.eventsPerSec),
+        'payload MB/s': p.payloadMBps,
+        'p50 ms': p.p50ms,
+        'p99 ms': p.p99ms,
+        'bytes/event': p.encodedBytesPerEvent,
+      })),
+    );
     const bestMBps = Math.max(...phases.map((p) => p.payloadMBps));
     const latency = phases[2];
     printTable('Against the broker alone and the targets', [
@@ -163,15 +181,17 @@ async function main() {
       { measure: 'target ≥ 50 MB/s persisted', value: bestMBps >= 50 ? 'met' : `short (${bestMBps.toFixed(1)} MB/s)` },
       { measure: 'target p99 < 50 ms at 1k events/s', value: latency.p99ms < 50 ? 'met' : `short (${latency.p99ms.toFixed(1)} ms)` },
     ]);
-    console.log(JSON.stringify({
-      suite: 'messaging',
-      phases: phases.map((p) => ({ ...p, seconds: Number(p.seconds.toFixed(3)) })),
-      brokerCeilingMBps: ceilingMBps,
-      persistedMBps: bestMBps,
-      ratioToBroker: bestMBps / ceilingMBps,
-      latencyAt1kEventsPerSec: { p50ms: latency.p50ms, p99ms: latency.p99ms, achievedEventsPerSec: latency.eventsPerSec },
-      targets: { persistedMBpsMin: 50, p99MsMax: 50, persistedMet: bestMBps >= 50, latencyMet: latency.p99ms < 50 },
-    }));
+    console.log(
+      JSON.stringify({
+        suite: 'messaging',
+        phases: phases.map((p) => ({ ...p, seconds: Number(p.seconds.toFixed(3)) })),
+        brokerCeilingMBps: ceilingMBps,
+        persistedMBps: bestMBps,
+        ratioToBroker: bestMBps / ceilingMBps,
+        latencyAt1kEventsPerSec: { p50ms: latency.p50ms, p99ms: latency.p99ms, achievedEventsPerSec: latency.eventsPerSec },
+        targets: { persistedMBpsMin: 50, p99MsMax: 50, persistedMet: bestMBps >= 50, latencyMet: latency.p99ms < 50 },
+      }),
+    );
   } finally {
     await bus.close().catch(() => undefined);
     if (ds.isInitialized) await ds.destroy().catch(() => undefined);

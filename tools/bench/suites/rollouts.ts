@@ -51,7 +51,9 @@ async function startBackend(latencyMs: number): Promise<string> {
   const server = createServer((req, res) => {
     if (req.method === 'GET' && req.url === '/internal/v1/replicas') {
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ deployment: 'bench', replicas: [{ id: 'bench', healthy: true, routable: true, inFlight: 0, weightsVersion: null, prefixCacheHitRate: 0, model: 'bench', vocabSize: 272 }] }));
+      res.end(
+        JSON.stringify({ deployment: 'bench', replicas: [{ id: 'bench', healthy: true, routable: true, inFlight: 0, weightsVersion: null, prefixCacheHitRate: 0, model: 'bench', vocabSize: 272 }] }),
+      );
       return;
     }
     let body = '';
@@ -60,7 +62,16 @@ async function startBackend(latencyMs: number): Promise<string> {
       const r = JSON.parse(body) as { requestId: string; promptIds: number[]; maxTokens: number; stream?: boolean };
       const text = tok.decode(r.promptIds);
       const ids = [...enc(move(text)), STOP].slice(0, r.maxTokens);
-      const response = { requestId: r.requestId, outputIds: ids, logprobs: ids.map(() => -0.5), versions: ids.map(() => 0), finishReason: 'stop', promptTokens: r.promptIds.length, cachedPromptTokens: 0, replica: 'bench' };
+      const response = {
+        requestId: r.requestId,
+        outputIds: ids,
+        logprobs: ids.map(() => -0.5),
+        versions: ids.map(() => 0),
+        finishReason: 'stop',
+        promptTokens: r.promptIds.length,
+        cachedPromptTokens: 0,
+        replica: 'bench',
+      };
       setTimeout(() => {
         if (!r.stream) {
           res.writeHead(200, { 'content-type': 'application/json' });
@@ -93,15 +104,32 @@ async function serveGateway(dbUrl: string, brokers: string, topicPrefix: string)
   const ds = createDataSource({ url: dbUrl, poolSize: 20 });
   await ds.initialize();
   const bus = createBus({ kind: 'kafka', brokers: brokers.split(','), clientId: 'bench-rm-gateway', topicPrefix });
-  const config = gatewayEnv.parse({ KAFKA_BROKERS: brokers, DATABASE_URL: dbUrl, GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: backend, LOG_LEVEL: 'error', MAX_STALENESS: '1000', GATEWAY_CAPTURE: CAPTURE });
+  const config = gatewayEnv.parse({
+    KAFKA_BROKERS: brokers,
+    DATABASE_URL: dbUrl,
+    GATEWAY_ADMIN_TOKEN: ADMIN,
+    INFERENCE_PROXY_URL: backend,
+    LOG_LEVEL: 'error',
+    MAX_STALENESS: '1000',
+    GATEWAY_CAPTURE: CAPTURE,
+  });
   @Global()
-  @Module({ providers: [{ provide: EVENT_BUS, useValue: bus }, { provide: DATA_SOURCE, useValue: ds }], exports: [EVENT_BUS, DATA_SOURCE] })
+  @Module({
+    providers: [
+      { provide: EVENT_BUS, useValue: bus },
+      { provide: DATA_SOURCE, useValue: ds },
+    ],
+    exports: [EVENT_BUS, DATA_SOURCE],
+  })
   class InfraModule {}
   @Module({})
   class RootModule {}
   const logger = createLogger({ service: 'gateway', level: 'error' });
   const app = await NestFactory.create(
-    { module: RootModule, imports: [OpsModule.forRoot({ service: 'gateway', logger, metrics: new ServiceMetrics('gateway') }), InfraModule, GatewayApiModule.forRoot({ ...config, DB_MIGRATE_ON_START: false })] },
+    {
+      module: RootModule,
+      imports: [OpsModule.forRoot({ service: 'gateway', logger, metrics: new ServiceMetrics('gateway') }), InfraModule, GatewayApiModule.forRoot({ ...config, DB_MIGRATE_ON_START: false })],
+    },
     new FastifyAdapter({ bodyLimit: config.MAX_REQUEST_BYTES }),
     { logger: false },
   );
@@ -156,7 +184,11 @@ async function main(): Promise<void> {
   let gw: ChildProcess | null = null;
   const rows: Row[] = [];
   try {
-    const child = spawn(join(root, 'node_modules', '.bin', 'tsx'), [__filename, '--serve-gateway', scratch.url, brokers, topicPrefix], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '--max-semi-space-size=64' } });
+    const child = spawn(join(root, 'node_modules', '.bin', 'tsx'), [__filename, '--serve-gateway', scratch.url, brokers, topicPrefix], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, NODE_OPTIONS: '--max-semi-space-size=64' },
+    });
     gw = child;
     let out = '';
     const gatewayUrl = await new Promise<string>((resolve, reject) => {
@@ -184,11 +216,31 @@ async function main(): Promise<void> {
       const total = run.n * ROUNDS;
       const id = `bench-${run.agents}-${run.n}`;
       if (run.agents === 'white-box') {
-        await rt.loadBuiltin({ id, env: 'chain-add', envConfig: { k: 3 }, seed: run.n, trainCount: Math.ceil(total / G), evalCount: 0, sampling: { temperature: 1, maxTokens: 80 }, limits: { timeoutMs: 600_000 } });
+        await rt.loadBuiltin({
+          id,
+          env: 'chain-add',
+          envConfig: { k: 3 },
+          seed: run.n,
+          trainCount: Math.ceil(total / G),
+          evalCount: 0,
+          sampling: { temperature: 1, maxTokens: 80 },
+          limits: { timeoutMs: 600_000 },
+        });
       } else {
         const script = `b='{"model":"anvil-tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'; for i in 1 2; do curl -s -m 120 -X POST -H 'content-type: application/json' -d "$b" "$OPENAI_BASE_URL/chat/completions" >/dev/null; done; echo 1`;
-        const tasks = Array.from({ length: Math.ceil(total / G) }, (_, i) => ({ id: `t${i}`, env: null, messages: [{ role: 'user' as const, content: 'hi' }], tools: [], split: 'train' as const, difficulty: 0, data: { answer: 1 } }));
-        await rt.loadTaskSet({ id, agent: { kind: 'black-box', name: 'curl-script', command: ['sh', '-c', script] }, verifier: { kind: 'function', name: 'final-answer' }, limits: { timeoutMs: 600_000 } }, tasks);
+        const tasks = Array.from({ length: Math.ceil(total / G) }, (_, i) => ({
+          id: `t${i}`,
+          env: null,
+          messages: [{ role: 'user' as const, content: 'hi' }],
+          tools: [],
+          split: 'train' as const,
+          difficulty: 0,
+          data: { answer: 1 },
+        }));
+        await rt.loadTaskSet(
+          { id, agent: { kind: 'black-box', name: 'curl-script', command: ['sh', '-c', script] }, verifier: { kind: 'function', name: 'final-answer' }, limits: { timeoutMs: 600_000 } },
+          tasks,
+        );
       }
       const outcomes: { wallMs: number; agentMs: number; numCalls: number; finishReason: string }[] = [];
       rt.onRolloutCompleted((o) => outcomes.push(o));
@@ -228,7 +280,17 @@ async function main(): Promise<void> {
   }
   printTable(`rollout manager (backend ${LATENCY_MS} ms/call, gateway capture ${CAPTURE})`, rows as unknown as Record<string, string | number>[]);
   const at1024 = rows.find((r) => r.agents === 'white-box' && r.concurrency === 1024);
-  console.log(JSON.stringify({ suite: 'rollouts', latencyMs: LATENCY_MS, capture: CAPTURE, rows, overheadAt1024: at1024?.overhead ?? null, target: { overheadAt1024: 0.05 }, meetsTarget: at1024 ? at1024.overhead <= 0.05 : null }));
+  console.log(
+    JSON.stringify({
+      suite: 'rollouts',
+      latencyMs: LATENCY_MS,
+      capture: CAPTURE,
+      rows,
+      overheadAt1024: at1024?.overhead ?? null,
+      target: { overheadAt1024: 0.05 },
+      meetsTarget: at1024 ? at1024.overhead <= 0.05 : null,
+    }),
+  );
 }
 
 main().catch((err: unknown) => {

@@ -117,7 +117,8 @@ class MinHeap {
       a[0] = last;
       let i = 0;
       for (;;) {
-        const l = 2 * i + 1, r = l + 1;
+        const l = 2 * i + 1,
+          r = l + 1;
         let m = i;
         if (l < a.length && a[l].t < a[m].t) m = l;
         if (r < a.length && a[r].t < a[m].t) m = r;
@@ -158,7 +159,8 @@ interface StragglerOptions {
 function simulate(stepTime: number, spec: WSpec, seed: number, sigma: number, opts: StragglerOptions = {}): RunResult {
   const rnd = seededRandom(seed);
   const gauss = () => {
-    const u = Math.max(1e-12, rnd()), v = rnd();
+    const u = Math.max(1e-12, rnd()),
+      v = rnd();
     return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * v);
   };
   const cfg: WindowConfig = {
@@ -208,7 +210,21 @@ function simulate(stepTime: number, spec: WSpec, seed: number, sigma: number, op
     }
   };
 
-  const res: RunResult = { idle: 0, elapsed: 0, trained: 0, skews: [], lagPos: [], lagVer: [], windows: [], stepIdle: [], stepCycle: [], hardLagVer: [], easyLagVer: [], maxOutOfOrder: 0, headDropped: 0 };
+  const res: RunResult = {
+    idle: 0,
+    elapsed: 0,
+    trained: 0,
+    skews: [],
+    lagPos: [],
+    lagVer: [],
+    windows: [],
+    stepIdle: [],
+    stepCycle: [],
+    hardLagVer: [],
+    easyLagVer: [],
+    maxOutOfOrder: 0,
+    headDropped: 0,
+  };
   let measureFrom = 0;
   for (let step = 0; step < STEPS; step++) {
     // the trainer is free at `now`: take a batch, or wait for completions until one is available
@@ -378,7 +394,8 @@ function interp(pts: Array<[number, number]>, x: number): number {
   if (x >= s[s.length - 1][0]) return s[s.length - 1][1];
   for (let i = 1; i < s.length; i++)
     if (x <= s[i][0]) {
-      const [x0, y0] = s[i - 1], [x1, y1] = s[i];
+      const [x0, y0] = s[i - 1],
+        [x1, y1] = s[i];
       return x1 === x0 ? Math.min(y0, y1) : y0 + ((y1 - y0) * (x - x0)) / (x1 - x0);
     }
   return s[s.length - 1][1];
@@ -397,14 +414,33 @@ function frontierVerdict(fixed: Point[], a: Point) {
   // between the adaptive point and the fixed ones: the largest paired standard error against any fixed point.
   const dSkew = Math.max(...fixed.map((p) => pairedSE(a.skewBlocks, p.skewBlocks)));
   const dIdle = Math.max(...fixed.map((p) => pairedSE(a.idleBlocks, p.idleBlocks)));
-  const aSkew = a.skew + 2 * dSkew, aIdle = a.idle + 2 * dIdle;
-  const idleAtSkew = interp(pareto.map((p) => [p.skew, p.idle]), aSkew);
-  const skewAtIdle = interp(pareto.map((p) => [p.idle, p.skew]), aIdle);
+  const aSkew = a.skew + 2 * dSkew,
+    aIdle = a.idle + 2 * dIdle;
+  const idleAtSkew = interp(
+    pareto.map((p) => [p.skew, p.idle]),
+    aSkew,
+  );
+  const skewAtIdle = interp(
+    pareto.map((p) => [p.idle, p.skew]),
+    aIdle,
+  );
   const idleGain = idleAtSkew > 0 ? 1 - aIdle / idleAtSkew : 0;
   const skewGain = skewAtIdle > 0 ? 1 - aSkew / skewAtIdle : 0;
   // the same test on the raw point (no noise guard), reported for comparison only
-  const rawIdle = 1 - a.idle / interp(pareto.map((p) => [p.skew, p.idle]), a.skew);
-  const rawSkew = 1 - a.skew / interp(pareto.map((p) => [p.idle, p.skew]), a.idle);
+  const rawIdle =
+    1 -
+    a.idle /
+      interp(
+        pareto.map((p) => [p.skew, p.idle]),
+        a.skew,
+      );
+  const rawSkew =
+    1 -
+    a.skew /
+      interp(
+        pareto.map((p) => [p.idle, p.skew]),
+        a.idle,
+      );
   return {
     idleAtSkew,
     skewAtIdle,
@@ -418,17 +454,24 @@ function frontierVerdict(fixed: Point[], a: Point) {
 }
 
 function svg(points: Point[]): string {
-  const W = 1200, H = 420, pad = 60, pw = (W - pad) / 3 - pad, ph = H - 2 * pad - 20;
+  const W = 1200,
+    H = 420,
+    pad = 60,
+    pw = (W - pad) / 3 - pad,
+    ph = H - 2 * pad - 20;
   const colors: Record<string, string> = { 'W=1': '#1f77b4', 'W=0.1N': '#2ca02c', 'W=0.3N': '#ff7f0e', 'W=0.5N': '#9467bd', 'W=N': '#d62728', adaptive: '#000000' };
   const parts: string[] = [];
   parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`);
   parts.push(`<rect width="${W}" height="${H}" fill="white"/>`);
   REGIMES.forEach((r, k) => {
     const pts = points.filter((p) => p.regime === r.name);
-    const x0 = pad + k * (pw + pad), y0 = pad;
+    const x0 = pad + k * (pw + pad),
+      y0 = pad;
     // skew axis over the points' range (every point sits above the sampling floor of a random batch)
-    const lo = Math.min(...pts.map((p) => p.skew - 2 * p.skewSE)), hi = Math.max(...pts.map((p) => p.skew + 2 * p.skewSE));
-    const minSkew = lo - 0.1 * (hi - lo), maxSkew = hi + 0.25 * (hi - lo);
+    const lo = Math.min(...pts.map((p) => p.skew - 2 * p.skewSE)),
+      hi = Math.max(...pts.map((p) => p.skew + 2 * p.skewSE));
+    const minSkew = lo - 0.1 * (hi - lo),
+      maxSkew = hi + 0.25 * (hi - lo);
     const maxIdle = Math.max(0.01, ...pts.map((p) => p.idle + 2 * p.idleSE)) * 1.1;
     const X = (s: number) => x0 + ((s - minSkew) / (maxSkew - minSkew)) * pw;
     const Y = (i: number) => y0 + ph - (i / maxIdle) * ph;
@@ -436,7 +479,8 @@ function svg(points: Point[]): string {
     parts.push(`<text x="${x0 + pw / 2}" y="${y0 - 9}" text-anchor="middle">training capacity = ${r.trainOverGen.toFixed(2)} x generation capacity</text>`);
     parts.push(`<rect x="${x0}" y="${y0}" width="${pw}" height="${ph}" fill="none" stroke="#888"/>`);
     for (let t = 0; t <= 4; t++) {
-      const sv = minSkew + ((maxSkew - minSkew) * t) / 4, iv = (maxIdle * t) / 4;
+      const sv = minSkew + ((maxSkew - minSkew) * t) / 4,
+        iv = (maxIdle * t) / 4;
       parts.push(`<text x="${X(sv)}" y="${y0 + ph + 14}" text-anchor="middle">${sv.toFixed(3)}</text>`);
       parts.push(`<text x="${x0 - 4}" y="${Y(iv) + 4}" text-anchor="end">${iv.toFixed(2)}</text>`);
     }
@@ -446,7 +490,8 @@ function svg(points: Point[]): string {
     parts.push(`<polyline fill="none" stroke="#999" stroke-dasharray="4 3" points="${fixed.map((p) => `${X(p.skew).toFixed(1)},${Y(p.idle).toFixed(1)}`).join(' ')}"/>`);
     for (const p of pts) {
       const c = colors[p.config] ?? '#555';
-      const cx = X(p.skew).toFixed(1), cy = Y(p.idle).toFixed(1);
+      const cx = X(p.skew).toFixed(1),
+        cy = Y(p.idle).toFixed(1);
       // 2-standard-error bars
       parts.push(`<line x1="${X(p.skew - 2 * p.skewSE).toFixed(1)}" y1="${cy}" x2="${X(p.skew + 2 * p.skewSE).toFixed(1)}" y2="${cy}" stroke="${c}" stroke-width="1"/>`);
       parts.push(`<line x1="${cx}" y1="${Y(p.idle - 2 * p.idleSE).toFixed(1)}" x2="${cx}" y2="${Y(p.idle + 2 * p.idleSE).toFixed(1)}" stroke="${c}" stroke-width="1"/>`);
@@ -455,7 +500,9 @@ function svg(points: Point[]): string {
       parts.push(`<text x="${Number(cx) + 7}" y="${Number(cy) - 6}" fill="${c}">${p.config}</text>`);
     }
   });
-  parts.push(`<text x="${pad}" y="${H - 8}" fill="#444">circles: fixed W (dashed: in order of W); square: adaptive; bars: 2 standard errors of each point alone (every W runs the same tasks, so differences are tighter: see the paired SE in the table). Lower-left is better.</text>`);
+  parts.push(
+    `<text x="${pad}" y="${H - 8}" fill="#444">circles: fixed W (dashed: in order of W); square: adaptive; bars: 2 standard errors of each point alone (every W runs the same tasks, so differences are tighter: see the paired SE in the table). Lower-left is better.</text>`,
+  );
   parts.push('</svg>');
   return parts.join('\n');
 }
@@ -468,7 +515,20 @@ function runScenario(sigma: number, seeds = SEEDS) {
     const pts = points.filter((p) => p.regime === r.name);
     const fixed = pts.filter((p) => p.config !== 'adaptive');
     const a = pts.find((p) => p.config === 'adaptive');
-    if (!a || fixed.length === 0) return { regime: r.name, idleAtSkew: NaN, skewAtIdle: NaN, idleGain: NaN, skewGain: NaN, pairedSkewSE: NaN, pairedIdleSE: NaN, beyond: false, beyondWithoutNoiseGuard: false, idleFalls: false, skewRises: false };
+    if (!a || fixed.length === 0)
+      return {
+        regime: r.name,
+        idleAtSkew: NaN,
+        skewAtIdle: NaN,
+        idleGain: NaN,
+        skewGain: NaN,
+        pairedSkewSE: NaN,
+        pairedIdleSE: NaN,
+        beyond: false,
+        beyondWithoutNoiseGuard: false,
+        idleFalls: false,
+        skewRises: false,
+      };
     const v = frontierVerdict(fixed, a);
     // expected shape: idle falls and skew rises with W, each within 2 standard errors of the previous point
     const idleFalls = fixed.every((p, i) => i === 0 || p.idle <= fixed[i - 1].idle + 2 * pairedSE(p.idleBlocks, fixed[i - 1].idleBlocks));
@@ -488,7 +548,9 @@ function forgeClaim(sc: Scenario) {
   return REGIMES.map((r) => {
     const pts = sc.points.filter((p) => p.regime === r.name);
     const get = (c: string) => pts.find((p) => p.config === c);
-    const fifo = get('W=1'), w3 = get('W=0.3N'), greedy = get('W=N');
+    const fifo = get('W=1'),
+      w3 = get('W=0.3N'),
+      greedy = get('W=N');
     if (!fifo || !w3 || !greedy) return null;
     const idleCut = fifo.idle > 0 ? 1 - w3.idle / fifo.idle : 0;
     const skewExcess = w3.skew / fifo.skew - 1;
@@ -528,7 +590,15 @@ function stragglerCheck(genCapacity: number) {
       const dropped = runs.reduce((a, r) => a + r.headDropped, 0);
       const lagVerMax = Math.max(...runs.map((r) => Math.max(...r.lagVer)));
       const skew = runs.flatMap((r) => r.skews).reduce((a, b) => a + b, 0) / runs.reduce((a, r) => a + r.skews.length, 0);
-      rows.push({ W: spec.label, 'head age limit': headAgeLimit ? headAgeLimit : 'none', idle: idle.toFixed(3), skew: skew.toFixed(4), 'traj/unit': throughput, 'lag ver max': lagVerMax, 'heads dropped': dropped });
+      rows.push({
+        W: spec.label,
+        'head age limit': headAgeLimit ? headAgeLimit : 'none',
+        idle: idle.toFixed(3),
+        skew: skew.toFixed(4),
+        'traj/unit': throughput,
+        'lag ver max': lagVerMax,
+        'heads dropped': dropped,
+      });
       out.push({ config: spec.label, headAgeLimit: headAgeLimit || null, idle, skew, throughput, lagVerMax, headsDropped: dropped });
     }
   printTable(`Pathological stragglers (0.5% of tasks x50), ${regime.name} regime, head age limit ${limit} time units (dropped heads summed over ${SEEDS} seeds)`, rows);
@@ -585,7 +655,14 @@ function main() {
   const stragglers = stragglerCheck(sc.genCapacity);
   const sensitivity = SENSITIVITY.map((sigma) => {
     const o = runScenario(sigma, SENSITIVITY_SEEDS);
-    return { sigma, adaptiveBeyondFrontierRegimes: o.beyond, verdicts: o.verdicts, forgeHolds: forgeClaim(o).filter((f) => f.holds).map((f) => f.regime) };
+    return {
+      sigma,
+      adaptiveBeyondFrontierRegimes: o.beyond,
+      verdicts: o.verdicts,
+      forgeHolds: forgeClaim(o)
+        .filter((f) => f.holds)
+        .map((f) => f.regime),
+    };
   });
   printTable(
     `Sensitivity to the within-level sigma (same rule, same knobs; ${SENSITIVITY_SEEDS} seeds per point)`,

@@ -42,7 +42,7 @@ export class SessionAuthenticator {
     const found = await this.lookups.find(sessionId, fingerprints);
     if (!found) throw viaUrl ? notFound() : GatewayError.unauthorized('invalid API key');
     if (viaUrl && header?.startsWith(KEY_PREFIX) && !constantTimeEqual(header, key)) {
-      throw GatewayError.unauthorized('the Authorization header carries another session key than the session URL: send that URL\'s key, or any placeholder that is not an Anvil key');
+      throw GatewayError.unauthorized("the Authorization header carries another session key than the session URL: send that URL's key, or any placeholder that is not an Anvil key");
     }
     const { session } = found;
     if (!keyMatches(key, session.keyHash)) throw GatewayError.unauthorized('invalid API key');

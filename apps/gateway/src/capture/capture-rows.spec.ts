@@ -104,7 +104,7 @@ describe('capture rows as deltas', () => {
     // The outbox migration comes after it and is undone first: it refuses while a record is unpublished.
     for (let i = 0; i < 200 && Number(((await h.ds.query(`SELECT count(*) AS "n" FROM "gateway_outbox"`)) as { n: string }[])[0].n) > 0; i++) await new Promise((r) => setTimeout(r, 20));
     // Every migration after the deltas one is undone first, newest first.
-    for (let undone = ''; undone !== 'GatewayCallDeltas1796200000000'; ) {
+    for (let undone = ''; undone !== 'GatewayCallDeltas1796200000000';) {
       undone = ((await h.ds.query(`SELECT "name" FROM "schema_migrations" ORDER BY "id" DESC LIMIT 1`)) as { name: string }[])[0].name;
       await h.ds.undoLastMigration({ transaction: 'each' });
     }

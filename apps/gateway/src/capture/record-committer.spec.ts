@@ -53,7 +53,16 @@ class FakeSql {
     const [eventIds, sessions, ks, frames, fromCapture, reused, deleted] = values.slice(17) as [string[], string[], number[], Buffer[], boolean[], number[], string[]];
     eventIds.forEach((id, i) => {
       const f = first.get(sessions[i]);
-      if (f !== undefined) this.outbox.set(id, { event_id: id, session_id: sessions[i], turn_index: f + ks[i], frame: frames[i], prompt_from_capture: fromCapture[i], reused_prompt_tokens: reused[i], created_at: Date.now() });
+      if (f !== undefined)
+        this.outbox.set(id, {
+          event_id: id,
+          session_id: sessions[i],
+          turn_index: f + ks[i],
+          frame: frames[i],
+          prompt_from_capture: fromCapture[i],
+          reused_prompt_tokens: reused[i],
+          created_at: Date.now(),
+        });
     });
     for (const id of deleted) this.outbox.delete(id);
     return out;
@@ -121,7 +130,11 @@ describe('RecordCommitter (group commit through the outbox)', () => {
     const commits = sql.statements.filter((s) => s.name === 'gw_commit_calls');
     expect(commits).toHaveLength(2);
     // The second statement: sessions aggregated, rows and outbox events numbered by their offset within the session.
-    expect(commits[1].values.slice(0, 3)).toEqual([['s1', 's2'], [3, 1], [2, 1]]);
+    expect(commits[1].values.slice(0, 3)).toEqual([
+      ['s1', 's2'],
+      [3, 1],
+      [2, 1],
+    ]);
     expect(commits[1].values[3]).toEqual(['b', 'c', 'd', 'e']);
     expect(commits[1].values[7]).toEqual([0, 1, 0, 2]);
     expect(commits[1].values[17]).toEqual(['b', 'c', 'd', 'e']);
@@ -220,14 +233,30 @@ describe('RecordCommitter (group commit through the outbox)', () => {
 
 describe('OutboxRelay sweeper', () => {
   const stale = (sql: FakeSql, id: string, turn: number, session = 's9') => {
-    sql.outbox.set(id, { event_id: id, session_id: session, turn_index: turn, frame: encodeEvent(record(id, 0)), prompt_from_capture: false, reused_prompt_tokens: 0, created_at: Date.now() - 60_000 });
+    sql.outbox.set(id, {
+      event_id: id,
+      session_id: session,
+      turn_index: turn,
+      frame: encodeEvent(record(id, 0)),
+      prompt_from_capture: false,
+      reused_prompt_tokens: 0,
+      created_at: Date.now() - 60_000,
+    });
   };
 
   it('publishes rows a stopped gateway left behind, with their reserved turns, then deletes them', async () => {
     const { sql, bus, relay } = setup();
     stale(sql, 'p', 4);
     stale(sql, 'q', 5);
-    sql.outbox.set('young', { event_id: 'young', session_id: 's9', turn_index: 6, frame: encodeEvent(record('young', 0)), prompt_from_capture: false, reused_prompt_tokens: 0, created_at: Date.now() });
+    sql.outbox.set('young', {
+      event_id: 'young',
+      session_id: 's9',
+      turn_index: 6,
+      frame: encodeEvent(record('young', 0)),
+      prompt_from_capture: false,
+      reused_prompt_tokens: 0,
+      created_at: Date.now(),
+    });
     expect(await relay.sweep()).toBe(2);
     expect(bus.turns()).toEqual(['p@4', 'q@5']);
     expect([...sql.outbox.keys()]).toEqual(['young']);
@@ -250,7 +279,11 @@ describe('OutboxRelay sweeper', () => {
     await dying.commit(req);
     await dying.commit(noCapture);
     const rows = [...sql.outbox.values()];
-    expect(rows.map((r) => [r.event_id, r.prompt_from_capture, r.reused_prompt_tokens])).toEqual([['c1', true, 3], ['c2', true, 3], ['plain', false, 0]]);
+    expect(rows.map((r) => [r.event_id, r.prompt_from_capture, r.reused_prompt_tokens])).toEqual([
+      ['c1', true, 3],
+      ['c2', true, 3],
+      ['plain', false, 0],
+    ]);
     expect(rows.map((r) => (decodeEvent(r.frame) as EventEnvelope<'llm_call.recorded'>).payload.promptDeltaIds.length)).toEqual([0, 0, 4]);
     const sweeper = new OutboxRelay(sql as unknown as SqlClient, bus as unknown as MessageBus, { staleAfterMs: 0, promptOf: async (id) => prompts.get(id) ?? null });
     expect(await sweeper.sweep()).toBe(3);
@@ -267,7 +300,15 @@ describe('OutboxRelay sweeper', () => {
     const { sql, bus, relay, committer } = setup({ staleAfterMs: 0, warn: (m) => warnings.push(m) });
     bus.fail = true;
     await committer.commit(request('s1', ['mine']));
-    sql.outbox.set('junk', { event_id: 'junk', session_id: 's9', turn_index: 0, frame: Buffer.from('not a frame'), prompt_from_capture: false, reused_prompt_tokens: 0, created_at: Date.now() - 60_000 });
+    sql.outbox.set('junk', {
+      event_id: 'junk',
+      session_id: 's9',
+      turn_index: 0,
+      frame: Buffer.from('not a frame'),
+      prompt_from_capture: false,
+      reused_prompt_tokens: 0,
+      created_at: Date.now() - 60_000,
+    });
     bus.fail = false;
     bus.hold = true; // the relay's own publish of `mine` is in flight while the sweep runs
     await new Promise((r) => setTimeout(r, 30));

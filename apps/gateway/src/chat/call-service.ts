@@ -172,9 +172,21 @@ export class CallService {
     const { messages, tools, toolChoice, extra, fingerprints } = input;
     let plan: PlannedPrompt;
     try {
-      plan = await planPrompt({ format: model.format, store: this.d.captures, sessionId: session.id, isFirstCall: session.callCount === 0, messages, tools, extra, fingerprints, match, renders: this.renders });
+      plan = await planPrompt({
+        format: model.format,
+        store: this.d.captures,
+        sessionId: session.id,
+        isFirstCall: session.callCount === 0,
+        messages,
+        tools,
+        extra,
+        fingerprints,
+        match,
+        renders: this.renders,
+      });
     } catch (err) {
-      if (err instanceof ChatTemplateError) throw new GatewayError('unrenderable', `the messages cannot be rendered with this model's chat template: ${err.message}`, 'unprocessable_messages', 'messages');
+      if (err instanceof ChatTemplateError)
+        throw new GatewayError('unrenderable', `the messages cannot be rendered with this model's chat template: ${err.message}`, 'unprocessable_messages', 'messages');
       throw err;
     }
     const forcedText = forcedToolCall(model, toolChoice, tools, plan, extra);
@@ -276,7 +288,8 @@ export class CallService {
       try {
         return await runGeneration({ client: this.d.client, request, tokenizer: call.model.format.tokenizer, stop: call.stop, signal, onText: opts.onText && ((t) => opts.onText?.(index, t)) });
       } catch (err) {
-        if (!failFast.signal.aborted && !opts.signal.aborted && !(err instanceof InferenceProxyError && err.status < 500)) this.d.logger.warn('generation failed at the inference-proxy', { sessionId: call.session.id, err });
+        if (!failFast.signal.aborted && !opts.signal.aborted && !(err instanceof InferenceProxyError && err.status < 500))
+          this.d.logger.warn('generation failed at the inference-proxy', { sessionId: call.session.id, err });
         failFast.abort();
         throw err;
       }
@@ -296,7 +309,9 @@ export class CallService {
     const { session, plan } = call;
     const fmt = call.model.format;
     const replies = generations.map((g, i) =>
-      call.kind === 'chat' ? buildAssistantReply(call.forcedText + g.text, { format: fmt, tools: call.tools, toolChoice: call.toolChoice, promptOpensThink: plan.promptOpensThink, idSeed: call.callIds[i] }) : null,
+      call.kind === 'chat'
+        ? buildAssistantReply(call.forcedText + g.text, { format: fmt, tools: call.tools, toolChoice: call.toolChoice, promptOpensThink: plan.promptOpensThink, idSeed: call.callIds[i] })
+        : null,
     );
     const branchId = call.branchId;
     const finishedAt = Date.now();
@@ -331,7 +346,9 @@ export class CallService {
               parentCallId: plan.parent?.callId ?? null,
               // The prefix hashes chain, and plan.messages fingerprint as the request's messages do
               // (the stored reply in place of its echo is checked equal by the same canonical form).
-              replyFingerprint: call.fingerprint ? appendFingerprint(call.fingerprint, reply.message) : (fingerprintMessages([...plan.messages, reply.message], call.tools, call.extra).at(-1) as string),
+              replyFingerprint: call.fingerprint
+                ? appendFingerprint(call.fingerprint, reply.message)
+                : (fingerprintMessages([...plan.messages, reply.message], call.tools, call.extra).at(-1) as string),
               messages: plan.messages,
               assistantMessage: reply.message,
               tools: call.tools,
@@ -359,7 +376,10 @@ export class CallService {
     this.d.metrics.capture.inc({ kind: plan.parent ? 'extend' : 'branch', reason: plan.branchCause ?? 'extends' });
     this.d.metrics.tokens.inc({ kind: 'prompt' }, plan.promptIds.length * answered.length);
     this.d.metrics.tokens.inc({ kind: 'reused_prompt' }, plan.reusedTokens * answered.length);
-    this.d.metrics.tokens.inc({ kind: 'output' }, generations.reduce((s, g) => s + g.outputIds.length, 0));
+    this.d.metrics.tokens.inc(
+      { kind: 'output' },
+      generations.reduce((s, g) => s + g.outputIds.length, 0),
+    );
     return results(recorded.firstTurn);
   }
 }

@@ -49,9 +49,7 @@ describe('tool_choice is enforced', () => {
     expect(tok.decode(record.outputIds)).toBe('", "arguments": {"a": 12, "b": 7}}\n</tool_call><|im_end|>');
     expect(data.usage?.completion_tokens).toBe(record.outputIds.length);
 
-    const next = await sdk.chat.completions
-      .create({ model: 'anvil-tiny', messages: [...messages, choice.message, { role: 'tool', tool_call_id: call.id, content: '19' }], tools })
-      .withResponse();
+    const next = await sdk.chat.completions.create({ model: 'anvil-tiny', messages: [...messages, choice.message, { role: 'tool', tool_call_id: call.id, content: '19' }], tools }).withResponse();
     expect(next.response.headers.get('x-anvil-capture')).toBe(`extend:${callId}`);
     expect(next.data.choices[0].message.content).toBe('I would rather talk.'); // auto: nothing forced
   });

@@ -50,7 +50,18 @@ export async function runGeneration(opts: {
     const firstTokenAt = r.outputIds.length === 0 ? null : typeof r.firstTokenMs === 'number' ? sentAt + Math.round(r.firstTokenMs) : Date.now();
     decoder.push(r.outputIds.filter((id) => !hidden.has(id)));
     decoder.flush();
-    return { outputIds: r.outputIds, logprobs: r.logprobs, versions: r.versions, ...(r.topLogprobs ? { topLogprobs: r.topLogprobs } : {}), finishReason: r.finishReason, text: decoder.text, stoppedByString: false, promptTokens: r.promptTokens, cachedPromptTokens: r.cachedPromptTokens, firstTokenAt };
+    return {
+      outputIds: r.outputIds,
+      logprobs: r.logprobs,
+      versions: r.versions,
+      ...(r.topLogprobs ? { topLogprobs: r.topLogprobs } : {}),
+      finishReason: r.finishReason,
+      text: decoder.text,
+      stoppedByString: false,
+      promptTokens: r.promptTokens,
+      cachedPromptTokens: r.cachedPromptTokens,
+      firstTokenAt,
+    };
   }
   const matcher = new StopStringMatcher(opts.stop);
   const ids: number[] = [];
@@ -71,7 +82,18 @@ export async function runGeneration(opts: {
       if (next.done) {
         const r = next.value;
         decoder.flush();
-        return { outputIds: ids, logprobs, versions, ...(top ? { topLogprobs: top } : {}), finishReason: r.finishReason, text: decoder.text, stoppedByString: false, promptTokens: r.promptTokens, cachedPromptTokens: r.cachedPromptTokens, firstTokenAt };
+        return {
+          outputIds: ids,
+          logprobs,
+          versions,
+          ...(top ? { topLogprobs: top } : {}),
+          finishReason: r.finishReason,
+          text: decoder.text,
+          stoppedByString: false,
+          promptTokens: r.promptTokens,
+          cachedPromptTokens: r.cachedPromptTokens,
+          firstTokenAt,
+        };
       }
       const chunk = next.value;
       if (firstTokenAt === null && chunk.ids.length > 0) firstTokenAt = Date.now();

@@ -26,7 +26,11 @@ describe('the gateway edge as a new user meets it', () => {
   afterAll(() => h?.close());
 
   it('answers text/plain, form-encoded and undeclared bodies with 415 saying to send JSON', async () => {
-    for (const [contentType, body] of [['text/plain', JSON.stringify(chat)], ['application/x-www-form-urlencoded', 'model=anvil-tiny'], [undefined, JSON.stringify(chat)]] as const) {
+    for (const [contentType, body] of [
+      ['text/plain', JSON.stringify(chat)],
+      ['application/x-www-form-urlencoded', 'model=anvil-tiny'],
+      [undefined, JSON.stringify(chat)],
+    ] as const) {
       const r = await post('/v1/chat/completions', body, { authorization: `Bearer ${key}`, ...(contentType ? { 'content-type': contentType } : {}) });
       expect(r.status, String(contentType)).toBe(415);
       const { error } = JSON.parse(r.text) as { error: { message: string; code: string } };
@@ -39,7 +43,9 @@ describe('the gateway edge as a new user meets it', () => {
 
   it('names the limit or the offending content part, once', async () => {
     const client = new OpenAI({ baseURL: `${h.baseUrl}/v1`, apiKey: key, maxRetries: 0 });
-    const tooMany = await client.chat.completions.create({ ...chat, messages: [{ role: 'user', content: 'hi' }], stop: ['a', 'b', 'c', 'd', 'e'] }).catch((e: { status: number; message: string; param: string }) => e);
+    const tooMany = await client.chat.completions
+      .create({ ...chat, messages: [{ role: 'user', content: 'hi' }], stop: ['a', 'b', 'c', 'd', 'e'] })
+      .catch((e: { status: number; message: string; param: string }) => e);
     expect(tooMany).toMatchObject({ status: 400, param: 'stop' });
     expect((tooMany as { message: string }).message).toContain('at most 4');
     const image = await client.chat.completions
@@ -59,7 +65,7 @@ describe('the gateway edge as a new user meets it', () => {
     expect(r.text).toContain('/sessions/<session key>/v1/no-such-route');
   });
 
-  it('under the per-session URL refuses another session\'s key in Authorization (401) and ignores a placeholder', async () => {
+  it("under the per-session URL refuses another session's key in Authorization (401) and ignores a placeholder", async () => {
     const other = await h.createSession();
     const wrong = await post(`/sessions/${key}/v1/chat/completions`, JSON.stringify(chat), { 'content-type': 'application/json', authorization: `Bearer ${other.apiKey}` });
     expect(wrong.status).toBe(401);

@@ -44,7 +44,13 @@ export class GatewayLifecycle implements OnModuleInit, OnApplicationBootstrap, O
     });
     this.readiness.add({ name: 'inference-proxy', check: () => this.probe.check() });
     for (const m of this.registry.list()) {
-      this.logger.info('serving model', { model: m.name, chatFormat: this.config.GATEWAY_CHAT_FORMAT, tokenizer: m.format.tokenizer.name, vocabSize: m.format.tokenizer.vocabSize, maxContextTokens: m.maxContextTokens });
+      this.logger.info('serving model', {
+        model: m.name,
+        chatFormat: this.config.GATEWAY_CHAT_FORMAT,
+        tokenizer: m.format.tokenizer.name,
+        vocabSize: m.format.tokenizer.vocabSize,
+        maxContextTokens: m.maxContextTokens,
+      });
     }
     this.outbox.start();
   }

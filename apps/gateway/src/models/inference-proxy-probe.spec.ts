@@ -30,7 +30,7 @@ describe('InferenceProxyProbe over a real HTTP client', () => {
   afterAll(() => new Promise<void>((r) => server.close(() => r())));
   const replica = (over: Record<string, unknown>) => ({ id: 'r1', healthy: true, routable: true, inFlight: 0, weightsVersion: null, prefixCacheHitRate: 0, model: 'm', ...over });
 
-  it('is ready with a routable replica of the tokenizer\'s vocabulary', async () => {
+  it("is ready with a routable replica of the tokenizer's vocabulary", async () => {
     report = { deployment: 'd', replicas: [replica({ vocabSize: 272 })] };
     const probe = new InferenceProxyProbe(new InferenceProxyClient({ baseUrl: url }), new ByteTokenizer(), () => expect.unreachable());
     await expect(probe.check()).resolves.toBe(1);

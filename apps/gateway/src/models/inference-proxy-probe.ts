@@ -18,7 +18,8 @@ export function vocabularyMismatch(tokenizerVocab: number, modelVocab: number | 
   if (typeof modelVocab !== 'number') return null;
   if (modelVocab < tokenizerVocab) return `it has ${tokenizerVocab - modelVocab} ids fewer than the tokenizer`;
   const allowance = vocabPaddingAllowance(tokenizerVocab);
-  if (modelVocab - tokenizerVocab > allowance) return `it has ${modelVocab - tokenizerVocab} ids more than the tokenizer (at most ${allowance} of embedding padding are allowed), which would decode to nothing`;
+  if (modelVocab - tokenizerVocab > allowance)
+    return `it has ${modelVocab - tokenizerVocab} ids more than the tokenizer (at most ${allowance} of embedding padding are allowed), which would decode to nothing`;
   return null;
 }
 

@@ -50,7 +50,8 @@ export function buildAssistantReply(text: string, o: ReplyOptions): AssistantRep
   let parsed = parseAssistantOutput(text, { format, tools: o.tools, reasoning, idSeed: o.idSeed });
   let toolCallIssue: string | null = null;
   if (parsed.unknownTools.length > 0 || parsed.malformed) {
-    toolCallIssue = parsed.unknownTools.length > 0 ? `the model called tools that were not offered: ${parsed.unknownTools.join(', ')}` : `malformed tool call: ${parsed.issues[0]?.message ?? 'unparseable block'}`;
+    toolCallIssue =
+      parsed.unknownTools.length > 0 ? `the model called tools that were not offered: ${parsed.unknownTools.join(', ')}` : `malformed tool call: ${parsed.issues[0]?.message ?? 'unparseable block'}`;
     parsed = parseAssistantOutput(text, { format: 'none', reasoning, idSeed: o.idSeed });
   }
   const message: ChatMessage = { role: 'assistant', content: parsed.content ?? (parsed.toolCalls.length > 0 ? null : '') };

@@ -17,7 +17,10 @@ function contentError(issue: { input?: unknown }): string {
   if (typeof type === 'string') return `content part type \`${type.slice(0, 64)}\` is not supported; only \`text\` parts are`;
   return 'must be a string, null, or an array of {"type": "text", "text": string} parts';
 }
-const content = z.union([z.string(), z.array(textPart)], { error: contentError }).nullable().optional();
+const content = z
+  .union([z.string(), z.array(textPart)], { error: contentError })
+  .nullable()
+  .optional();
 
 const toolCall = z.object({
   id: z.string().min(1).max(256),
@@ -50,10 +53,7 @@ export const toolSchema = z.object({
   }),
 });
 
-export const toolChoiceSchema = z.union([
-  z.enum(['none', 'auto', 'required']),
-  z.object({ type: z.literal('function'), function: z.object({ name: z.string().min(1) }) }),
-]);
+export const toolChoiceSchema = z.union([z.enum(['none', 'auto', 'required']), z.object({ type: z.literal('function'), function: z.object({ name: z.string().min(1) }) })]);
 
 /** OpenAI's limit: up to 4 stop sequences. */
 export const MAX_STOP_STRINGS = 4;
@@ -71,7 +71,13 @@ const sampling = {
   top_p: z.number().gt(0).max(1).nullable().optional(),
   /** vLLM's extension; 0 or -1 = off. */
   top_k: z.number().int().min(-1).nullable().optional(),
-  seed: z.number().int().min(-(2 ** 53)).max(2 ** 53).nullable().optional(),
+  seed: z
+    .number()
+    .int()
+    .min(-(2 ** 53))
+    .max(2 ** 53)
+    .nullable()
+    .optional(),
   stream: z.boolean().nullable().optional(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullable().optional(),
 };

@@ -73,7 +73,13 @@ export function chatCompletion(call: PreparedCall, choices: readonly ChoiceResul
     system_fingerprint: null,
     choices: choices.map((c) => ({
       index: c.index,
-      message: { role: 'assistant' as const, content: c.reply?.message.content ?? null, refusal: null, ...(c.reply?.message.tool_calls ? { tool_calls: c.reply.message.tool_calls } : {}), ...(c.reply?.message.reasoning_content !== undefined ? { reasoning_content: c.reply.message.reasoning_content } : {}) },
+      message: {
+        role: 'assistant' as const,
+        content: c.reply?.message.content ?? null,
+        refusal: null,
+        ...(c.reply?.message.tool_calls ? { tool_calls: c.reply.message.tool_calls } : {}),
+        ...(c.reply?.message.reasoning_content !== undefined ? { reasoning_content: c.reply.message.reasoning_content } : {}),
+      },
       logprobs: call.logprobs ? chatLogprobs(tok, c.generation.outputIds, c.generation.logprobs, call.model.format.stopTokenIds, c.generation.topLogprobs) : null,
       finish_reason: c.finishReason,
     })),

@@ -31,7 +31,9 @@ describe('streamed completions and top logprobs', () => {
 
   it('streams /v1/completions: the chunks add up to the JSON answer, then finish_reason, usage and [DONE], the call recorded', async () => {
     const json = await client.completions.create({ model: 'anvil-tiny', prompt: 'Tell a story', max_tokens: 64 });
-    const { data: stream, response } = await client.completions.create({ model: 'anvil-tiny', prompt: 'Tell a story', max_tokens: 64, stream: true, stream_options: { include_usage: true } }).withResponse();
+    const { data: stream, response } = await client.completions
+      .create({ model: 'anvil-tiny', prompt: 'Tell a story', max_tokens: 64, stream: true, stream_options: { include_usage: true } })
+      .withResponse();
     let text = '';
     const finishes: (string | null)[] = [];
     let usage: OpenAI.CompletionUsage | undefined;

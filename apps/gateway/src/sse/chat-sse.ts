@@ -17,8 +17,11 @@ export function openChatStream(call: PreparedCall, reply: FastifyReply, headers:
   for (const [k, v] of Object.entries(headers)) reply.raw.setHeader(k, v);
   const sse = new SseStream(reply.raw);
   const base = { id: completionId(call), object: 'chat.completion.chunk', created: Math.floor(call.receivedAt / 1000), model: call.model.name, system_fingerprint: null };
-  const chunk = (index: number, delta: Record<string, unknown>, finish: string | null = null, logprobs: unknown = null) => sse.send({ ...base, choices: [{ index, delta, logprobs, finish_reason: finish }] });
-  const streamers = call.callIds.map(() => new ContentStreamer({ format: call.model.format, tools: call.tools, toolChoice: call.toolChoice, promptOpensThink: call.plan.promptOpensThink, stop: call.stop }));
+  const chunk = (index: number, delta: Record<string, unknown>, finish: string | null = null, logprobs: unknown = null) =>
+    sse.send({ ...base, choices: [{ index, delta, logprobs, finish_reason: finish }] });
+  const streamers = call.callIds.map(
+    () => new ContentStreamer({ format: call.model.format, tools: call.tools, toolChoice: call.toolChoice, promptOpensThink: call.plan.promptOpensThink, stop: call.stop }),
+  );
   const opened = call.callIds.map(() => false);
   const open = (i: number) => {
     if (opened[i]) return;

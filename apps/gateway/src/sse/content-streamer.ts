@@ -26,9 +26,7 @@ export class ContentStreamer {
   private readonly stops: StopStringMatcher;
   private readonly toolCalls: boolean;
 
-  constructor(
-    private readonly o: { format: ChatFormat; tools: ToolDefinition[] | null; toolChoice: ChatRequest['tool_choice']; promptOpensThink: boolean; stop: readonly string[] },
-  ) {
+  constructor(private readonly o: { format: ChatFormat; tools: ToolDefinition[] | null; toolChoice: ChatRequest['tool_choice']; promptOpensThink: boolean; stop: readonly string[] }) {
     this.stops = new StopStringMatcher(o.stop);
     this.toolCalls = parsesToolCalls(o);
   }

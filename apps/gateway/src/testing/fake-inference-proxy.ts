@@ -31,7 +31,12 @@ export class FakeInferenceProxy {
     this.server = createServer((req, res) => {
       if (req.method === 'GET' && req.url === '/internal/v1/replicas') {
         res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ deployment: 'fake', replicas: [{ id: 'fake', healthy: true, routable: true, inFlight: 0, weightsVersion: null, prefixCacheHitRate: 0, model: 'scripted', vocabSize: this.vocabSize }] }));
+        res.end(
+          JSON.stringify({
+            deployment: 'fake',
+            replicas: [{ id: 'fake', healthy: true, routable: true, inFlight: 0, weightsVersion: null, prefixCacheHitRate: 0, model: 'scripted', vocabSize: this.vocabSize }],
+          }),
+        );
         return;
       }
       let body = '';
@@ -64,7 +69,17 @@ export class FakeInferenceProxy {
     // Asked for alternatives: the sampled id first, then the next ids, each less likely.
     const k = req.topLogprobs ?? 0;
     const top = k > 0 ? ids.map((id, i) => ({ ids: Array.from({ length: k }, (_, j) => (id + j) % 272), logprobs: Array.from({ length: k }, (_, j) => logprobs[i] - j) })) : undefined;
-    const response = { requestId: req.requestId, outputIds: ids, logprobs, versions, finishReason: finish, promptTokens: req.promptIds.length, cachedPromptTokens: 0, replica: 'fake', ...(top ? { topLogprobs: top } : {}) };
+    const response = {
+      requestId: req.requestId,
+      outputIds: ids,
+      logprobs,
+      versions,
+      finishReason: finish,
+      promptTokens: req.promptIds.length,
+      cachedPromptTokens: 0,
+      replica: 'fake',
+      ...(top ? { topLogprobs: top } : {}),
+    };
     if (!req.stream) {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify(response));
@@ -73,7 +88,10 @@ export class FakeInferenceProxy {
     res.writeHead(200, { 'content-type': 'application/x-ndjson' });
     for (let i = 0; i < ids.length; i += 3) {
       if (res.destroyed) return;
-      res.write(JSON.stringify({ type: 'tokens', ids: ids.slice(i, i + 3), logprobs: logprobs.slice(i, i + 3), versions: versions.slice(i, i + 3), ...(top ? { topLogprobs: top.slice(i, i + 3) } : {}) }) + '\n');
+      res.write(
+        JSON.stringify({ type: 'tokens', ids: ids.slice(i, i + 3), logprobs: logprobs.slice(i, i + 3), versions: versions.slice(i, i + 3), ...(top ? { topLogprobs: top.slice(i, i + 3) } : {}) }) +
+          '\n',
+      );
       if (this.tokenDelayMs) await new Promise((r) => setTimeout(r, this.tokenDelayMs));
     }
     res.end(JSON.stringify({ type: 'done', response }) + '\n');

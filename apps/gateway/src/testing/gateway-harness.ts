@@ -47,7 +47,9 @@ export interface GatewayHarness {
   config: GatewayConfig;
   /** llm_call.recorded events published so far (read back from the bus). */
   records: RecordedCall[];
-  createSession(body?: Partial<{ rolloutId: string; groupId: string; taskId: string; model: string; expiresAt: number; maxContextTokens: number }>): Promise<{ sessionId: string; apiKey: string; baseUrl: string }>;
+  createSession(
+    body?: Partial<{ rolloutId: string; groupId: string; taskId: string; model: string; expiresAt: number; maxContextTokens: number }>,
+  ): Promise<{ sessionId: string; apiKey: string; baseUrl: string }>;
   admin(path: string, init?: RequestInit): Promise<Response>;
   requestsFor(sessionId: string): GenerateRequest[];
   close(): Promise<void>;
@@ -105,7 +107,11 @@ export async function startGatewayHarness(opts: { script?: (req: GenerateRequest
   const logger = createLogger({ service: 'gateway', level: 'error' });
   const root: DynamicModule = {
     module: HarnessRootModule,
-    imports: [OpsModule.forRoot({ service: 'gateway', logger, metrics: new ServiceMetrics('gateway') }), HarnessInfraModule.forRoot(), GatewayApiModule.forRoot({ ...config, DB_MIGRATE_ON_START: false })],
+    imports: [
+      OpsModule.forRoot({ service: 'gateway', logger, metrics: new ServiceMetrics('gateway') }),
+      HarnessInfraModule.forRoot(),
+      GatewayApiModule.forRoot({ ...config, DB_MIGRATE_ON_START: false }),
+    ],
   };
   const app = await NestFactory.create<NestFastifyApplication>(root, new FastifyAdapter({ bodyLimit: config.MAX_REQUEST_BYTES }), { logger: false, abortOnError: false });
   await app.listen(0, '127.0.0.1');
@@ -127,7 +133,10 @@ export async function startGatewayHarness(opts: { script?: (req: GenerateRequest
     admin,
     async createSession(body = {}) {
       sessions++;
-      const res = await admin('/admin/v1/sessions', { method: 'POST', body: JSON.stringify({ rolloutId: `rollout-${sessions}`, groupId: 'group-1', taskId: 'task-1', model: config.GATEWAY_MODEL_NAME, ...body }) });
+      const res = await admin('/admin/v1/sessions', {
+        method: 'POST',
+        body: JSON.stringify({ rolloutId: `rollout-${sessions}`, groupId: 'group-1', taskId: 'task-1', model: config.GATEWAY_MODEL_NAME, ...body }),
+      });
       if (res.status !== 201) throw new Error(`createSession: ${res.status} ${await res.text()}`);
       return (await res.json()) as { sessionId: string; apiKey: string; baseUrl: string };
     },

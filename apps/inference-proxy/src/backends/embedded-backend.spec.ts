@@ -43,7 +43,7 @@ describe('EmbeddedBackend over @anvil/engine', async () => {
     expect(JSON.parse(health.detail!)).toMatchObject({ prefixCacheHitTokens: seq.length - 1 });
   });
 
-  it('passes the engine\'s top logprobs on (k per token, the same in chunks and result; greedy: the sampled token first)', async () => {
+  it("passes the engine's top logprobs on (k per token, the same in chunks and result; greedy: the sampled token first)", async () => {
     const chunks: TokenChunk[] = [];
     const r = await backend.generate({ requestId: 'top', promptIds: [3, 1, 4, 1, 5], sampling: sampling({ temperature: 0, maxTokens: 5, topLogprobs: 3 }) }, { onTokens: (c) => chunks.push(c) });
     expect(r.topLogprobs).toHaveLength(5);
@@ -59,10 +59,7 @@ describe('EmbeddedBackend over @anvil/engine', async () => {
   it('aborts at a token boundary, refuses invalid prompts with a request error', async () => {
     const ac = new AbortController();
     let n = 0;
-    const r = await backend.generate(
-      { requestId: 'c', promptIds: [3, 4], sampling: sampling({ maxTokens: 5000 }) },
-      { signal: ac.signal, onTokens: () => ++n === 3 && ac.abort() },
-    );
+    const r = await backend.generate({ requestId: 'c', promptIds: [3, 4], sampling: sampling({ maxTokens: 5000 }) }, { signal: ac.signal, onTokens: () => ++n === 3 && ac.abort() });
     expect(r.finishReason).toBe('abort');
     expect(r.outputIds).toHaveLength(3);
     expect(backend.inFlight).toBe(0);
@@ -90,7 +87,7 @@ describe('EmbeddedBackend over @anvil/engine', async () => {
     }
   });
 
-  it('createBackends builds the embedded replica without a checkpoint dir (built-in tiny model over the byte tokenizer\'s vocabulary)', async () => {
+  it("createBackends builds the embedded replica without a checkpoint dir (built-in tiny model over the byte tokenizer's vocabulary)", async () => {
     const [b] = await createBackends({ INFERENCE_BACKEND: 'embedded' } as InferenceProxyConfig);
     expect(b.kind).toBe('embedded');
     expect(b.id).toBe('embedded-tiny-random-seed0');

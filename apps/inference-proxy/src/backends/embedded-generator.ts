@@ -58,10 +58,7 @@ export interface EmbeddedGeneratorStats {
  * boot, route and test the service without weights. Loaded lazily so the external backends never
  * load the native addon.
  */
-export async function createEngineGenerator(
-  checkpointDir: string | undefined,
-  options: { maxBatch?: number; seed?: number; prefixCacheBytes?: number } = {},
-): Promise<EmbeddedGenerator> {
+export async function createEngineGenerator(checkpointDir: string | undefined, options: { maxBatch?: number; seed?: number; prefixCacheBytes?: number } = {}): Promise<EmbeddedGenerator> {
   const { createGenerator } = await import('@anvil/engine');
   return createGenerator(checkpointDir || undefined, options);
 }

@@ -117,7 +117,8 @@ export abstract class ExternalBackend implements InferenceBackend {
           pushAll(outputIds, step.ids);
           pushAll(logprobs, step.logprobs);
           if (wantTop) {
-            if (step.topLogprobs?.length !== step.ids.length) throw new BackendUnavailableError(this.id, `asked for top logprobs, got ${step.topLogprobs?.length ?? 0} entries for ${step.ids.length} tokens`);
+            if (step.topLogprobs?.length !== step.ids.length)
+              throw new BackendUnavailableError(this.id, `asked for top logprobs, got ${step.topLogprobs?.length ?? 0} entries for ${step.ids.length} tokens`);
             pushAll(topLogprobs, step.topLogprobs);
           }
           opts.onTokens?.(wantTop ? { ids: step.ids, logprobs: step.logprobs, topLogprobs: step.topLogprobs } : { ids: step.ids, logprobs: step.logprobs });

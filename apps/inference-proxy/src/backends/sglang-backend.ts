@@ -89,7 +89,10 @@ export class SglangBackend extends ExternalBackend {
   }
 
   async loadWeights(req: LoadWeightsRequest): Promise<void> {
-    const res = (await postJson(this.id, `${this.baseUrl}/update_weights_from_disk`, { model_path: req.checkpointUri }, { timeoutMs: this.loadTimeoutMs })) as { success?: boolean; message?: string } | null;
+    const res = (await postJson(this.id, `${this.baseUrl}/update_weights_from_disk`, { model_path: req.checkpointUri }, { timeoutMs: this.loadTimeoutMs })) as {
+      success?: boolean;
+      message?: string;
+    } | null;
     if (!res?.success) throw new BackendUnavailableError(this.id, `update_weights_from_disk failed: ${res?.message ?? 'no answer'}`);
   }
 }

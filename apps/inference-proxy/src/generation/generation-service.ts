@@ -83,7 +83,18 @@ export class GenerationService {
     let firstTokenMs: number | null = null;
     const finish = (finishReason: FinishReason): GenerateResponse => {
       this.metrics.requests.inc({ outcome: finishReason });
-      return { requestId: req.requestId, outputIds: ids, logprobs, versions, finishReason, promptTokens: req.promptIds.length, cachedPromptTokens: cachedPromptTokens ?? 0, replica: lastReplica, firstTokenMs, ...(topLogprobs ? { topLogprobs } : {}) };
+      return {
+        requestId: req.requestId,
+        outputIds: ids,
+        logprobs,
+        versions,
+        finishReason,
+        promptTokens: req.promptIds.length,
+        cachedPromptTokens: cachedPromptTokens ?? 0,
+        replica: lastReplica,
+        firstTokenMs,
+        ...(topLogprobs ? { topLogprobs } : {}),
+      };
     };
 
     try {
@@ -146,7 +157,12 @@ export class GenerationService {
                 if (topLogprobs) topLogprobs.push(...(chunk.topLogprobs ?? chunk.ids.map(() => ({ ids: [], logprobs: [] }))));
                 replica.tokensGenerated += chunk.ids.length;
                 this.metrics.tokens.inc({ replica: replica.id }, chunk.ids.length);
-                opts.onChunk?.({ ids: chunk.ids, logprobs: chunk.logprobs, versions: stamped, ...(topLogprobs ? { topLogprobs: chunk.topLogprobs ?? chunk.ids.map(() => ({ ids: [], logprobs: [] })) } : {}) });
+                opts.onChunk?.({
+                  ids: chunk.ids,
+                  logprobs: chunk.logprobs,
+                  versions: stamped,
+                  ...(topLogprobs ? { topLogprobs: chunk.topLogprobs ?? chunk.ids.map(() => ({ ids: [], logprobs: [] })) } : {}),
+                });
               },
             },
           );

@@ -13,7 +13,7 @@ describe('rendezvous hashing', () => {
     expect(owner('x', members)).toBe(owner('x', [...members].reverse()));
   });
 
-  it('moves only the leaving replica\'s sessions when one leaves', () => {
+  it("moves only the leaving replica's sessions when one leaves", () => {
     const members = ['a', 'b', 'c', 'd', 'e'];
     const without = members.filter((m) => m !== 'c');
     let moved = 0;

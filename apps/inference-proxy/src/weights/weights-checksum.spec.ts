@@ -17,7 +17,11 @@ describe('weights.published checksum', async () => {
   const root = mkdtempSync(join(tmpdir(), 'anvil-weights-sha-'));
   afterAll(() => rmSync(root, { recursive: true, force: true }));
   const published = (version: number, dir: string, sha256: string) =>
-    createEvent('weights.published', { version, parentVersion: version - 1, step: version, checkpointId: `v${version}`, checkpointUri: dir, format: 'hf-safetensors', sha256, publishedAt: Date.now() }, { key: String(version), producer: 'test' });
+    createEvent(
+      'weights.published',
+      { version, parentVersion: version - 1, step: version, checkpointId: `v${version}`, checkpointUri: dir, format: 'hf-safetensors', sha256, publishedAt: Date.now() },
+      { key: String(version), producer: 'test' },
+    );
 
   it('swaps to a checkpoint whose files match, refuses a corrupted one and keeps serving the active weights', async () => {
     const rt = testRuntime([new EmbeddedBackend(await createEngineGenerator(undefined, { seed: 1 }))]);

@@ -71,7 +71,8 @@ export class CallStore {
     const rows: { prompt: Buffer; complete: boolean; expected: number }[] = await db.query(FULL_PROMPT_SQL, [callId]);
     if (rows.length === 0) throw new MissingParentError(callId, `call ${callId} is not stored, or a call on its parent chain is missing`);
     const prompt = decodeTokenArray(Int32Array, rows[0].prompt);
-    if (prompt.length !== Number(rows[0].expected)) throw new MissingParentError(callId, `call ${callId}: rebuilt ${prompt.length} prompt ids, the row says ${rows[0].expected} (a parent on its chain is missing)`);
+    if (prompt.length !== Number(rows[0].expected))
+      throw new MissingParentError(callId, `call ${callId}: rebuilt ${prompt.length} prompt ids, the row says ${rows[0].expected} (a parent on its chain is missing)`);
     return prompt;
   }
 

@@ -53,7 +53,13 @@ export class DataPoolIngestion {
       case 'rollout.started': {
         const p = event.payload as typeof event.payload & { queuePosition?: number; purpose?: 'train' | 'eval' };
         if (p.purpose === 'eval') return; // evaluation rollouts are never trained on
-        await m.query(`INSERT INTO "data_pool_groups" ("group_id", "run_id", "task_id", "group_size", "opened_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0)) ON CONFLICT DO NOTHING`, [p.groupId, this.runId, p.taskId, p.groupSize, p.startedAt]);
+        await m.query(`INSERT INTO "data_pool_groups" ("group_id", "run_id", "task_id", "group_size", "opened_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0)) ON CONFLICT DO NOTHING`, [
+          p.groupId,
+          this.runId,
+          p.taskId,
+          p.groupSize,
+          p.startedAt,
+        ]);
         // queue position: the rollout-manager's submission order, else arrival order (a counter
         // on the run's scheduler row: its row lock orders concurrent partitions)
         let position = p.queuePosition ?? null;
@@ -75,8 +81,16 @@ export class DataPoolIngestion {
       }
       case 'train_batch.trained': {
         const p = event.payload;
-        await m.query(`UPDATE "data_pool_batch_stats" SET "trained_at" = to_timestamp($2::float8 / 1000.0), "trained_version" = $3, "checkpointed" = $4 WHERE "batch_id" = $1`, [p.batchId, event.occurredAt, p.policyVersion, p.checkpointed]);
-        await m.query(`UPDATE "data_pool_scheduler" SET "last_trained_at" = greatest(coalesce("last_trained_at", to_timestamp(0)), to_timestamp($2::float8 / 1000.0)) WHERE "run_id" = $1`, [this.runId, event.occurredAt]);
+        await m.query(`UPDATE "data_pool_batch_stats" SET "trained_at" = to_timestamp($2::float8 / 1000.0), "trained_version" = $3, "checkpointed" = $4 WHERE "batch_id" = $1`, [
+          p.batchId,
+          event.occurredAt,
+          p.policyVersion,
+          p.checkpointed,
+        ]);
+        await m.query(`UPDATE "data_pool_scheduler" SET "last_trained_at" = greatest(coalesce("last_trained_at", to_timestamp(0)), to_timestamp($2::float8 / 1000.0)) WHERE "run_id" = $1`, [
+          this.runId,
+          event.occurredAt,
+        ]);
         return;
       }
       default:

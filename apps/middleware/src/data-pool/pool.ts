@@ -53,7 +53,8 @@ export function dataPoolConfig(input: Partial<DataPoolConfig> = {}): DataPoolCon
   };
   const problems: string[] = [];
   if (c.batchTrajectories === undefined && c.batchTokens === undefined) c.batchTrajectories = 4;
-  if (c.batchTrajectories !== undefined && !(Number.isInteger(c.batchTrajectories) && c.batchTrajectories > 0)) problems.push(`batchTrajectories: must be a positive integer, got ${c.batchTrajectories}`);
+  if (c.batchTrajectories !== undefined && !(Number.isInteger(c.batchTrajectories) && c.batchTrajectories > 0))
+    problems.push(`batchTrajectories: must be a positive integer, got ${c.batchTrajectories}`);
   if (c.batchTokens !== undefined && !(Number.isInteger(c.batchTokens) && c.batchTokens > 0)) problems.push(`batchTokens: must be a positive integer, got ${c.batchTokens}`);
   for (const k of ['callWaitMs', 'groupTimeoutMs', 'leaseMs', 'stalenessK'] as const) if (!(Number.isFinite(c[k]) && c[k] >= 0)) problems.push(`${k}: must be a non-negative number, got ${c[k]}`);
   if (problems.length) throw new DataPoolConfigError(problems);
@@ -131,7 +132,12 @@ export class DataPool {
     private readonly ds: DataSource,
     private readonly outbox: Outbox,
     readonly cfg: DataPoolConfig,
-    private readonly hooks: { onBatch?: (id: string, stats: TrainBatchStats) => void; onSettled?: (status: 'ready' | 'dropped', reason: string | null) => void; onDropped?: (reason: string) => void; warn?: (msg: string, fields: Record<string, unknown>) => void } = {},
+    private readonly hooks: {
+      onBatch?: (id: string, stats: TrainBatchStats) => void;
+      onSettled?: (status: 'ready' | 'dropped', reason: string | null) => void;
+      onDropped?: (reason: string) => void;
+      warn?: (msg: string, fields: Record<string, unknown>) => void;
+    } = {},
   ) {
     this.calls = new CallStore(ds);
   }
@@ -139,11 +145,13 @@ export class DataPool {
   /** Takes or renews the run's scheduler lease; true when this instance is the active scheduler. */
   async acquireLease(): Promise<boolean> {
     await this.ds.query(`INSERT INTO "data_pool_scheduler" ("run_id") VALUES ($1) ON CONFLICT DO NOTHING`, [this.cfg.runId]);
-    const rows = returned(await this.ds.query(
-      `UPDATE "data_pool_scheduler" SET "owner" = $2, "lease_until" = now() + make_interval(secs => $3::float8)
+    const rows = returned(
+      await this.ds.query(
+        `UPDATE "data_pool_scheduler" SET "owner" = $2, "lease_until" = now() + make_interval(secs => $3::float8)
        WHERE "run_id" = $1 AND ("owner" IS NULL OR "owner" = $2 OR "lease_until" < now()) RETURNING "owner"`,
-      [this.cfg.runId, this.cfg.owner, this.cfg.leaseMs / 1000],
-    ));
+        [this.cfg.runId, this.cfg.owner, this.cfg.leaseMs / 1000],
+      ),
+    );
     return rows.length > 0;
   }
 
@@ -327,7 +335,10 @@ export class DataPool {
         if (s.fate === 'drop') {
           droppedCount++;
           this.hooks.onDropped?.(s.reason?.split(':')[0] ?? 'dropped');
-          await m.query(`UPDATE "data_pool_queue" SET "status" = 'dropped', "reason" = coalesce("reason", $2) WHERE "rollout_id" = $1 AND "status" IN ('pending', 'completed')`, [s.row.rollout_id, s.reason ?? 'dropped']);
+          await m.query(`UPDATE "data_pool_queue" SET "status" = 'dropped', "reason" = coalesce("reason", $2) WHERE "rollout_id" = $1 AND "status" IN ('pending', 'completed')`, [
+            s.row.rollout_id,
+            s.reason ?? 'dropped',
+          ]);
         }
       }
       for (const [i, k] of kept.entries()) {
@@ -365,7 +376,23 @@ export class DataPool {
           `INSERT INTO "trajectories" ("id", "event_id", "rollout_id", "group_id", "task_id", "call_ids", "finish_reason", "reward", "advantage", "loss_masked",
              "min_policy_version", "max_policy_version", "prompt_tokens", "output_tokens", "ready_at", "status", "train_batch_id", "call_advantages")
            VALUES ($1, $2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, to_timestamp($14::float8 / 1000.0), 'ready', NULL, $15) ON CONFLICT DO NOTHING`,
-          [id, `trajectory.ready:${id}`, groupId, taskId, payload.callIds, payload.finishReason, payload.reward, payload.advantage, payload.lossMasked, payload.minPolicyVersion, payload.maxPolicyVersion, payload.promptTokens, payload.outputTokens, now, perCall && perCall.length === payload.callIds.length ? perCall : null],
+          [
+            id,
+            `trajectory.ready:${id}`,
+            groupId,
+            taskId,
+            payload.callIds,
+            payload.finishReason,
+            payload.reward,
+            payload.advantage,
+            payload.lossMasked,
+            payload.minPolicyVersion,
+            payload.maxPolicyVersion,
+            payload.promptTokens,
+            payload.outputTokens,
+            now,
+            perCall && perCall.length === payload.callIds.length ? perCall : null,
+          ],
         );
         await m.query(
           `UPDATE "data_pool_queue" SET "status" = 'completed', "tokens" = $2, "version" = $3, "difficulty" = coalesce("difficulty", $4), "trajectory_id" = $1,
@@ -376,7 +403,13 @@ export class DataPool {
         events.push(createEvent('trajectory.ready', payload, { key: id, producer: this.cfg.producer, id: `trajectory.ready:${id}` }));
       }
       await m.query(`UPDATE "data_pool_groups" SET "status" = $2, "reason" = $3, "settled_at" = now() WHERE "group_id" = $1`, [groupId, status, groupReason]);
-      events.push(createEvent('rollout_group.settled', { groupId, taskId, status, reason: groupReason, trajectoryIds, retryRolloutIds: retry }, { key: groupId, producer: this.cfg.producer, id: `rollout_group.settled:${groupId}` }));
+      events.push(
+        createEvent(
+          'rollout_group.settled',
+          { groupId, taskId, status, reason: groupReason, trajectoryIds, retryRolloutIds: retry },
+          { key: groupId, producer: this.cfg.producer, id: `rollout_group.settled:${groupId}` },
+        ),
+      );
       await this.outbox.enqueue(m, events);
     });
     this.hooks.onSettled?.(status, groupReason);
@@ -431,13 +464,24 @@ export class DataPool {
     this.lastWindow = fifo.window;
     const expired = fifo.expiredHead(now);
     if (expired) {
-      await this.ds.query(`UPDATE "data_pool_queue" SET "status" = 'dropped', "reason" = $2 WHERE "rollout_id" = $1 AND "status" = 'pending'`, [expired.id, `head_age_limit: pending for more than ${this.cfg.window.headAgeLimitMs} ms at the head of the queue`]);
+      await this.ds.query(`UPDATE "data_pool_queue" SET "status" = 'dropped', "reason" = $2 WHERE "rollout_id" = $1 AND "status" = 'pending'`, [
+        expired.id,
+        `head_age_limit: pending for more than ${this.cfg.window.headAgeLimitMs} ms at the head of the queue`,
+      ]);
       this.hooks.onDropped?.('head_age_limit');
     }
     const count = this.cfg.batchTrajectories;
-    const taken = fifo.take(count !== undefined ? { now, maxItems: count, minItems: count, ...(this.cfg.batchTokens ? { maxTokens: this.cfg.batchTokens } : {}) } : { now, maxTokens: this.cfg.batchTokens, minTokens: this.cfg.batchTokens });
+    const taken = fifo.take(
+      count !== undefined
+        ? { now, maxItems: count, minItems: count, ...(this.cfg.batchTokens ? { maxTokens: this.cfg.batchTokens } : {}) }
+        : { now, maxTokens: this.cfg.batchTokens, minTokens: this.cfg.batchTokens },
+    );
     if (taken.length === 0) return null;
-    return this.cut(taken.map((t) => ({ id: t.id, outOfOrder: t.outOfOrder })), fifo, now);
+    return this.cut(
+      taken.map((t) => ({ id: t.id, outOfOrder: t.outOfOrder })),
+      fifo,
+      now,
+    );
   }
 
   private async cut(taken: { id: string; outOfOrder: number }[], fifo: WindowedFifo, now: number): Promise<string | null> {
@@ -453,14 +497,19 @@ export class DataPool {
       const ids = taken.map((t) => t.id);
       const step = s.next_step;
       const id = `${this.cfg.runId}:batch:${step}`;
-      const claimed = returned<{ rollout_id: string }>(await m.query(`UPDATE "data_pool_queue" SET "status" = 'taken', "batch_id" = $2 WHERE "rollout_id" = ANY($1::varchar[]) AND "status" = 'completed' RETURNING "rollout_id"`, [ids, id]));
+      const claimed = returned<{ rollout_id: string }>(
+        await m.query(`UPDATE "data_pool_queue" SET "status" = 'taken', "batch_id" = $2 WHERE "rollout_id" = ANY($1::varchar[]) AND "status" = 'completed' RETURNING "rollout_id"`, [ids, id]),
+      );
       if (claimed.length !== ids.length) throw new NotSchedulerError(`batch ${id}: ${ids.length - claimed.length} of its trajectories were taken meanwhile`);
       const trajs: { id: string; group_id: string; advantage: number; loss_masked: boolean; call_ids: string[]; call_advantages: number[] | null }[] = await m.query(
         `SELECT "id", "group_id", "advantage", "loss_masked", "call_ids", "call_advantages" FROM "trajectories" WHERE "id" = ANY($1::varchar[])`,
         [ids],
       );
       const byId = new Map(trajs.map((t) => [t.id, t]));
-      const queue: { rollout_id: string; position: string; difficulty: number | null }[] = await m.query(`SELECT "rollout_id", "position", "difficulty" FROM "data_pool_queue" WHERE "rollout_id" = ANY($1::varchar[])`, [ids]);
+      const queue: { rollout_id: string; position: string; difficulty: number | null }[] = await m.query(
+        `SELECT "rollout_id", "position", "difficulty" FROM "data_pool_queue" WHERE "rollout_id" = ANY($1::varchar[])`,
+        [ids],
+      );
       const qOf = new Map(queue.map((q) => [q.rollout_id, q]));
       const segments = await this.calls.segmentsOf(ids, m);
       const b = new PrefixTreeBuilder();
@@ -487,14 +536,18 @@ export class DataPool {
       const policyVersion = Math.max(pv?.v ?? 0, maxSeen);
       const blob = await writeTrainBatchBlob(m, { batchId: id, runId: this.cfg.runId, tree });
       // staleness per output token, in versions
-      let sum = 0, max = 0, older = 0, n = 0;
-      for (const v of outVersions) for (let i = 0; i < v.length; i++) {
-        const age = Math.max(0, policyVersion - v[i]);
-        sum += age;
-        if (age > max) max = age;
-        if (age > this.cfg.stalenessK) older++;
-        n++;
-      }
+      let sum = 0,
+        max = 0,
+        older = 0,
+        n = 0;
+      for (const v of outVersions)
+        for (let i = 0; i < v.length; i++) {
+          const age = Math.max(0, policyVersion - v[i]);
+          sum += age;
+          if (age > max) max = age;
+          if (age > this.cfg.stalenessK) older++;
+          n++;
+        }
       const [newest]: { p: string | null }[] = await m.query(`SELECT max("position") AS p FROM "data_pool_queue" WHERE "run_id" = $1`, [this.cfg.runId]);
       const lags = ids.map((t) => Number(newest?.p ?? 0) - Number(qOf.get(t)?.position ?? 0));
       const diffs = ids.map((t) => qOf.get(t)?.difficulty).filter((d): d is number => d !== null && d !== undefined);
@@ -529,9 +582,19 @@ export class DataPool {
         [id, event.id, step, policyVersion, ids, samples.map((x) => x.sampleId), samples.length, String(b.total), createdAt],
       );
       await m.query(`UPDATE "trajectories" SET "status" = 'scheduled', "train_batch_id" = $2 WHERE "id" = ANY($1::varchar[])`, [ids, id]);
-      await m.query(`INSERT INTO "data_pool_batch_stats" ("batch_id", "run_id", "step", "stats", "created_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0))`, [id, this.cfg.runId, step, JSON.stringify(stats), createdAt]);
+      await m.query(`INSERT INTO "data_pool_batch_stats" ("batch_id", "run_id", "step", "stats", "created_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0))`, [
+        id,
+        this.cfg.runId,
+        step,
+        JSON.stringify(stats),
+        createdAt,
+      ]);
       const snap = fifo.snapshot();
-      await m.query(`UPDATE "data_pool_scheduler" SET "next_step" = "next_step" + 1, "last_batch_at" = to_timestamp($2::float8 / 1000.0), "state" = $3 WHERE "run_id" = $1`, [this.cfg.runId, createdAt, JSON.stringify({ ...s.state, ...(snap.adaptive ? { adaptive: snap.adaptive } : {}), window: snap.window })]);
+      await m.query(`UPDATE "data_pool_scheduler" SET "next_step" = "next_step" + 1, "last_batch_at" = to_timestamp($2::float8 / 1000.0), "state" = $3 WHERE "run_id" = $1`, [
+        this.cfg.runId,
+        createdAt,
+        JSON.stringify({ ...s.state, ...(snap.adaptive ? { adaptive: snap.adaptive } : {}), window: snap.window }),
+      ]);
       await this.outbox.enqueue(m, event);
       batchId = id;
     });
@@ -541,7 +604,9 @@ export class DataPool {
 
   /** Batches a reader refused (checksum): their trajectories go back to the queue and are cut again under a new batch id. */
   private async requeueRefused(): Promise<number> {
-    const refused: { batch_id: string }[] = await this.ds.query(`SELECT "batch_id" FROM "train_batch_blobs" WHERE "run_id" = $1 AND "refused_at" IS NOT NULL AND "recut_batch_id" IS NULL`, [this.cfg.runId]);
+    const refused: { batch_id: string }[] = await this.ds.query(`SELECT "batch_id" FROM "train_batch_blobs" WHERE "run_id" = $1 AND "refused_at" IS NOT NULL AND "recut_batch_id" IS NULL`, [
+      this.cfg.runId,
+    ]);
     let n = 0;
     for (const { batch_id } of refused) {
       await this.ds.transaction(async (m) => {

@@ -27,7 +27,10 @@ describe('black-box agent processes', () => {
     const r = await runBlackBox(spec(['sh', '-c', 'env | sort; echo ---; cat']), task, session, { timeoutMs: 5000 });
     delete process.env.ANVIL_TEST_SECRET_TOKEN;
     const [envText, stdin] = r.stdout.split('---\n');
-    const names = envText.trim().split('\n').map((l) => l.split('=')[0]);
+    const names = envText
+      .trim()
+      .split('\n')
+      .map((l) => l.split('=')[0]);
     expect(names).toEqual(expect.arrayContaining(['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'ANVIL_TASK_FILE', 'ANVIL_ANSWER_FILE', 'PATH', 'HOME']));
     expect(envText).toContain(`OPENAI_BASE_URL=${session.baseUrl}`);
     expect(envText).not.toContain('must-not-leak');
@@ -42,12 +45,9 @@ describe('black-box agent processes', () => {
     expect(a.finalAnswer).toBe('49');
     const b = await runBlackBox(spec(['sh', '-c', 'echo noise; echo \'{"calls":2,"finalAnswer":"50"}\'']), task, session, { timeoutMs: 5000 });
     expect(b.finalAnswer).toBe('50');
-    const c = await runBlackBox(
-      spec(['sh', '-c', `echo '{"messages":[{"role":"user","content":"1+2"},{"role":"assistant","content":"3"}]}' > {answerFile}`], { taskInput: 'file' }),
-      task,
-      session,
-      { timeoutMs: 5000 },
-    );
+    const c = await runBlackBox(spec(['sh', '-c', `echo '{"messages":[{"role":"user","content":"1+2"},{"role":"assistant","content":"3"}]}' > {answerFile}`], { taskInput: 'file' }), task, session, {
+      timeoutMs: 5000,
+    });
     expect(c.finalAnswer).toBe('3');
     expect(c.messages).toHaveLength(2);
     for (const r of [a, b, c]) await r.cleanup();

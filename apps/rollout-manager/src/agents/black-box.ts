@@ -142,7 +142,10 @@ function answerOf(answerText: string | null, stdout: string): { finalAnswer: str
     }
     return { finalAnswer: answerText.trim(), messages: null };
   }
-  const lines = stdout.trim().split('\n').filter((l) => l.trim() !== '');
+  const lines = stdout
+    .trim()
+    .split('\n')
+    .filter((l) => l.trim() !== '');
   const last = lines[lines.length - 1] ?? null;
   if (last === null) return { finalAnswer: null, messages: null };
   try {

@@ -169,7 +169,16 @@ export async function runWhiteBoxLoop(deps: LoopDeps, opts: LoopOptions): Promis
   };
 
   const summarize = async (dropped: ChatMessage[]): Promise<string> => {
-    const c = await call('summary', [{ role: 'system', content: SUMMARY_SYSTEM }, { role: 'user', content: transcriptText(dropped) }], [], false, 64);
+    const c = await call(
+      'summary',
+      [
+        { role: 'system', content: SUMMARY_SYSTEM },
+        { role: 'user', content: transcriptText(dropped) },
+      ],
+      [],
+      false,
+      64,
+    );
     return (c.message.content ?? '').trim() || '(nothing)';
   };
   const cm = buildContextManager(opts.context, summarize);
@@ -203,7 +212,13 @@ export async function runWhiteBoxLoop(deps: LoopDeps, opts: LoopOptions): Promis
     const subTools = tools.filter((t) => t.function.name !== 'delegate');
     const max = opts.subAgentMaxSteps ?? 4;
     for (let s = 0; s < max; s++) {
-      const c = await call('subagent', sub.map((m) => ({ ...m })), subTools, false, opts.maxTokens);
+      const c = await call(
+        'subagent',
+        sub.map((m) => ({ ...m })),
+        subTools,
+        false,
+        opts.maxTokens,
+      );
       sub.push(c.message);
       if (!c.message.tool_calls?.length) return c.message.content ?? '';
       for (const [i, tc] of c.message.tool_calls.entries()) sub.push({ role: 'tool', tool_call_id: tc.id, content: await runTool(tc.function.name, tc.function.arguments, tc.id, i, 1) });
@@ -215,7 +230,13 @@ export async function runWhiteBoxLoop(deps: LoopDeps, opts: LoopOptions): Promis
     for (;;) {
       if (result.steps >= opts.maxSteps) throw new Finished('max_steps');
       const view = await cm.view(history);
-      const c = await call('step', view.messages.map((m) => ({ ...m })), tools, view.rewritten, opts.maxTokens);
+      const c = await call(
+        'step',
+        view.messages.map((m) => ({ ...m })),
+        tools,
+        view.rewritten,
+        opts.maxTokens,
+      );
       result.steps++;
       result.stepCallIds.push(c.callId);
       history.push(c.message);

@@ -9,10 +9,7 @@ import { seededRandom } from '@anvil/rl';
  * - lognormal: medianMs · exp(sigma · N(0,1)), capped.
  */
 export type ToolDelay =
-  | { kind: 'none' }
-  | { kind: 'fixed'; ms: number }
-  | { kind: 'pareto'; scaleMs: number; alpha: number; capMs: number }
-  | { kind: 'lognormal'; medianMs: number; sigma: number; capMs: number };
+  { kind: 'none' } | { kind: 'fixed'; ms: number } | { kind: 'pareto'; scaleMs: number; alpha: number; capMs: number } | { kind: 'lognormal'; medianMs: number; sigma: number; capMs: number };
 
 export class ToolDelayError extends Error {
   override readonly name = 'ToolDelayError';

@@ -6,11 +6,26 @@ describe('JSONL task files', () => {
     const text = [
       JSON.stringify({ id: 'a', prompt: 'What is 2+2?', data: { answer: 4 }, verifier: { kind: 'function', name: 'final-answer' }, metadata: { difficulty: 1, split: 'eval' } }),
       '',
-      JSON.stringify({ id: 'b', messages: [{ role: 'system', content: 'be brief' }, { role: 'user', content: 'hi' }], tools: [{ type: 'function', function: { name: 'calc' } }], split: 'train', difficulty: 3 }),
+      JSON.stringify({
+        id: 'b',
+        messages: [
+          { role: 'system', content: 'be brief' },
+          { role: 'user', content: 'hi' },
+        ],
+        tools: [{ type: 'function', function: { name: 'calc' } }],
+        split: 'train',
+        difficulty: 3,
+      }),
     ].join('\n');
     const tasks = parseTaskJsonl(text);
     expect(tasks).toHaveLength(2);
-    expect(tasks[0]).toMatchObject({ id: 'a', split: 'eval', difficulty: 1, messages: [{ role: 'user', content: 'What is 2+2?' }], verifier: { kind: 'function', name: 'final-answer', timeoutMs: 10000 } });
+    expect(tasks[0]).toMatchObject({
+      id: 'a',
+      split: 'eval',
+      difficulty: 1,
+      messages: [{ role: 'user', content: 'What is 2+2?' }],
+      verifier: { kind: 'function', name: 'final-answer', timeoutMs: 10000 },
+    });
     expect(tasks[1]).toMatchObject({ id: 'b', split: 'train', difficulty: 3, tools: [{ function: { name: 'calc' } }] });
   });
 

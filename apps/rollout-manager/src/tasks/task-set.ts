@@ -35,7 +35,11 @@ export const agentSpecSchema = z.discriminatedUnion('kind', [
     /** Extra environment for the agent (never credentials: checked at load). */
     env: z.record(z.string(), z.string()).default({}),
     /** stdout and stderr are each kept up to this many bytes (the rest is counted and dropped). */
-    outputCapBytes: z.number().int().positive().default(1 << 20),
+    outputCapBytes: z
+      .number()
+      .int()
+      .positive()
+      .default(1 << 20),
   }),
 ]);
 export type AgentSpec = z.infer<typeof agentSpecSchema>;

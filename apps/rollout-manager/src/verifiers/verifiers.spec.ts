@@ -41,7 +41,13 @@ describe('verifiers', () => {
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   });
-  afterAll(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
+  afterAll(
+    () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  );
 
   it('environment and TypeScript function verifiers', async () => {
     expect(await runVerifier(spec({ kind: 'env' }), 'chain-add', input, deps)).toMatchObject({ outcomeReward: 0.8, success: true });
@@ -67,7 +73,14 @@ describe('verifiers', () => {
   });
 
   it('command verifier: JSON on stdout or exit code; hang killed, garbage refused', async () => {
-    const json = spec({ kind: 'command', command: ['node', '-e', 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const i=JSON.parse(s);console.log("log line");console.log(JSON.stringify({outcomeReward:i.transcript.finalAnswer==="49"?1:0}))})'] });
+    const json = spec({
+      kind: 'command',
+      command: [
+        'node',
+        '-e',
+        'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const i=JSON.parse(s);console.log("log line");console.log(JSON.stringify({outcomeReward:i.transcript.finalAnswer==="49"?1:0}))})',
+      ],
+    });
     expect(await runVerifier(json, null, input, deps)).toMatchObject({ outcomeReward: 1, success: true });
     expect(await runVerifier(spec({ kind: 'command', command: ['sh', '-c', 'cat >/dev/null; exit 0'], mode: 'exit-code' }), null, input, deps)).toMatchObject({ outcomeReward: 1 });
     expect(await runVerifier(spec({ kind: 'command', command: ['sh', '-c', 'cat >/dev/null; exit 1'], mode: 'exit-code' }), null, input, deps)).toMatchObject({ outcomeReward: 0, success: false });

@@ -79,12 +79,26 @@ export async function runVerifier(spec: VerifierSpec, env: string | null, input:
       case 'env': {
         const e = env === null ? undefined : deps.environments.get(env);
         if (!e) throw new UnknownVerifierError(`verifier: unknown environment ${JSON.stringify(env)}`);
-        return checked(await withTimeout(Promise.resolve().then(() => e.verify(input.task, input.transcript)), 10_000, `environment ${env} verifier`), `environment ${env} verifier`);
+        return checked(
+          await withTimeout(
+            Promise.resolve().then(() => e.verify(input.task, input.transcript)),
+            10_000,
+            `environment ${env} verifier`,
+          ),
+          `environment ${env} verifier`,
+        );
       }
       case 'function': {
         const fn = deps.functions[spec.name] ?? BUILTIN_VERIFIERS[spec.name];
         if (!fn) throw new UnknownVerifierError(`verifier.name: unknown verifier function ${JSON.stringify(spec.name)}`);
-        return checked(await withTimeout(Promise.resolve().then(() => fn(input)), spec.timeoutMs, `verifier ${spec.name}`), `verifier ${spec.name}`);
+        return checked(
+          await withTimeout(
+            Promise.resolve().then(() => fn(input)),
+            spec.timeoutMs,
+            `verifier ${spec.name}`,
+          ),
+          `verifier ${spec.name}`,
+        );
       }
       case 'http':
         return await httpVerifier(spec, input, signal);

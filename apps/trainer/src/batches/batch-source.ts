@@ -48,11 +48,17 @@ export class PostgresBatchSource implements BatchSource {
         'train_batch.created',
         2,
         {
-          batchId: r.batch_id, step: r.step, runId: r.run_id, trajectoryIds, groupIds,
+          batchId: r.batch_id,
+          step: r.step,
+          runId: r.run_id,
+          trajectoryIds,
+          groupIds,
           // the blob's float32 advantages and weights: the event's float64 values are not kept
           samples: tree.samples.map((s) => ({ sampleId: s.sampleId, trajectoryId: s.trajectoryId, groupId: s.groupId, advantage: s.advantage, lossWeight: s.lossWeight })),
           blob: { store: 'postgres', sha256: r.sha256.trim(), bytes: r.bytes, layout: 'anvil-prefix-tree/1', nodes: r.nodes },
-          stats: r.stats, policyVersion: 0, createdAt: new Date(r.created_at).getTime(),
+          stats: r.stats,
+          policyVersion: 0,
+          createdAt: new Date(r.created_at).getTime(),
         },
         { key: r.run_id ?? r.batch_id, producer: 'trainer-catch-up', id: `catch-up:${r.batch_id}` },
       ) as unknown as TrainBatchEvent;

@@ -107,10 +107,13 @@ export class CheckpointStore {
     const sha256 = await checkpointDigest(tmp);
     if (full) {
       const opt = model.optimizerState();
-      const tensors = opt.m && opt.v ? [
-        { name: 'adam_m', shape: [opt.m.length], dtype: 'F32' as const, data: opt.m },
-        { name: 'adam_v', shape: [opt.v.length], dtype: 'F32' as const, data: opt.v },
-      ] : [];
+      const tensors =
+        opt.m && opt.v
+          ? [
+              { name: 'adam_m', shape: [opt.m.length], dtype: 'F32' as const, data: opt.m },
+              { name: 'adam_v', shape: [opt.v.length], dtype: 'F32' as const, data: opt.v },
+            ]
+          : [];
       await writeSafetensors(join(tmp, OPTIMIZER_FILE), tensors, { step: String(opt.step), format: 'anvil-adamw/1' });
       const full: TrainerState = { format: 'anvil-trainer-state/1', ...state, sha256, writtenAt: Date.now() };
       await fsp.writeFile(join(tmp, STATE_FILE), JSON.stringify(full, null, 2) + '\n');
@@ -202,7 +205,8 @@ export class CheckpointStore {
   private async prune(): Promise<void> {
     const keepPublished = this.opts.keepPublished ?? 4;
     const keepFull = this.opts.keepFull ?? 2;
-    let published = 0, fulls = 0;
+    let published = 0,
+      fulls = 0;
     for (const v of await this.versions()) {
       const dir = this.dirOf(v);
       const full = existsSync(join(dir, STATE_FILE));

@@ -17,8 +17,15 @@ function batch(seed: number) {
       for (let c = 0; c < 3; c++) {
         const outputIds = Array.from({ length: 2 + Math.floor(rand() * 4) }, tok);
         samples.push({
-          sampleId: `g${g}r${r}c${c}`, trajectoryId: `g${g}r${r}`, groupId: `g${g}`, advantage, lossWeight: r === 2 && g === 1 ? 0 : 1,
-          promptIds: [...ctx], outputIds, behaviourLogp: outputIds.map(() => -5.6 + (rand() - 0.5)), versions: outputIds.map(() => (c === 0 ? 3 : 4)),
+          sampleId: `g${g}r${r}c${c}`,
+          trajectoryId: `g${g}r${r}`,
+          groupId: `g${g}`,
+          advantage,
+          lossWeight: r === 2 && g === 1 ? 0 : 1,
+          promptIds: [...ctx],
+          outputIds,
+          behaviourLogp: outputIds.map(() => -5.6 + (rand() - 0.5)),
+          versions: outputIds.map(() => (c === 0 ? 3 : 4)),
         });
         ctx = [...ctx, ...outputIds, ...Array.from({ length: 3 }, tok)];
       }
@@ -53,12 +60,23 @@ async function unmergedGradients(m: Model, samples: ReturnType<typeof batch>, cf
 describe('trainer loss wiring', () => {
   const samples = batch(11);
   const tree = prefixTreeOf(samples);
-  for (const cfg of [lossConfig(), lossConfig({ kind: 'ppo' }), lossConfig({ aggregation: 'trajectory' }), lossConfig({ aggregation: 'group', correction: { geoMask: { low: 0.5, high: 2 } }, kind: 'ppo' })]) {
+  for (const cfg of [
+    lossConfig(),
+    lossConfig({ kind: 'ppo' }),
+    lossConfig({ aggregation: 'trajectory' }),
+    lossConfig({ aggregation: 'group', correction: { geoMask: { low: 0.5, high: 2 } }, kind: 'ppo' }),
+  ]) {
     it(`${cfg.kind}/${cfg.aggregation}: merged-tree gradients equal unmerged training, the loss equals libs/rl's on unmerged log-probs`, async () => {
       const m = model();
       const ref = await unmergedGradients(m, samples, cfg);
       for (const budget of [100_000, 60]) {
-        const g = await lossAndGradients(m, tree, samples.map((_, k) => k), { loss: cfg, packTokens: budget }, { currentVersion: 4 });
+        const g = await lossAndGradients(
+          m,
+          tree,
+          samples.map((_, k) => k),
+          { loss: cfg, packTokens: budget },
+          { currentVersion: 4 },
+        );
         expect(g.finite).toBe(true);
         expect(g.loss).toBeCloseTo(ref.loss, 5);
         if (budget === 100_000) {
@@ -67,7 +85,8 @@ describe('trainer loss wiring', () => {
         } else expect(g.packs).toBeGreaterThan(1);
         m.tensors.forEach((t, i) => {
           const r = ref.grads[i];
-          let maxAbs = 0, maxRef = 0;
+          let maxAbs = 0,
+            maxRef = 0;
           for (let j = 0; j < r.length; j++) {
             maxAbs = Math.max(maxAbs, Math.abs(t.grad[j] - r[j]));
             maxRef = Math.max(maxRef, Math.abs(r[j]));
@@ -81,7 +100,13 @@ describe('trainer loss wiring', () => {
 
   it('measures the mismatch only on tokens the current version generated, and splits it', async () => {
     const m = model();
-    const g = await lossAndGradients(m, tree, samples.map((_, k) => k), { loss: lossConfig(), packTokens: 100_000 }, { currentVersion: 4, splitOf: (k) => (k % 2 ? 'odd' : 'even') });
+    const g = await lossAndGradients(
+      m,
+      tree,
+      samples.map((_, k) => k),
+      { loss: lossConfig(), packTokens: 100_000 },
+      { currentVersion: 4, splitOf: (k) => (k % 2 ? 'odd' : 'even') },
+    );
     const current = samples.reduce((a, s) => a + s.versions.filter((v) => v === 4).length, 0);
     expect(g.mismatch.all.tokens).toBe(current);
     expect(g.mismatch.splits.map((s) => s.key).sort()).toEqual(['even', 'odd']);

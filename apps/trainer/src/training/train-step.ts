@@ -4,16 +4,7 @@
 // back onto the nodes (a node shared by m samples gets the sum of their coefficients), backward,
 // clip, AdamW. Nothing here knows about Kafka or the database.
 import type { Model } from '@anvil/engine';
-import {
-  computeLoss,
-  mergeSampleValues,
-  mismatchStats,
-  packTree,
-  type LossConfig,
-  type LossSample,
-  type LossStats,
-  type PrefixTree,
-} from '@anvil/rl';
+import { computeLoss, mergeSampleValues, mismatchStats, packTree, type LossConfig, type LossSample, type LossStats, type PrefixTree } from '@anvil/rl';
 
 export interface TrainSettings {
   loss: LossConfig;
@@ -159,7 +150,13 @@ export async function lossAndGradients(
     await model.zeroGrad();
     for (let p = 0; p < packed.packs.length; p++) {
       const pack = packed.packs[p];
-      await model.backward(handles[p], mergeSampleValues(pack, pack.samples.map((k) => result.dLdlogp[k])));
+      await model.backward(
+        handles[p],
+        mergeSampleValues(
+          pack,
+          pack.samples.map((k) => result.dLdlogp[k]),
+        ),
+      );
     }
     return out;
   } finally {

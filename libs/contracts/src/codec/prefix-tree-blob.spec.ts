@@ -48,10 +48,23 @@ describe("layout 'anvil-prefix-tree/1'", () => {
 
 const now = 1_700_000_000_000;
 const v1 = (callId: string, parentCallId: string | null, promptIds: number[], reused: number, outputIds: number[]): LlmCallRecordedV1 => ({
-  callId, sessionId: 's', rolloutId: 'r', groupId: 'g', taskId: 't', branchId: 'b', parentCallId, turnIndex: 0, model: 'm',
-  promptIds: Int32Array.from(promptIds), reusedPromptTokens: reused, outputIds: Int32Array.from(outputIds),
-  outputLogprobs: new Float32Array(outputIds.length), outputVersions: new Uint32Array(outputIds.length), finishReason: 'stop',
-  sampling: { temperature: 1, topP: 1, topK: 0, seed: null }, timings: { receivedAt: now, firstTokenAt: null, finishedAt: now },
+  callId,
+  sessionId: 's',
+  rolloutId: 'r',
+  groupId: 'g',
+  taskId: 't',
+  branchId: 'b',
+  parentCallId,
+  turnIndex: 0,
+  model: 'm',
+  promptIds: Int32Array.from(promptIds),
+  reusedPromptTokens: reused,
+  outputIds: Int32Array.from(outputIds),
+  outputLogprobs: new Float32Array(outputIds.length),
+  outputVersions: new Uint32Array(outputIds.length),
+  finishReason: 'stop',
+  sampling: { temperature: 1, topP: 1, topK: 0, seed: null },
+  timings: { receivedAt: now, firstTokenAt: null, finishedAt: now },
 });
 
 describe('llm_call.recorded v2 (prompt deltas)', () => {
@@ -60,7 +73,11 @@ describe('llm_call.recorded v2 (prompt deltas)', () => {
     const c2 = v1('c2', 'c1', [1, 2, 3, 4, 5, 6, 7], 5, [8]);
     const c3 = v1('c3', 'c2', [1, 2, 3, 4, 9], 4, [10]); // reuses only a prefix of the parent's sequence
     const d = [c1, c2, c3].map(llmCallV1ToV2);
-    expect(d.map((x) => [Array.from(x.promptDeltaIds), x.promptLength])).toEqual([[[1, 2, 3], 3], [[6, 7], 7], [[9], 5]]);
+    expect(d.map((x) => [Array.from(x.promptDeltaIds), x.promptLength])).toEqual([
+      [[1, 2, 3], 3],
+      [[6, 7], 7],
+      [[9], 5],
+    ]);
     const chain = new PromptChain();
     expect(d.map((x) => Array.from(chain.fullPrompt(x)))).toEqual([c1, c2, c3].map((x) => Array.from(x.promptIds)));
     expect(() => new PromptChain().fullPrompt(d[1])).toThrow(PromptChainError);

@@ -75,7 +75,12 @@ export class PrefixTreeBlobError extends ContractError {
 /** Structural checks of a tree (pre-order parents, array lengths, sample nodes in range). */
 export function validatePrefixTree(t: PrefixTree): void {
   const n = t.tokens.length;
-  for (const [name, arr] of [['parents', t.parents], ['behaviourLogp', t.behaviourLogp], ['versions', t.versions], ['lossWeight', t.lossWeight]] as const) {
+  for (const [name, arr] of [
+    ['parents', t.parents],
+    ['behaviourLogp', t.behaviourLogp],
+    ['versions', t.versions],
+    ['lossWeight', t.lossWeight],
+  ] as const) {
     if (arr.length !== n) throw new PrefixTreeBlobError(name, `${arr.length} entries for ${n} nodes`);
   }
   for (let i = 0; i < n; i++) {

@@ -55,7 +55,6 @@ export const llmCallRecordedV1 = z
   });
 export type LlmCallRecordedV1 = z.infer<typeof llmCallRecordedV1>;
 
-
 const llmCallCommon = {
   callId: id(),
   sessionId: id(),
@@ -99,10 +98,18 @@ export const llmCallRecordedV2 = z
   .superRefine((v, ctx) => {
     const n = v.outputIds.length;
     if (v.outputLogprobs.length !== n || v.outputVersions.length !== n) {
-      ctx.addIssue({ code: 'custom', path: ['outputIds'], message: `outputIds (${n}), outputLogprobs (${v.outputLogprobs.length}) and outputVersions (${v.outputVersions.length}) must have equal length` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['outputIds'],
+        message: `outputIds (${n}), outputLogprobs (${v.outputLogprobs.length}) and outputVersions (${v.outputVersions.length}) must have equal length`,
+      });
     }
     if (v.reusedPromptTokens + v.promptDeltaIds.length !== v.promptLength) {
-      ctx.addIssue({ code: 'custom', path: ['promptLength'], message: `promptLength (${v.promptLength}) must equal reusedPromptTokens (${v.reusedPromptTokens}) + promptDeltaIds.length (${v.promptDeltaIds.length})` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['promptLength'],
+        message: `promptLength (${v.promptLength}) must equal reusedPromptTokens (${v.reusedPromptTokens}) + promptDeltaIds.length (${v.promptDeltaIds.length})`,
+      });
     }
     if (v.parentCallId === null && v.reusedPromptTokens !== 0) {
       ctx.addIssue({ code: 'custom', path: ['reusedPromptTokens'], message: 'a call that starts a branch reuses no prompt tokens' });

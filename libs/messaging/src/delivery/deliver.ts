@@ -206,13 +206,7 @@ async function deliverInner<T>(record: InboundRecord, route: TopicRoute, process
   return 'dead-lettered';
 }
 
-function deadLetter(
-  record: InboundRecord,
-  route: TopicRoute,
-  env: DeliveryEnv,
-  state: DeliveryState,
-  failure: { reason: DeadLetterReason; attempts: number; error: string },
-): Promise<void> {
+function deadLetter(record: InboundRecord, route: TopicRoute, env: DeliveryEnv, state: DeliveryState, failure: { reason: DeadLetterReason; attempts: number; error: string }): Promise<void> {
   const headers = deadLetterHeaders(record.headers, { origin: state.origin, group: env.group, failedAt: Date.now(), ...failure });
   return env.forward(route.deadLetterTopic, { key: record.key, value: record.value, headers });
 }

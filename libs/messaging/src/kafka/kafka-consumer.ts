@@ -217,7 +217,7 @@ export class KafkaSubscription<T> implements Subscription {
         // the batch handler; offsets advance only over the prefix that is done.
         const size = processor.maxBatchSize ?? 256;
         const records = batch.messages.map((m) => toInbound(batch.topic, batch.partition, m));
-        for (let i = 0; i < records.length; ) {
+        for (let i = 0; i < records.length;) {
           if (!isRunning() || isStale() || this.stopping.signal.aborted) return;
           const chunk = records.slice(i, i + size);
           const done = await deliverBatch(chunk, route, processor, env);

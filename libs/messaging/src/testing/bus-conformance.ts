@@ -1,13 +1,4 @@
-import {
-  ContractError,
-  deadLetterTopicOf,
-  encodeFrame,
-  retryTopicOf,
-  TOPICS,
-  topicOf,
-  type AnyEventEnvelope,
-  type EventEnvelope,
-} from '@anvil/contracts';
+import { ContractError, deadLetterTopicOf, encodeFrame, retryTopicOf, TOPICS, topicOf, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
 import { bitExact, oneOfEachType, sampleLlmCallEvent, sequencedRolloutStarted } from '@anvil/contracts/testing';
 import { trace } from '@opentelemetry/api';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -35,11 +26,7 @@ export interface BusConformanceOptions {
   partitions?: number;
 }
 
-export function describeBusConformance(
-  name: string,
-  makeBus: (namespace: string) => MessageBus | Promise<MessageBus>,
-  options: BusConformanceOptions = {},
-): void {
+export function describeBusConformance(name: string, makeBus: (namespace: string) => MessageBus | Promise<MessageBus>, options: BusConformanceOptions = {}): void {
   const waitMs = options.waitMs ?? 20_000;
   const partitions = options.partitions ?? 3;
 
@@ -126,7 +113,7 @@ export function describeBusConformance(
           Array.from({ length: keysPerProducer }, async (_, k) => {
             const key = `rollout-p${p}-k${k}`;
             // Alternate single events and small batches; each key's publishes are sequential.
-            for (let seq = 0; seq < perKey; ) {
+            for (let seq = 0; seq < perKey;) {
               if (seq % 3 === 0 && seq + 2 <= perKey) {
                 await bus.publish([sequencedRolloutStarted(key, seq), sequencedRolloutStarted(key, seq + 1)]);
                 seq += 2;
@@ -434,7 +421,11 @@ export class Inbox<T> {
   }
 
   async waitFor(count: number): Promise<T[]> {
-    await waitUntil(() => this.items.length >= count, this.waitMs, () => `${count} deliveries (got ${this.items.length})`);
+    await waitUntil(
+      () => this.items.length >= count,
+      this.waitMs,
+      () => `${count} deliveries (got ${this.items.length})`,
+    );
     return this.items.slice(0, count);
   }
 }
@@ -454,4 +445,3 @@ function deferred<T>() {
   const promise = new Promise<T>((r) => (resolve = r));
   return { promise, resolve };
 }
-

@@ -1,16 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import {
-  context,
-  propagation,
-  ROOT_CONTEXT,
-  trace,
-  TraceFlags,
-  type Context,
-  type ContextManager,
-  type TextMapGetter,
-  type TextMapPropagator,
-  type TextMapSetter,
-} from '@opentelemetry/api';
+import { context, propagation, ROOT_CONTEXT, trace, TraceFlags, type Context, type ContextManager, type TextMapGetter, type TextMapPropagator, type TextMapSetter } from '@opentelemetry/api';
 
 /**
  * Just enough OpenTelemetry for a test to see trace context cross the bus without an SDK: an

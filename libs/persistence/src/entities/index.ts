@@ -23,4 +23,20 @@ export type { TrajectoryStatus } from './trajectory.entity';
 export { ID_LENGTH, type JsonObject, type JsonValue } from './columns';
 
 /** Every entity, registered explicitly (no globs: the same list works from src and dist). */
-export const ENTITIES = [TaskSet, Task, RolloutGroup, Rollout, LlmCall, Reward, Trajectory, TrainBatch, Checkpoint, PolicyVersion, PolicyActivation, ProcessedEvent, GatewaySession, GatewayCall, GatewayPolicyState];
+export const ENTITIES = [
+  TaskSet,
+  Task,
+  RolloutGroup,
+  Rollout,
+  LlmCall,
+  Reward,
+  Trajectory,
+  TrainBatch,
+  Checkpoint,
+  PolicyVersion,
+  PolicyActivation,
+  ProcessedEvent,
+  GatewaySession,
+  GatewayCall,
+  GatewayPolicyState,
+];

@@ -19,7 +19,16 @@ export class GatewayCallDeltas1796200000000 implements MigrationInterface {
   async down(queryRunner: QueryRunner): Promise<void> {
     // The previous code reads every row as whole: rebuild the delta rows first (parents before
     // children; JSON is concatenated as text values parsed and re-serialised in their key order).
-    interface Row { id: string; parent_call_id: string | null; prompt_prefix_tokens: number; messages_prefix_count: number; messages_json: string; assistant_message_json: string; prompt_ids: Buffer; output_ids: Buffer }
+    interface Row {
+      id: string;
+      parent_call_id: string | null;
+      prompt_prefix_tokens: number;
+      messages_prefix_count: number;
+      messages_json: string;
+      assistant_message_json: string;
+      prompt_ids: Buffer;
+      output_ids: Buffer;
+    }
     const whole = new Map<string, { messages: unknown[]; assistant: unknown; sequence: Buffer }>();
     const load = async (id: string): Promise<{ messages: unknown[]; assistant: unknown; sequence: Buffer }> => {
       const known = whole.get(id);
@@ -32,7 +41,11 @@ export class GatewayCallDeltas1796200000000 implements MigrationInterface {
         const parent = await load(r.parent_call_id);
         prompt = Buffer.concat([parent.sequence.subarray(0, r.prompt_prefix_tokens * 4), prompt]);
         messages = [...[...parent.messages, parent.assistant].slice(0, r.messages_prefix_count), ...messages];
-        await queryRunner.query(`UPDATE "gateway_calls" SET "prompt_ids" = $2, "messages_json" = $3, "prompt_prefix_tokens" = 0, "messages_prefix_count" = 0 WHERE "id" = $1`, [id, prompt, JSON.stringify(messages)]);
+        await queryRunner.query(`UPDATE "gateway_calls" SET "prompt_ids" = $2, "messages_json" = $3, "prompt_prefix_tokens" = 0, "messages_prefix_count" = 0 WHERE "id" = $1`, [
+          id,
+          prompt,
+          JSON.stringify(messages),
+        ]);
       }
       const state = { messages, assistant: JSON.parse(r.assistant_message_json) as unknown, sequence: Buffer.concat([prompt, Buffer.from(r.output_ids)]) };
       whole.set(id, state);

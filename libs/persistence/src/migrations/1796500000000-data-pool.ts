@@ -96,7 +96,13 @@ export class DataPool1796500000000 implements MigrationInterface {
   async down(q: QueryRunner): Promise<void> {
     for (const t of ['data_pool_batch_stats', 'data_pool_scheduler', 'data_pool_groups', 'data_pool_queue', 'train_batch_blobs']) await q.query(`DROP TABLE "${t}"`);
     // The previous code reads every llm_calls row as whole: rebuild delta rows first (parents before children).
-    interface Row { id: string; parent_call_id: string | null; prompt_prefix_tokens: number; prompt_ids: Buffer; output_ids: Buffer }
+    interface Row {
+      id: string;
+      parent_call_id: string | null;
+      prompt_prefix_tokens: number;
+      prompt_ids: Buffer;
+      output_ids: Buffer;
+    }
     const seqs = new Map<string, Buffer>();
     const load = async (id: string): Promise<Buffer> => {
       const known = seqs.get(id);

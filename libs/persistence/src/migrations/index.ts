@@ -10,4 +10,15 @@ import { RolloutManagerAgentPid1796600000100 } from './1796600000100-rollout-man
 import { RolloutManagerQueueSequence1796600000200 } from './1796600000200-rollout-manager-queue-sequence';
 
 /** Every migration, in order, registered explicitly (no globs: works from src and dist alike). */
-export const MIGRATIONS = [InitialSchema1795987110915, GatewaySessions1796100000000, GatewayCallDeltas1796200000000, GatewayOutbox1796300000000, EventOutbox1796400000000, DataPool1796500000000, DataPoolCallAdvantages1796500000100, RolloutManagerState1796600000000, RolloutManagerAgentPid1796600000100, RolloutManagerQueueSequence1796600000200];
+export const MIGRATIONS = [
+  InitialSchema1795987110915,
+  GatewaySessions1796100000000,
+  GatewayCallDeltas1796200000000,
+  GatewayOutbox1796300000000,
+  EventOutbox1796400000000,
+  DataPool1796500000000,
+  DataPoolCallAdvantages1796500000100,
+  RolloutManagerState1796600000000,
+  RolloutManagerAgentPid1796600000100,
+  RolloutManagerQueueSequence1796600000200,
+];

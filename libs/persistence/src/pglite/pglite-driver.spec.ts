@@ -32,21 +32,23 @@ describe('PGlite driver', () => {
     const transactions = 60;
     const rolledBack = (i: number) => i % 4 === 0;
     const work = Array.from({ length: transactions }, (_, i) =>
-      ds.transaction(async (m) => {
-        // A plain read-modify-write (no FOR UPDATE): exact only if nobody else runs in between.
-        const [{ value }] = await m.query('SELECT value FROM counters WHERE id = 1');
-        await jitter();
-        await m.query('UPDATE counters SET value = $1 WHERE id = 1', [value + 1]);
-        await m.query('INSERT INTO ledger (tx) VALUES ($1)', [i]);
-        // A transfer in two statements: between them the books do not balance.
-        await m.query('UPDATE accounts SET balance = balance - 10 WHERE id = 1');
-        await jitter();
-        await m.query('UPDATE accounts SET balance = balance + 10 WHERE id = 2');
-        if (rolledBack(i)) throw new Error(`rollback ${i}`);
-      }).then(
-        () => 'committed',
-        () => 'rolled back',
-      ),
+      ds
+        .transaction(async (m) => {
+          // A plain read-modify-write (no FOR UPDATE): exact only if nobody else runs in between.
+          const [{ value }] = await m.query('SELECT value FROM counters WHERE id = 1');
+          await jitter();
+          await m.query('UPDATE counters SET value = $1 WHERE id = 1', [value + 1]);
+          await m.query('INSERT INTO ledger (tx) VALUES ($1)', [i]);
+          // A transfer in two statements: between them the books do not balance.
+          await m.query('UPDATE accounts SET balance = balance - 10 WHERE id = 1');
+          await jitter();
+          await m.query('UPDATE accounts SET balance = balance + 10 WHERE id = 2');
+          if (rolledBack(i)) throw new Error(`rollback ${i}`);
+        })
+        .then(
+          () => 'committed',
+          () => 'rolled back',
+        ),
     );
     // Plain queries from other "connections" while the transactions run: they must only
     // ever see committed states, never the middle of a transfer.

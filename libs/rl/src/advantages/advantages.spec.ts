@@ -1,8 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { AdvantageInputError, computeBatchAdvantages, computeGroupAdvantages, RolloutScore, RunningBaseline } from './index';
 
-const group = (rewards: number[], masked: number[] = []): RolloutScore[] =>
-  rewards.map((r, i) => ({ rolloutId: `r${i}`, outcomeReward: r, ...(masked.includes(i) ? { masked: true } : {}) }));
+const group = (rewards: number[], masked: number[] = []): RolloutScore[] => rewards.map((r, i) => ({ rolloutId: `r${i}`, outcomeReward: r, ...(masked.includes(i) ? { masked: true } : {}) }));
 
 function close(actual: number[], expected: number[], digits = 9) {
   expect(actual).toHaveLength(expected.length);

@@ -102,20 +102,15 @@ const CONFIG_KEYS = new Set(['estimator', 'stdEpsilon', 'includeMaskedInStats', 
 function validateConfig(cfg: AdvantageConfig): Required<Omit<AdvantageConfig, 'baseline'>> & { baseline?: RunningBaseline } {
   if (!cfg || typeof cfg !== 'object') throw new AdvantageInputError('cfg', 'must be an object');
   for (const k of Object.keys(cfg)) if (!CONFIG_KEYS.has(k)) throw new AdvantageInputError(`cfg.${k}`, 'unknown advantage config key');
-  if (!ADVANTAGE_ESTIMATORS.includes(cfg.estimator))
-    throw new AdvantageInputError('cfg.estimator', `must be one of ${ADVANTAGE_ESTIMATORS.join(', ')}, got ${String(cfg.estimator)}`);
+  if (!ADVANTAGE_ESTIMATORS.includes(cfg.estimator)) throw new AdvantageInputError('cfg.estimator', `must be one of ${ADVANTAGE_ESTIMATORS.join(', ')}, got ${String(cfg.estimator)}`);
   const stdEpsilon = cfg.stdEpsilon ?? 1e-6;
   if (!Number.isFinite(stdEpsilon) || stdEpsilon < 0) throw new AdvantageInputError('cfg.stdEpsilon', `must be finite and >= 0, got ${stdEpsilon}`);
   const processRewardWeight = cfg.processRewardWeight ?? 0;
-  if (!Number.isFinite(processRewardWeight) || processRewardWeight < 0)
-    throw new AdvantageInputError('cfg.processRewardWeight', `must be finite and >= 0, got ${processRewardWeight}`);
+  if (!Number.isFinite(processRewardWeight) || processRewardWeight < 0) throw new AdvantageInputError('cfg.processRewardWeight', `must be finite and >= 0, got ${processRewardWeight}`);
   const zeroVarianceTolerance = cfg.zeroVarianceTolerance ?? 1e-9;
-  if (!Number.isFinite(zeroVarianceTolerance) || zeroVarianceTolerance < 0)
-    throw new AdvantageInputError('cfg.zeroVarianceTolerance', `must be finite and >= 0, got ${zeroVarianceTolerance}`);
-  if (cfg.baseline !== undefined && !(cfg.baseline instanceof RunningBaseline))
-    throw new AdvantageInputError('cfg.baseline', 'must be a RunningBaseline');
-  if (cfg.baseline && cfg.estimator === 'rloo')
-    throw new AdvantageInputError('cfg.baseline', 'rloo uses the leave-one-out mean as its baseline; a running baseline would replace it');
+  if (!Number.isFinite(zeroVarianceTolerance) || zeroVarianceTolerance < 0) throw new AdvantageInputError('cfg.zeroVarianceTolerance', `must be finite and >= 0, got ${zeroVarianceTolerance}`);
+  if (cfg.baseline !== undefined && !(cfg.baseline instanceof RunningBaseline)) throw new AdvantageInputError('cfg.baseline', 'must be a RunningBaseline');
+  if (cfg.baseline && cfg.estimator === 'rloo') throw new AdvantageInputError('cfg.baseline', 'rloo uses the leave-one-out mean as its baseline; a running baseline would replace it');
   return {
     estimator: cfg.estimator,
     stdEpsilon,
@@ -138,16 +133,14 @@ function validateGroup(taskId: string, group: RolloutScore[], field: string): vo
     if (typeof r.rolloutId !== 'string' || r.rolloutId === '') throw new AdvantageInputError(`${f}.rolloutId`, 'must be a non-empty string');
     if (ids.has(r.rolloutId)) throw new AdvantageInputError(`${f}.rolloutId`, `duplicate rollout ${r.rolloutId}`);
     ids.add(r.rolloutId);
-    if (typeof r.outcomeReward !== 'number' || !Number.isFinite(r.outcomeReward))
-      throw new AdvantageInputError(`${f}.outcomeReward`, `is not a finite number (${String(r.outcomeReward)})`);
+    if (typeof r.outcomeReward !== 'number' || !Number.isFinite(r.outcomeReward)) throw new AdvantageInputError(`${f}.outcomeReward`, `is not a finite number (${String(r.outcomeReward)})`);
     if (r.masked !== undefined && typeof r.masked !== 'boolean') throw new AdvantageInputError(`${f}.masked`, 'must be a boolean');
     if (r.processRewards !== undefined) {
       if (!Array.isArray(r.processRewards)) throw new AdvantageInputError(`${f}.processRewards`, 'must be an array');
       r.processRewards.forEach((p, k) => {
         if (typeof p !== 'number' || !Number.isFinite(p)) throw new AdvantageInputError(`${f}.processRewards[${k}]`, `is not finite (${String(p)})`);
       });
-    } else if (withProcess > 0)
-      throw new AdvantageInputError(`${f}.processRewards`, 'missing while other rollouts of the group carry process rewards');
+    } else if (withProcess > 0) throw new AdvantageInputError(`${f}.processRewards`, 'missing while other rollouts of the group carry process rewards');
   });
 }
 

@@ -32,7 +32,10 @@ describe('splitTurns', () => {
     const h = [m('system', 's'), m('user', 'task'), m('assistant', 'a'), m('tool', 't1'), m('tool', 't2'), m('assistant', 'b'), m('user', 'u')];
     const { head, turns } = splitTurns(h);
     expect(head).toEqual([h[0], h[1]]);
-    expect(turns).toEqual([[h[2], h[3], h[4]], [h[5], h[6]]]);
+    expect(turns).toEqual([
+      [h[2], h[3], h[4]],
+      [h[5], h[6]],
+    ]);
   });
 
   it('rejects an empty history, a missing task and bad roles, naming the field', () => {

@@ -20,10 +20,7 @@ export interface ContextManager<M extends { role: string }> {
   view(history: readonly M[]): Promise<{ messages: M[]; rewritten: boolean }>;
 }
 
-export type ContextManagerSpec =
-  | { kind: 'append_only' }
-  | { kind: 'sliding_window'; lastTurns: number }
-  | { kind: 'summarize'; maxTurns: number; keepLastTurns: number };
+export type ContextManagerSpec = { kind: 'append_only' } | { kind: 'sliding_window'; lastTurns: number } | { kind: 'summarize'; maxTurns: number; keepLastTurns: number };
 
 /** Bad context-manager input or configuration; `field` names it. */
 export class ContextInputError extends Error {
@@ -45,8 +42,7 @@ export function splitTurns<M extends { role: string }>(history: readonly M[]): {
   let first = history.findIndex((m) => m.role === 'assistant');
   if (first < 0) first = history.length;
   const head = history.slice(0, first);
-  if (!head.some((m) => m.role === 'user'))
-    throw new ContextInputError('history', 'has no user message (the task) before the first assistant message');
+  if (!head.some((m) => m.role === 'user')) throw new ContextInputError('history', 'has no user message (the task) before the first assistant message');
   const turns: M[][] = [];
   for (let i = first; i < history.length; i++) {
     if (history[i].role === 'assistant') turns.push([]);
@@ -120,8 +116,7 @@ export function summarizing<M extends { role: string }>(opts: {
   const maxTurns = positiveInt(opts.maxTurns, 'maxTurns', 1);
   const keep = positiveInt(opts.keepLastTurns, 'keepLastTurns', 0);
   if (keep > maxTurns) throw new ContextInputError('keepLastTurns', `must be <= maxTurns (${maxTurns}), got ${keep}`);
-  if (opts.makeSummaryMessage !== undefined && typeof opts.makeSummaryMessage !== 'function')
-    throw new ContextInputError('makeSummaryMessage', 'must be a function');
+  if (opts.makeSummaryMessage !== undefined && typeof opts.makeSummaryMessage !== 'function') throw new ContextInputError('makeSummaryMessage', 'must be a function');
   const make = opts.makeSummaryMessage ?? ((text: string) => ({ role: 'user', content: text }) as unknown as M);
   const tracker = new ViewTracker<M>();
   let summary: M | null = null;
@@ -131,8 +126,7 @@ export function summarizing<M extends { role: string }>(opts: {
     kind: 'summarize',
     async view(history) {
       const { head, turns } = splitTurns(history);
-      if (history.length < seenLength)
-        throw new ContextInputError('history', `has ${history.length} messages, fewer than the ${seenLength} this manager already saw (one manager per trajectory)`);
+      if (history.length < seenLength) throw new ContextInputError('history', `has ${history.length} messages, fewer than the ${seenLength} this manager already saw (one manager per trajectory)`);
       seenLength = history.length;
       let visible = turns.slice(summarizedTurns);
       if (visible.length > maxTurns) {

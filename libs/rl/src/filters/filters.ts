@@ -74,17 +74,7 @@ export class FilterInputError extends Error {
   }
 }
 
-const KEYS = new Set([
-  'compactReasons',
-  'envErrorReasons',
-  'dropReasons',
-  'okReasons',
-  'dropZeroVariance',
-  'maxEnvRetries',
-  'maskTruncated',
-  'minTrainable',
-  'zeroVarianceTolerance',
-]);
+const KEYS = new Set(['compactReasons', 'envErrorReasons', 'dropReasons', 'okReasons', 'dropZeroVariance', 'maxEnvRetries', 'maskTruncated', 'minTrainable', 'zeroVarianceTolerance']);
 
 function stringList(v: unknown, field: string): string[] {
   if (!Array.isArray(v) || v.some((s) => typeof s !== 'string' || s === '')) throw new FilterInputError(field, 'must be an array of non-empty strings');
@@ -110,8 +100,7 @@ export function filterConfig(input: Partial<FilterConfig> = {}): FilterConfig {
   if (typeof cfg.maskTruncated !== 'boolean') throw new FilterInputError('maskTruncated', 'must be a boolean');
   if (!Number.isInteger(cfg.maxEnvRetries) || cfg.maxEnvRetries < 0) throw new FilterInputError('maxEnvRetries', `must be an integer >= 0, got ${cfg.maxEnvRetries}`);
   if (!Number.isInteger(cfg.minTrainable) || cfg.minTrainable < 1) throw new FilterInputError('minTrainable', `must be an integer >= 1, got ${cfg.minTrainable}`);
-  if (!Number.isFinite(cfg.zeroVarianceTolerance) || cfg.zeroVarianceTolerance < 0)
-    throw new FilterInputError('zeroVarianceTolerance', `must be finite and >= 0, got ${cfg.zeroVarianceTolerance}`);
+  if (!Number.isFinite(cfg.zeroVarianceTolerance) || cfg.zeroVarianceTolerance < 0) throw new FilterInputError('zeroVarianceTolerance', `must be finite and >= 0, got ${cfg.zeroVarianceTolerance}`);
   const seen = new Map<string, string>();
   for (const list of ['okReasons', 'compactReasons', 'envErrorReasons', 'dropReasons'] as const)
     for (const r of cfg[list]) {
@@ -167,8 +156,7 @@ export function filterGroup(rollouts: FilterRollout[], cfg: FilterConfig): Filte
     const attempts = r.attempts ?? 1;
     if (!Number.isInteger(attempts) || attempts < 1) throw new FilterInputError(`${f}.attempts`, `must be an integer >= 1, got ${String(r.attempts)}`);
     if (r.outputTruncated !== undefined && typeof r.outputTruncated !== 'boolean') throw new FilterInputError(`${f}.outputTruncated`, 'must be a boolean');
-    if (r.reward !== null && (typeof r.reward !== 'number' || !Number.isFinite(r.reward)))
-      throw new FilterInputError(`${f}.reward`, `must be a finite number or null, got ${String(r.reward)}`);
+    if (r.reward !== null && (typeof r.reward !== 'number' || !Number.isFinite(r.reward))) throw new FilterInputError(`${f}.reward`, `must be a finite number or null, got ${String(r.reward)}`);
     const cls = classify(r.finishReason, c, `${f}.finishReason`);
     switch (cls) {
       case 'env':

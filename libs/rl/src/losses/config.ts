@@ -110,11 +110,9 @@ export function lossConfig(input: Partial<LossConfig> = {}): LossConfig {
     correction = {};
     if (c.tokenTis !== undefined) correction.tokenTis = { cap: c.tokenTis?.cap ?? DEFAULT_TOKEN_TIS_CAP };
     if (c.seqTis !== undefined) correction.seqTis = { cap: c.seqTis?.cap ?? DEFAULT_SEQ_TIS_CAP };
-    if (c.geoMask !== undefined)
-      correction.geoMask = { low: c.geoMask?.low ?? DEFAULT_GEO_MASK.low, high: c.geoMask?.high ?? DEFAULT_GEO_MASK.high };
+    if (c.geoMask !== undefined) correction.geoMask = { low: c.geoMask?.low ?? DEFAULT_GEO_MASK.low, high: c.geoMask?.high ?? DEFAULT_GEO_MASK.high };
   }
-  if (kind === 'reinforce_tis' && !correction?.tokenTis && !correction?.seqTis)
-    correction = { ...correction, tokenTis: { cap: DEFAULT_TOKEN_TIS_CAP } };
+  if (kind === 'reinforce_tis' && !correction?.tokenTis && !correction?.seqTis) correction = { ...correction, tokenTis: { cap: DEFAULT_TOKEN_TIS_CAP } };
   const cfg: LossConfig = {
     kind,
     epsLow: input.epsLow ?? eps.epsLow,
@@ -137,13 +135,10 @@ export function validateLossConfig(cfg: LossConfig): void {
   if (!LOSS_KINDS.includes(cfg.kind)) throw new LossConfigError('kind', `must be one of ${LOSS_KINDS.join(', ')}, got ${String(cfg.kind)}`);
   if (typeof cfg.epsLow !== 'number' || !Number.isFinite(cfg.epsLow) || cfg.epsLow < 0 || cfg.epsLow > 1)
     throw new LossConfigError('epsLow', `must be in [0, 1] (the lower bound 1 − epsLow is then in [0, 1]), got ${String(cfg.epsLow)}`);
-  if (typeof cfg.epsHigh !== 'number' || !Number.isFinite(cfg.epsHigh) || cfg.epsHigh < 0)
-    throw new LossConfigError('epsHigh', `must be a finite number >= 0, got ${String(cfg.epsHigh)}`);
-  if (!AGGREGATIONS.includes(cfg.aggregation))
-    throw new LossConfigError('aggregation', `must be one of ${AGGREGATIONS.join(', ')}, got ${String(cfg.aggregation)}`);
+  if (typeof cfg.epsHigh !== 'number' || !Number.isFinite(cfg.epsHigh) || cfg.epsHigh < 0) throw new LossConfigError('epsHigh', `must be a finite number >= 0, got ${String(cfg.epsHigh)}`);
+  if (!AGGREGATIONS.includes(cfg.aggregation)) throw new LossConfigError('aggregation', `must be one of ${AGGREGATIONS.join(', ')}, got ${String(cfg.aggregation)}`);
   if (cfg.aggregation === 'constant') finitePositive(cfg.constantNormalizer, 'constantNormalizer');
-  else if (cfg.constantNormalizer !== undefined)
-    throw new LossConfigError('constantNormalizer', `is only used by aggregation 'constant', not '${cfg.aggregation}'`);
+  else if (cfg.constantNormalizer !== undefined) throw new LossConfigError('constantNormalizer', `is only used by aggregation 'constant', not '${cfg.aggregation}'`);
   finitePositive(cfg.logRatioClamp, 'logRatioClamp');
   const c = cfg.correction;
   if (c !== undefined) {
@@ -154,11 +149,9 @@ export function validateLossConfig(cfg: LossConfig): void {
     if (c.geoMask !== undefined) {
       finitePositive(c.geoMask?.low, 'correction.geoMask.low');
       finitePositive(c.geoMask?.high, 'correction.geoMask.high');
-      if (!(c.geoMask.low <= 1 && 1 <= c.geoMask.high))
-        throw new LossConfigError('correction.geoMask', `band [${c.geoMask.low}, ${c.geoMask.high}] must contain 1`);
+      if (!(c.geoMask.low <= 1 && 1 <= c.geoMask.high)) throw new LossConfigError('correction.geoMask', `band [${c.geoMask.low}, ${c.geoMask.high}] must contain 1`);
     }
-    if (c.tokenTis && c.seqTis)
-      throw new LossConfigError('correction.seqTis', 'token-level and sequence-level TIS together weight the same ratio twice; choose one');
+    if (c.tokenTis && c.seqTis) throw new LossConfigError('correction.seqTis', 'token-level and sequence-level TIS together weight the same ratio twice; choose one');
     if (cfg.kind === 'cispo' && (c.tokenTis || c.seqTis))
       throw new LossConfigError(
         c.tokenTis ? 'correction.tokenTis' : 'correction.seqTis',
@@ -178,9 +171,7 @@ export function validateLossConfig(cfg: LossConfig): void {
     if (p.mode === 'interpolated') {
       if (typeof p.currentVersion !== 'number' || !Number.isInteger(p.currentVersion) || p.currentVersion < 0)
         throw new LossConfigError('prox.currentVersion', `interpolated prox needs the current version as an integer >= 0, got ${String(p.currentVersion)}`);
-    } else if (p.currentVersion !== undefined)
-      throw new LossConfigError('prox.currentVersion', "is only used by prox.mode 'interpolated'");
+    } else if (p.currentVersion !== undefined) throw new LossConfigError('prox.currentVersion', "is only used by prox.mode 'interpolated'");
   } else if (cfg.kind === 'decoupled_ppo') throw new LossConfigError('prox', "decoupled_ppo needs prox ({ mode: 'recomputed' } or 'interpolated')");
-  if (cfg.kind === 'reinforce_tis' && !c?.tokenTis && !c?.seqTis)
-    throw new LossConfigError('correction', 'reinforce_tis needs correction.tokenTis or correction.seqTis (its truncated IS weight)');
+  if (cfg.kind === 'reinforce_tis' && !c?.tokenTis && !c?.seqTis) throw new LossConfigError('correction', 'reinforce_tis needs correction.tokenTis or correction.seqTis (its truncated IS weight)');
 }

@@ -79,22 +79,15 @@ function validateSample(s: LossSample, i: number, cfg: LossConfig, detached: Flo
   const interpolated = cfg.kind === 'decoupled_ppo' && cfg.prox?.mode === 'interpolated';
   if (needsProx && s.proxLogp === undefined) throw new LossInputError(`${f}.proxLogp`, "is required by decoupled_ppo with prox.mode 'recomputed'");
   if (interpolated) {
-    if (s.proxLogp !== undefined)
-      throw new LossInputError(`${f}.proxLogp`, "is given but prox.mode is 'interpolated' (the proximal logp would be ambiguous)");
+    if (s.proxLogp !== undefined) throw new LossInputError(`${f}.proxLogp`, "is given but prox.mode is 'interpolated' (the proximal logp would be ambiguous)");
     if (s.versions === undefined) throw new LossInputError(`${f}.versions`, "are required by prox.mode 'interpolated'");
     const vc = cfg.prox?.currentVersion ?? 0;
-    for (let t = 0; t < L; t++)
-      if (s.versions[t] > vc) throw new LossInputError(`${f}.versions[${t}]`, `version ${s.versions[t]} is newer than prox.currentVersion ${vc}`);
+    for (let t = 0; t < L; t++) if (s.versions[t] > vc) throw new LossInputError(`${f}.versions[${t}]`, `version ${s.versions[t]} is newer than prox.currentVersion ${vc}`);
   }
   if (cfg.kind === 'ppo' && (cfg.correction?.tokenTis || cfg.correction?.seqTis) && s.proxLogp === undefined)
-    throw new LossInputError(
-      `${f}.proxLogp`,
-      'PPO with TIS needs the recomputed proxLogp: without it the PPO ratio and the TIS ratio are the same π_θ/π_behaviour, counted twice',
-    );
-  if (cfg.aggregation === 'trajectory' && (typeof s.trajectoryId !== 'string' || s.trajectoryId === ''))
-    throw new LossInputError(`${f}.trajectoryId`, "is required by aggregation 'trajectory'");
-  if (cfg.aggregation === 'group' && (typeof s.groupId !== 'string' || s.groupId === ''))
-    throw new LossInputError(`${f}.groupId`, "is required by aggregation 'group'");
+    throw new LossInputError(`${f}.proxLogp`, 'PPO with TIS needs the recomputed proxLogp: without it the PPO ratio and the TIS ratio are the same π_θ/π_behaviour, counted twice');
+  if (cfg.aggregation === 'trajectory' && (typeof s.trajectoryId !== 'string' || s.trajectoryId === '')) throw new LossInputError(`${f}.trajectoryId`, "is required by aggregation 'trajectory'");
+  if (cfg.aggregation === 'group' && (typeof s.groupId !== 'string' || s.groupId === '')) throw new LossInputError(`${f}.groupId`, "is required by aggregation 'group'");
 }
 
 const weightAt = (s: LossSample, t: number): number => (s.weight === undefined ? 1 : typeof s.weight === 'number' ? s.weight : s.weight[t]);
@@ -117,8 +110,7 @@ export function aggregationCoefficients(samples: readonly LossSample[], aggregat
     throw new LossConfigError('constantNormalizer', `must be a finite number > 0, got ${String(constantNormalizer)}`);
   if (!Array.isArray(samples)) throw new LossInputError('samples', 'must be an array');
   samples.forEach((s, i) => {
-    if (!s || !(s.logp instanceof Float32Array || s.logp instanceof Float64Array))
-      throw new LossInputError(`samples[${i}].logp`, 'must be a Float32Array or Float64Array');
+    if (!s || !(s.logp instanceof Float32Array || s.logp instanceof Float64Array)) throw new LossInputError(`samples[${i}].logp`, 'must be a Float32Array or Float64Array');
     if (s.weight !== undefined) {
       if (typeof s.weight === 'number') {
         if (!Number.isFinite(s.weight) || s.weight < 0) throw new LossInputError(`samples[${i}].weight`, `must be finite and >= 0, got ${s.weight}`);
@@ -129,8 +121,7 @@ export function aggregationCoefficients(samples: readonly LossSample[], aggregat
     }
     if (aggregation === 'trajectory' && (typeof s.trajectoryId !== 'string' || s.trajectoryId === ''))
       throw new LossInputError(`samples[${i}].trajectoryId`, "is required by aggregation 'trajectory'");
-    if (aggregation === 'group' && (typeof s.groupId !== 'string' || s.groupId === ''))
-      throw new LossInputError(`samples[${i}].groupId`, "is required by aggregation 'group'");
+    if (aggregation === 'group' && (typeof s.groupId !== 'string' || s.groupId === '')) throw new LossInputError(`samples[${i}].groupId`, "is required by aggregation 'group'");
   });
   const n = samples.map((s) => {
     let k = 0;
@@ -178,8 +169,7 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
   if (!Array.isArray(samples) || samples.length === 0) throw new LossInputError('samples', 'must be a non-empty array');
   if (opts.detachedLogp !== undefined && (!Array.isArray(opts.detachedLogp) || opts.detachedLogp.length !== samples.length))
     throw new LossInputError('detachedLogp', `must hold one array per sample (${samples.length})`);
-  if (opts.entropy !== undefined && (!Array.isArray(opts.entropy) || opts.entropy.length !== samples.length))
-    throw new LossInputError('entropy', `must hold one array per sample (${samples.length})`);
+  if (opts.entropy !== undefined && (!Array.isArray(opts.entropy) || opts.entropy.length !== samples.length)) throw new LossInputError('entropy', `must hold one array per sample (${samples.length})`);
   samples.forEach((s, i) => validateSample(s, i, cfg, opts.detachedLogp?.[i], opts.entropy?.[i]));
 
   const C = cfg.logRatioClamp;

@@ -1,17 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from '../random';
-import {
-  Aggregation,
-  aggregationCoefficients,
-  computeLoss,
-  healthVerdict,
-  LossConfig,
-  lossConfig,
-  LossConfigError,
-  LossInputError,
-  LossSample,
-  mismatchStats,
-} from './index';
+import { Aggregation, aggregationCoefficients, computeLoss, healthVerdict, LossConfig, lossConfig, LossConfigError, LossInputError, LossSample, mismatchStats } from './index';
 
 const f64 = (xs: number[]) => Float64Array.from(xs);
 const LN6 = Math.log(6);

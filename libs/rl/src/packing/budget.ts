@@ -34,7 +34,8 @@ function lcp(a: PackSample, b: PackSample): number {
 
 function compareSamples(a: PackSample, b: PackSample): number {
   const k = lcp(a, b);
-  const la = sampleLength(a), lb = sampleLength(b);
+  const la = sampleLength(a),
+    lb = sampleLength(b);
   if (k === la || k === lb) return la - lb;
   return tokenAt(a, k) - tokenAt(b, k);
 }
@@ -46,8 +47,7 @@ export function packSamples(samples: readonly PackSample[], opts: PackingOptions
   samples.forEach((s, i) => {
     if (!s || !s.promptIds || !s.outputIds) throw new PackingError(`sample ${i}: promptIds and outputIds are required`);
     const len = sampleLength(s);
-    if (len > budget)
-      throw new PackingError(`sample ${i} has ${len} tokens, more than the pack budget maxTokens = ${budget}; it cannot be packed`);
+    if (len > budget) throw new PackingError(`sample ${i} has ${len} tokens, more than the pack budget maxTokens = ${budget}; it cannot be packed`);
     if (len === 0) throw new PackingError(`sample ${i} is empty`);
   });
   // 1. sort all samples in trie (DFS) order; samples of one trie are then contiguous

@@ -27,11 +27,12 @@ function expectPreOrder(pack: Pack) {
     expect(pack.parents[i]).toBeLessThan(i);
     if (pack.parents[i] >= 0) end[pack.parents[i]] = Math.max(end[pack.parents[i]], end[i]);
   }
-  for (let i = 0; i < n; i++) for (let j = i + 1; j < end[i]; j++) {
-    let a = j;
-    while (a > i) a = pack.parents[a];
-    expect(a).toBe(i);
-  }
+  for (let i = 0; i < n; i++)
+    for (let j = i + 1; j < end[i]; j++) {
+      let a = j;
+      while (a > i) a = pack.parents[a];
+      expect(a).toBe(i);
+    }
 }
 
 const rand = (seed: number) => () => ((seed = (seed * 1664525 + 1013904223) >>> 0), seed / 2 ** 32);
@@ -79,7 +80,10 @@ describe('prefix-tree packer', () => {
     const nodeVals = Float32Array.from({ length: p.uniqueTokens }, (_, i) => i * 10);
     const per = unmergeNodeValues(p, nodeVals);
     expect(per[0][0]).toBe(per[1][0]); // shared node "3"
-    const merged = mergeSampleValues(p, [[1, 2], [4, 8]]);
+    const merged = mergeSampleValues(p, [
+      [1, 2],
+      [4, 8],
+    ]);
     expect(merged[p.outputNodes[0][0]]).toBe(5); // 1 + 4 on the shared node
     expect(merged[p.outputNodes[0][1]]).toBe(2);
     expect(merged[p.outputNodes[1][1]]).toBe(8);

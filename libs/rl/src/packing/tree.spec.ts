@@ -15,8 +15,15 @@ function trajectories(seed: number, nTraj: number, turns: number) {
     for (let c = 0; c < turns; c++) {
       const outputIds = Array.from({ length: 1 + Math.floor(rand() * 5) }, tok);
       out.push({
-        sampleId: `t${t}c${c}`, trajectoryId: `t${t}`, groupId: 'g', advantage: rand() - 0.5, lossWeight: t % 3 === 0 ? 0 : 1,
-        promptIds: [...ctx], outputIds, behaviourLogp: outputIds.map(() => -rand()), versions: outputIds.map(() => c),
+        sampleId: `t${t}c${c}`,
+        trajectoryId: `t${t}`,
+        groupId: 'g',
+        advantage: rand() - 0.5,
+        lossWeight: t % 3 === 0 ? 0 : 1,
+        promptIds: [...ctx],
+        outputIds,
+        behaviourLogp: outputIds.map(() => -rand()),
+        versions: outputIds.map(() => c),
       });
       ctx = [...ctx, ...outputIds, ...Array.from({ length: 2 }, tok)];
     }
@@ -36,7 +43,10 @@ describe('packTree', () => {
   const tree = prefixTreeOf(samples);
 
   it('the tree of materialised samples has the trie packer’s node count and records behaviour logprobs per output node', () => {
-    const ref = packSamples(samples.map((s) => ({ promptIds: s.promptIds, outputIds: s.outputIds })), { maxTokens: 1 << 20 });
+    const ref = packSamples(
+      samples.map((s) => ({ promptIds: s.promptIds, outputIds: s.outputIds })),
+      { maxTokens: 1 << 20 },
+    );
     expect(tree.tokens.length).toBe(ref.uniqueTokens);
     samples.forEach((s, k) => {
       expect(Array.from(tree.samples[k].outputNodes, (j) => tree.behaviourLogp[j])).toEqual(Array.from(Float32Array.from(s.behaviourLogp)));

@@ -22,7 +22,12 @@ export interface TreePackingResult extends PackingResult {
 export function validatePrefixTree(tree: PrefixTree): void {
   const n = tree.tokens.length;
   if (n === 0) throw new PackingError('prefix tree: tokens is empty');
-  for (const [name, arr] of [['parents', tree.parents], ['behaviourLogp', tree.behaviourLogp], ['versions', tree.versions], ['lossWeight', tree.lossWeight]] as const) {
+  for (const [name, arr] of [
+    ['parents', tree.parents],
+    ['behaviourLogp', tree.behaviourLogp],
+    ['versions', tree.versions],
+    ['lossWeight', tree.lossWeight],
+  ] as const) {
     if (arr.length !== n) throw new PackingError(`prefix tree: ${name} has ${arr.length} entries for ${n} tokens`);
   }
   for (let i = 0; i < n; i++) {
@@ -38,8 +43,7 @@ export function validatePrefixTree(tree: PrefixTree): void {
     if (!(s.lossWeight >= 0) || !Number.isFinite(s.lossWeight)) throw new PackingError(`prefix tree: samples[${k}].lossWeight must be finite and >= 0`);
     for (let t = 0; t < o.length; t++) {
       if (o[t] < 0 || o[t] >= n) throw new PackingError(`prefix tree: samples[${k}].outputNodes[${t}] = ${o[t]} is outside the tree`);
-      if (t > 0 && tree.parents[o[t]] !== o[t - 1])
-        throw new PackingError(`prefix tree: samples[${k}].outputNodes[${t}] is not the child of outputNodes[${t - 1}]`);
+      if (t > 0 && tree.parents[o[t]] !== o[t - 1]) throw new PackingError(`prefix tree: samples[${k}].outputNodes[${t}] is not the child of outputNodes[${t - 1}]`);
     }
     if (tree.parents[o[0]] === -1) throw new PackingError(`prefix tree: samples[${k}] has an empty prompt (its first output node is a root)`);
   });
@@ -64,10 +68,13 @@ export function packTree(tree: PrefixTree, opts: { maxTokens: number }): TreePac
   validatePrefixTree(tree);
   const n = tree.tokens.length;
   const depth = depths(tree.parents);
-  const order = tree.samples.map((_, k) => k).sort((a, b) => {
-    const la = tree.samples[a].outputNodes, lb = tree.samples[b].outputNodes;
-    return la[la.length - 1] - lb[lb.length - 1] || a - b;
-  });
+  const order = tree.samples
+    .map((_, k) => k)
+    .sort((a, b) => {
+      const la = tree.samples[a].outputNodes,
+        lb = tree.samples[b].outputNodes;
+      return la[la.length - 1] - lb[lb.length - 1] || a - b;
+    });
   // inPack[i] = index of the last pack that contains node i (+1; 0 = none yet)
   const inPack = new Int32Array(n);
   const bins: { members: number[]; nodes: number[] }[] = [];
@@ -77,8 +84,7 @@ export function packTree(tree: PrefixTree, opts: { maxTokens: number }): TreePac
     const s = tree.samples[k];
     const last = s.outputNodes[s.outputNodes.length - 1];
     const pathLen = depth[last] + 1;
-    if (pathLen > budget)
-      throw new PackingError(`sample ${s.sampleId} has ${pathLen} tokens, more than the pack budget maxTokens = ${budget}; it cannot be packed`);
+    if (pathLen > budget) throw new PackingError(`sample ${s.sampleId} has ${pathLen} tokens, more than the pack budget maxTokens = ${budget}; it cannot be packed`);
     const tag = bins.length; // the current pack's tag (= its index + 1)
     added.length = 0;
     if (cur) for (let i = last; i >= 0 && inPack[i] !== tag; i = tree.parents[i]) added.push(i);
@@ -137,8 +143,15 @@ export function packTree(tree: PrefixTree, opts: { maxTokens: number }): TreePac
  */
 export function prefixTreeOf(
   samples: readonly {
-    sampleId: string; trajectoryId: string; groupId: string; advantage: number; lossWeight: number;
-    promptIds: ArrayLike<number>; outputIds: ArrayLike<number>; behaviourLogp: ArrayLike<number>; versions: ArrayLike<number>;
+    sampleId: string;
+    trajectoryId: string;
+    groupId: string;
+    advantage: number;
+    lossWeight: number;
+    promptIds: ArrayLike<number>;
+    outputIds: ArrayLike<number>;
+    behaviourLogp: ArrayLike<number>;
+    versions: ArrayLike<number>;
   }[],
 ): PrefixTree {
   // The trie packer gives the structure; the generation records are attached per node.
@@ -160,4 +173,3 @@ export function prefixTreeOf(
   treeSamples.forEach((s) => s.outputNodes.forEach((j) => (lossWeight[j] += s.lossWeight)));
   return { tokens: pack.tokens, parents: pack.parents, behaviourLogp, versions, lossWeight, samples: treeSamples };
 }
-

@@ -1,13 +1,5 @@
 /** Why the scheduler refused an input. `field` names the bad field (config key, argument, id). */
-export type SchedulingErrorCode =
-  | 'invalid_config'
-  | 'invalid_argument'
-  | 'unknown_id'
-  | 'duplicate_id'
-  | 'duplicate_position'
-  | 'stale_position'
-  | 'invalid_transition'
-  | 'invalid_state';
+export type SchedulingErrorCode = 'invalid_config' | 'invalid_argument' | 'unknown_id' | 'duplicate_id' | 'duplicate_position' | 'stale_position' | 'invalid_transition' | 'invalid_state';
 
 export class SchedulingError extends Error {
   override name = 'SchedulingError';

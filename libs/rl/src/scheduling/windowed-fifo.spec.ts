@@ -46,7 +46,8 @@ describe('WindowedFifo: the published example N = 8, W = 4', () => {
   });
 
   it('max off-policy lag is N + W - 2 = 10 positions, on the worst-case schedule', () => {
-    const N = 8, W = 4;
+    const N = 8,
+      W = 4;
     const f = new WindowedFifo({ inFlight: N, window: W });
     let next = 0;
     const submit = () => f.submit(entry(next++));
@@ -212,15 +213,20 @@ describe('WindowedFifo: off-policy bound in steps (property)', () => {
   // the positional lag within N + W - 2.
   it('no random schedule exceeds S + ceil((W - 1) / P) steps or N + W - 2 positions', () => {
     const rnd = seededRandom(20261201);
-    let worstSteps = 0, hitBound = 0;
+    let worstSteps = 0,
+      hitBound = 0;
     const violations: string[] = [];
     for (let trial = 0; trial < 300; trial++) {
-      const S = Math.floor(rnd() * 4), P = 1 + Math.floor(rnd() * 4), N = (S + 1) * P;
+      const S = Math.floor(rnd() * 4),
+        P = 1 + Math.floor(rnd() * 4),
+        N = (S + 1) * P;
       const W = 1 + Math.floor(rnd() * N);
       const bound = offPolicyBoundSteps(S, W, P);
       const f = new WindowedFifo({ inFlight: N, window: W });
       const version = new Map<string, number>();
-      let pos = 0, v = 0, now = 0;
+      let pos = 0,
+        v = 0,
+        now = 0;
       const pending: string[] = [];
       const submit = () => {
         const id = `e${pos}`;
@@ -245,8 +251,7 @@ describe('WindowedFifo: off-policy bound in steps (property)', () => {
         for (const e of batch) {
           const age = v - (version.get(e.id) as number);
           maxAge = Math.max(maxAge, age);
-          if (age > bound || e.lag > N + W - 2 || e.outOfOrder > W - 1)
-            violations.push(`S=${S} P=${P} W=${W}: age ${age} (bound ${bound}), lag ${e.lag}, outOfOrder ${e.outOfOrder}`);
+          if (age > bound || e.lag > N + W - 2 || e.outOfOrder > W - 1) violations.push(`S=${S} P=${P} W=${W}: age ${age} (bound ${bound}), lag ${e.lag}, outOfOrder ${e.outOfOrder}`);
           version.delete(e.id);
         }
         v++; // trained
@@ -289,14 +294,17 @@ describe('WindowedFifo: snapshot / restore', () => {
   });
 
   it('restores from rows a caller reads back (no counters), and the adaptive state', () => {
-    const g = WindowedFifo.restore({ inFlight: 4, window: 2 }, {
-      entries: [
-        { id: 'a', position: 10, submittedAt: 0, status: 'pending' },
-        { id: 'b', position: 11, submittedAt: 0, status: 'taken', tokens: 1, completedAt: 1 },
-        { id: 'c', position: 12, submittedAt: 0, status: 'completed', tokens: 3, completedAt: 1 },
-      ],
-      passedPosition: 9,
-    });
+    const g = WindowedFifo.restore(
+      { inFlight: 4, window: 2 },
+      {
+        entries: [
+          { id: 'a', position: 10, submittedAt: 0, status: 'pending' },
+          { id: 'b', position: 11, submittedAt: 0, status: 'taken', tokens: 1, completedAt: 1 },
+          { id: 'c', position: 12, submittedAt: 0, status: 'completed', tokens: 3, completedAt: 1 },
+        ],
+        passedPosition: 9,
+      },
+    );
     expect(g.head).toBe(10);
     expect(g.take({ now: 2 })).toEqual([]); // c is blocked: b keeps its slot
     const cfg: WindowConfig = { inFlight: 10, window: 'adaptive' };

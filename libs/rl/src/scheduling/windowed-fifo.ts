@@ -168,8 +168,7 @@ function validateConfig(cfg: WindowConfig): { N: number; fixed: number | null; a
     if (cfg.window > N) throw new SchedulingError('invalid_config', 'window', `W must be <= N = inFlight (${N}), got ${cfg.window}`);
     fixed = cfg.window;
   }
-  if (cfg.adaptive !== undefined && cfg.window !== 'adaptive')
-    throw new SchedulingError('invalid_config', 'adaptive', "adaptive knobs given but window is not 'adaptive'");
+  if (cfg.adaptive !== undefined && cfg.window !== 'adaptive') throw new SchedulingError('invalid_config', 'adaptive', "adaptive knobs given but window is not 'adaptive'");
   let headAgeLimitMs: number | null = null;
   if (cfg.headAgeLimitMs !== undefined) {
     headAgeLimitMs = requireFinite('headAgeLimitMs', cfg.headAgeLimitMs, 0, 'invalid_config');
@@ -237,14 +236,14 @@ export class WindowedFifo {
     if (last === null || e.position > last) this.q.push(slot);
     else {
       // late arrival (submission events can be reordered): insert by position
-      let lo = this.h, hi = this.q.length;
+      let lo = this.h,
+        hi = this.q.length;
       while (lo < hi) {
         const mid = (lo + hi) >> 1;
         if (this.q[mid].position < e.position) lo = mid + 1;
         else hi = mid;
       }
-      if (lo < this.q.length && this.q[lo].position === e.position)
-        throw new SchedulingError('duplicate_position', 'position', `position ${e.position} is already held by entry ${this.q[lo].id}`);
+      if (lo < this.q.length && this.q[lo].position === e.position) throw new SchedulingError('duplicate_position', 'position', `position ${e.position} is already held by entry ${this.q[lo].id}`);
       this.q.splice(lo, 0, slot);
     }
     this.byId.set(e.id, slot);
@@ -381,7 +380,10 @@ export class WindowedFifo {
     }
     this.advanceHead();
     if (this.ctrl) {
-      this.ctrl.step(now, out.map((e) => e.difficulty ?? Math.log1p(Math.max(0, e.completedAt - e.submittedAt))));
+      this.ctrl.step(
+        now,
+        out.map((e) => e.difficulty ?? Math.log1p(Math.max(0, e.completedAt - e.submittedAt))),
+      );
     }
     return out;
   }
@@ -428,8 +430,7 @@ export class WindowedFifo {
     f.passed = s.passedPosition ?? null;
     if (s.counters !== undefined) {
       const c = s.counters;
-      for (const k of ['submitted', 'completed', 'taken', 'headExpired', 'maxOutOfOrder', 'maxLag'] as const)
-        requireInt(`counters.${k}`, c[k], 0, Number.MAX_SAFE_INTEGER, 'invalid_state');
+      for (const k of ['submitted', 'completed', 'taken', 'headExpired', 'maxOutOfOrder', 'maxLag'] as const) requireInt(`counters.${k}`, c[k], 0, Number.MAX_SAFE_INTEGER, 'invalid_state');
       if (!c.dropped || typeof c.dropped !== 'object') throw new SchedulingError('invalid_state', 'counters.dropped', 'must be an object');
       for (const [k, v] of Object.entries(c.dropped)) requireInt(`counters.dropped.${k}`, v, 0, Number.MAX_SAFE_INTEGER, 'invalid_state');
       f.c = { ...c, dropped: { ...c.dropped } };
@@ -444,8 +445,7 @@ export class WindowedFifo {
       if (f.byId.has(e.id)) throw new SchedulingError('duplicate_id', `${at}.id`, `entry ${e.id} appears twice`);
       if (prev !== null && e.position === prev) throw new SchedulingError('duplicate_position', `${at}.position`, `position ${e.position} appears twice`);
       if (prev !== null && e.position < prev) throw new SchedulingError('invalid_state', `${at}.position`, `entries must be in position order (${e.position} after ${prev})`);
-      if (f.passed !== null && e.position <= f.passed)
-        throw new SchedulingError('stale_position', `${at}.position`, `position ${e.position} is at or before passedPosition ${f.passed}`);
+      if (f.passed !== null && e.position <= f.passed) throw new SchedulingError('stale_position', `${at}.position`, `position ${e.position} is at or before passedPosition ${f.passed}`);
       if (!['pending', 'completed', 'taken', 'dropped'].includes(e.status))
         throw new SchedulingError('invalid_state', `${at}.status`, `must be pending, completed, taken or dropped, got ${String(e.status)}`);
       if (e.difficulty !== undefined) requireFinite(`${at}.difficulty`, e.difficulty, -Infinity, 'invalid_state');
@@ -471,8 +471,7 @@ export class WindowedFifo {
     if (f.ctrl && s.adaptive !== undefined) {
       f.ctrl = new AdaptiveWindow(f.ctrl.cfg, s.adaptive);
     } else if (s.adaptive !== undefined) throw new SchedulingError('invalid_state', 'adaptive', "adaptive state given but window is not 'adaptive'");
-    if (s.window !== undefined && !f.ctrl && s.window !== f.window)
-      throw new SchedulingError('invalid_state', 'window', `snapshot was taken with W = ${s.window}, config says ${f.window}`);
+    if (s.window !== undefined && !f.ctrl && s.window !== f.window) throw new SchedulingError('invalid_state', 'window', `snapshot was taken with W = ${s.window}, config says ${f.window}`);
     for (const id of s.expiredIds ?? []) if (f.byId.has(id)) f.expired.add(id);
     f.advanceHead();
     return f;

@@ -162,8 +162,7 @@ export class StalenessController {
    */
   static restore(cfg: StalenessConfig, state: { inFlight: { groupId: string; startVersion: number }[]; untrained: string[] }): StalenessController {
     const c = new StalenessController(cfg);
-    if (!state || !Array.isArray(state.inFlight) || !Array.isArray(state.untrained))
-      throw new StalenessInputError('state', 'must have inFlight and untrained arrays');
+    if (!state || !Array.isArray(state.inFlight) || !Array.isArray(state.untrained)) throw new StalenessInputError('state', 'must have inFlight and untrained arrays');
     state.inFlight.forEach((g, i) => {
       const id = groupIdOf(g?.groupId, `state.inFlight[${i}].groupId`);
       const v = nonNegativeInt(g?.startVersion, `state.inFlight[${i}].startVersion`);

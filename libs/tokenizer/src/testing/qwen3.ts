@@ -31,7 +31,16 @@ export { seededRandom as rng } from '@anvil/rl';
 
 /** A random string over code points of every plane (no lone surrogates), with whitespace runs and the given literals mixed in. */
 export function randomText(r: () => number, maxLen: number, literals: readonly string[] = []): string {
-  const pools = [' \n\t\r  ', 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ', '0123456789', '.,;:!?\'"()[]{}<>/\\|-_=+*&^%$#@~`', '你好世界中文日本語한국어', 'éèàçñÅØæœ', '😀🤖🚀👍🏽❤️✨', 'Привет Ελληνικά'];
+  const pools = [
+    ' \n\t\r  ',
+    'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ',
+    '0123456789',
+    '.,;:!?\'"()[]{}<>/\\|-_=+*&^%$#@~`',
+    '你好世界中文日本語한국어',
+    'éèàçñÅØæœ',
+    '😀🤖🚀👍🏽❤️✨',
+    'Привет Ελληνικά',
+  ];
   const n = 1 + Math.floor(r() * maxLen);
   let s = '';
   for (let i = 0; i < n; i++) {

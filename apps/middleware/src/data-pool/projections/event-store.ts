@@ -1,6 +1,20 @@
 import { In, IsNull, type DataSource, type EntityManager } from 'typeorm';
 import { llmCallV1ToV2, type AnyEventEnvelope, type EventEnvelope, type LlmCallRecordedV1, type TrainBatchV1 } from '@anvil/contracts';
-import { Checkpoint, LlmCall, PolicyActivation, PolicyVersion, Reward, Rollout, RolloutGroup, Task, TaskSet, TrainBatch, Trajectory, inTransaction, insertIgnoringDuplicates } from '@anvil/persistence';
+import {
+  Checkpoint,
+  LlmCall,
+  PolicyActivation,
+  PolicyVersion,
+  Reward,
+  Rollout,
+  RolloutGroup,
+  Task,
+  TaskSet,
+  TrainBatch,
+  Trajectory,
+  inTransaction,
+  insertIgnoringDuplicates,
+} from '@anvil/persistence';
 import { UnknownRolloutError } from './errors';
 
 const at = (ms: number) => new Date(ms);

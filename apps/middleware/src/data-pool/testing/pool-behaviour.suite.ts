@@ -33,7 +33,15 @@ async function until<T>(what: string, f: () => Promise<T | null | undefined | fa
 
 function runtime(env: PoolEnv, config: Partial<DataPoolConfig>) {
   const runId = uid('run');
-  return new DataPoolRuntime({ bus: env.bus(), dataSource: env.ds(), group: uid('dp'), config: { runId, ...config }, tickIntervalMs: 100, pruneIntervalMs: 0, outbox: { staleAfterMs: 1_000, sweepIntervalMs: 500 } });
+  return new DataPoolRuntime({
+    bus: env.bus(),
+    dataSource: env.ds(),
+    group: uid('dp'),
+    config: { runId, ...config },
+    tickIntervalMs: 100,
+    pruneIntervalMs: 0,
+    outbox: { staleAfterMs: 1_000, sweepIntervalMs: 500 },
+  });
 }
 
 export function describePoolBehaviour(env: PoolEnv): void {
@@ -50,8 +58,10 @@ export function describePoolBehaviour(env: PoolEnv): void {
       return mine.length >= 5 && mine;
     });
     // mean 0.5, population std sqrt(0.125) = 0.35355
-    const std = Math.sqrt(((0.5 ** 2) * 2) / 4);
-    const adv = Object.fromEntries(ready.filter((e) => e.type === 'trajectory.ready').map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.advantage]));
+    const std = Math.sqrt((0.5 ** 2 * 2) / 4);
+    const adv = Object.fromEntries(
+      ready.filter((e) => e.type === 'trajectory.ready').map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.advantage]),
+    );
     rewards.forEach((r, i) => expect(adv[`${g}-r${i}`]).toBeCloseTo((r - 0.5) / (std + 1e-6), 5));
     const settled = ready.find((e) => e.type === 'rollout_group.settled') as EventEnvelope<'rollout_group.settled'>;
     expect(settled.payload).toMatchObject({ groupId: g, status: 'ready', reason: null, retryRolloutIds: [] });
@@ -98,20 +108,36 @@ export function describePoolBehaviour(env: PoolEnv): void {
     const rewards = [1, 0, 0, 0, null];
     const rs = reasons.map((finishReason, i) => rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 5, reward: rewards[i], finishReason, sampleIndex: i }));
     await env.bus().publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
-    const settled = await until('settled', () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g) as EventEnvelope<'rollout_group.settled'> | undefined).catch(async (err) => {
-      const q = await env.ds().query(`SELECT q."rollout_id", q."run_id", q."status", r."status" AS rs, r."num_calls", (SELECT count(*) FROM "llm_calls" c WHERE c."rollout_id" = q."rollout_id") AS calls FROM "data_pool_queue" q LEFT JOIN "rollouts" r ON r."id" = q."rollout_id" WHERE q."group_id" = $1`, [g]);
-      const gr = await env.ds().query(`SELECT * FROM "data_pool_groups" WHERE "group_id" = $1`, [g]);
-      throw new Error(`${(err as Error).message}: queue ${JSON.stringify(q)} groups ${JSON.stringify(gr)} tick ${JSON.stringify(rt.lastTick)} run ${rt.config.runId}`);
-    });
+    const settled = await until('settled', () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g) as EventEnvelope<'rollout_group.settled'> | undefined).catch(
+      async (err) => {
+        const q = await env
+          .ds()
+          .query(
+            `SELECT q."rollout_id", q."run_id", q."status", r."status" AS rs, r."num_calls", (SELECT count(*) FROM "llm_calls" c WHERE c."rollout_id" = q."rollout_id") AS calls FROM "data_pool_queue" q LEFT JOIN "rollouts" r ON r."id" = q."rollout_id" WHERE q."group_id" = $1`,
+            [g],
+          );
+        const gr = await env.ds().query(`SELECT * FROM "data_pool_groups" WHERE "group_id" = $1`, [g]);
+        throw new Error(`${(err as Error).message}: queue ${JSON.stringify(q)} groups ${JSON.stringify(gr)} tick ${JSON.stringify(rt.lastTick)} run ${rt.config.runId}`);
+      },
+    );
     expect(settled.payload.retryRolloutIds).toEqual([`${g}-r4`]);
-    const masked = Object.fromEntries(out.seen.filter((e) => e.type === 'trajectory.ready' && e.payload.groupId === g).map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.lossMasked]));
+    const masked = Object.fromEntries(
+      out.seen
+        .filter((e) => e.type === 'trajectory.ready' && e.payload.groupId === g)
+        .map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.lossMasked]),
+    );
     expect(masked).toEqual({ [`${g}-r0`]: false, [`${g}-r1`]: true, [`${g}-r2`]: true, [`${g}-r3`]: false });
     // the statistics leave the masked ones out: mean of [1, 0] = 0.5, advantages +-1 (std 0.5)
-    const adv = out.seen.filter((e) => e.type === 'trajectory.ready' && e.payload.groupId === g).map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.advantage]);
+    const adv = out.seen
+      .filter((e) => e.type === 'trajectory.ready' && e.payload.groupId === g)
+      .map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.advantage]);
     expect(Object.fromEntries(adv)[`${g}-r0`]).toBeCloseTo(1, 4);
     expect(Object.fromEntries(adv)[`${g}-r3`]).toBeCloseTo(-1, 4);
     // batch of 4: masked samples carry loss weight 0
-    const batches = await until('a batch', async () => (await rt.settle()).length > 0 || ((await env.ds().query(`SELECT count(*) AS n FROM "data_pool_batch_stats" WHERE "run_id" = $1`, [rt.config.runId]))[0].n > 0));
+    const batches = await until(
+      'a batch',
+      async () => (await rt.settle()).length > 0 || (await env.ds().query(`SELECT count(*) AS n FROM "data_pool_batch_stats" WHERE "run_id" = $1`, [rt.config.runId]))[0].n > 0,
+    );
     expect(batches).toBeTruthy();
     const [b]: { sample_ids: string[]; id: string }[] = await env.ds().query(`SELECT "id", "sample_ids" FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]);
     expect(b.sample_ids.length).toBe(8);
@@ -137,7 +163,9 @@ export function describePoolBehaviour(env: PoolEnv): void {
     expect(s2.payload.trajectoryIds).toHaveLength(3);
     // dropped trajectories leave the queue: the position moves past them and the other group's batch is cut
     await until('batch', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]))[0].n) === 1);
-    const [q]: { dropped: string; taken: string }[] = await env.ds().query(`SELECT count(*) FILTER (WHERE "status" = 'dropped') AS dropped, count(*) FILTER (WHERE "status" = 'taken') AS taken FROM "data_pool_queue" WHERE "run_id" = $1`, [rt.config.runId]);
+    const [q]: { dropped: string; taken: string }[] = await env
+      .ds()
+      .query(`SELECT count(*) FILTER (WHERE "status" = 'dropped') AS dropped, count(*) FILTER (WHERE "status" = 'taken') AS taken FROM "data_pool_queue" WHERE "run_id" = $1`, [rt.config.runId]);
     expect([Number(q.dropped), Number(q.taken)]).toEqual([3, 3]);
     await out.stop();
     await rt.stop();
@@ -151,7 +179,10 @@ export function describePoolBehaviour(env: PoolEnv): void {
     const rs = ids.map((g, i) => rollout({ rolloutId: `${g}-r`, groupId: g, groupSize: 1, reward: 1, queuePosition: i }));
     await env.bus().publish(rs.map((r) => r.started));
     await env.bus().publish(rs.slice(1).flatMap((r) => [...r.calls, r.completed]));
-    const taken = async () => (await env.ds().query(`SELECT "rollout_id" FROM "data_pool_queue" WHERE "run_id" = $1 AND "status" = 'taken' ORDER BY "batch_id"`, [rt.config.runId])).map((r: { rollout_id: string }) => r.rollout_id);
+    const taken = async () =>
+      (await env.ds().query(`SELECT "rollout_id" FROM "data_pool_queue" WHERE "run_id" = $1 AND "status" = 'taken' ORDER BY "batch_id"`, [rt.config.runId])).map(
+        (r: { rollout_id: string }) => r.rollout_id,
+      );
     await until('position 1 taken (inside the window [0, 1])', async () => (await taken()).length === 1);
     await new Promise((r) => setTimeout(r, 800));
     await rt.settle();
@@ -181,14 +212,20 @@ export function describePoolBehaviour(env: PoolEnv): void {
     const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 1, window: 1 }, dropZeroVariance: false });
     await rt.start();
     await env.bus().publish([started({ rolloutId: r, groupId: g, groupSize: 1 }), ...calls.v2, completed({ rolloutId: r, groupId: g, reward: 1, numCalls: 100 })]);
-    const [batch] = await until('batch', async () => {
-      const rows: { id: string }[] = await env.ds().query(`SELECT "id" FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]);
-      return rows.length ? rows : null;
-    }, 120_000);
-    const [stored]: { bytes: string }[] = await env.ds().query(
-      `SELECT sum(octet_length("prompt_ids") + octet_length("output_ids") + octet_length("output_logprobs") + octet_length("output_versions")) AS bytes FROM "llm_calls" WHERE "rollout_id" = $1`,
-      [r],
+    const [batch] = await until(
+      'batch',
+      async () => {
+        const rows: { id: string }[] = await env.ds().query(`SELECT "id" FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]);
+        return rows.length ? rows : null;
+      },
+      120_000,
     );
+    const [stored]: { bytes: string }[] = await env
+      .ds()
+      .query(
+        `SELECT sum(octet_length("prompt_ids") + octet_length("output_ids") + octet_length("output_logprobs") + octet_length("output_versions")) AS bytes FROM "llm_calls" WHERE "rollout_id" = $1`,
+        [r],
+      );
     expect(Number(stored.bytes)).toBe(raw); // exactly: deltas + outputs, nothing repeated
     const [blob]: { bytes: number }[] = await env.ds().query(`SELECT "bytes" FROM "train_batch_blobs" WHERE "batch_id" = $1`, [batch.id]);
     expect(blob.bytes).toBeLessThan(1.2 * 20 * unique); // 20 bytes a node + per-sample metadata
@@ -232,8 +269,14 @@ export function describePoolBehaviour(env: PoolEnv): void {
     const ev = started({ rolloutId: `${g}-eval`, groupId: `${g}-evalg`, groupSize: 1, purpose: 'eval' });
     await env.bus().publish([started({ rolloutId: r, groupId: g, groupSize: 1 }), ev, ...calls.v1Events, ...calls.v1Events, completed({ rolloutId: r, groupId: g, reward: 1, numCalls: 3 })]);
     await until('batch', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]))[0].n) === 1);
-    const rows: { prompt_prefix_tokens: number; n: number }[] = await env.ds().query(`SELECT "prompt_prefix_tokens", octet_length("prompt_ids") / 4 AS n FROM "llm_calls" WHERE "rollout_id" = $1 ORDER BY "turn_index"`, [r]);
-    expect(rows.map((x) => [x.prompt_prefix_tokens, Number(x.n)])).toEqual([[0, 5], [8, 4], [15, 4]]);
+    const rows: { prompt_prefix_tokens: number; n: number }[] = await env
+      .ds()
+      .query(`SELECT "prompt_prefix_tokens", octet_length("prompt_ids") / 4 AS n FROM "llm_calls" WHERE "rollout_id" = $1 ORDER BY "turn_index"`, [r]);
+    expect(rows.map((x) => [x.prompt_prefix_tokens, Number(x.n)])).toEqual([
+      [0, 5],
+      [8, 4],
+      [15, 4],
+    ]);
     expect(Array.from(await rt.pool.calls.fullPrompt(`${r}-call-2`))).toEqual(Array.from(calls.v1[2].promptIds));
     const q: unknown[] = await env.ds().query(`SELECT 1 FROM "data_pool_queue" WHERE "rollout_id" = $1`, [`${g}-eval`]);
     expect(q).toHaveLength(0);

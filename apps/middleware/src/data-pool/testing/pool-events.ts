@@ -6,15 +6,46 @@ export const uid = (p: string) => `${p}-${process.pid}-${Date.now().toString(36)
 export function started(o: { rolloutId: string; groupId: string; taskId?: string; sampleIndex?: number; groupSize: number; queuePosition?: number; startedAt?: number; purpose?: 'train' | 'eval' }) {
   return createEvent(
     'rollout.started',
-    { rolloutId: o.rolloutId, groupId: o.groupId, taskId: o.taskId ?? 'task', taskSetId: 'set', sampleIndex: o.sampleIndex ?? 0, groupSize: o.groupSize, agent: { kind: 'white-box', name: 'test' }, policyVersionAtStart: 1, startedAt: o.startedAt ?? Date.now(), ...(o.queuePosition !== undefined ? { queuePosition: o.queuePosition } : {}), ...(o.purpose ? { purpose: o.purpose } : {}) },
+    {
+      rolloutId: o.rolloutId,
+      groupId: o.groupId,
+      taskId: o.taskId ?? 'task',
+      taskSetId: 'set',
+      sampleIndex: o.sampleIndex ?? 0,
+      groupSize: o.groupSize,
+      agent: { kind: 'white-box', name: 'test' },
+      policyVersionAtStart: 1,
+      startedAt: o.startedAt ?? Date.now(),
+      ...(o.queuePosition !== undefined ? { queuePosition: o.queuePosition } : {}),
+      ...(o.purpose ? { purpose: o.purpose } : {}),
+    },
     { key: o.rolloutId, producer: 'test' },
   );
 }
 
-export function completed(o: { rolloutId: string; groupId: string; taskId?: string; reward: number | null; numCalls: number; finishReason?: RolloutFinishReason; completedAt?: number; processRewards?: { callId: string; value: number }[] }) {
+export function completed(o: {
+  rolloutId: string;
+  groupId: string;
+  taskId?: string;
+  reward: number | null;
+  numCalls: number;
+  finishReason?: RolloutFinishReason;
+  completedAt?: number;
+  processRewards?: { callId: string; value: number }[];
+}) {
   return createEvent(
     'rollout.completed',
-    { rolloutId: o.rolloutId, groupId: o.groupId, taskId: o.taskId ?? 'task', finishReason: o.finishReason ?? 'completed', outcomeReward: o.reward, processRewards: o.processRewards ?? [], numCalls: o.numCalls, error: null, completedAt: o.completedAt ?? Date.now() },
+    {
+      rolloutId: o.rolloutId,
+      groupId: o.groupId,
+      taskId: o.taskId ?? 'task',
+      finishReason: o.finishReason ?? 'completed',
+      outcomeReward: o.reward,
+      processRewards: o.processRewards ?? [],
+      numCalls: o.numCalls,
+      error: null,
+      completedAt: o.completedAt ?? Date.now(),
+    },
     { key: o.rolloutId, producer: 'test' },
   );
 }
@@ -23,7 +54,17 @@ export function completed(o: { rolloutId: string; groupId: string; taskId?: stri
  * A trajectory of `calls` calls, each extending the previous (prompt + output + `newTokens`
  * fresh prompt tokens), as v2 events (prompt deltas), plus the v1 (whole prompt) twins.
  */
-export function trajectoryCalls(o: { rolloutId: string; groupId: string; taskId?: string; calls: number; firstPrompt: number; newTokens: number; outputTokens: number; version?: number; seed?: number }) {
+export function trajectoryCalls(o: {
+  rolloutId: string;
+  groupId: string;
+  taskId?: string;
+  calls: number;
+  firstPrompt: number;
+  newTokens: number;
+  outputTokens: number;
+  version?: number;
+  seed?: number;
+}) {
   let s = (o.seed ?? 7) >>> 0 || 1;
   const tok = () => {
     s ^= s << 13;
@@ -39,10 +80,23 @@ export function trajectoryCalls(o: { rolloutId: string; groupId: string; taskId?
     const prompt: number[] = prev ? [...prev.seq, ...fresh] : fresh;
     const outputIds = Array.from({ length: o.outputTokens }, tok);
     v1.push({
-      callId: id, sessionId: `s-${o.rolloutId}`, rolloutId: o.rolloutId, groupId: o.groupId, taskId: o.taskId ?? 'task', branchId: 'main', parentCallId: prev?.id ?? null, turnIndex: c, model: 'tiny',
-      promptIds: Int32Array.from(prompt), reusedPromptTokens: prev ? prev.seq.length : 0, outputIds: Int32Array.from(outputIds),
-      outputLogprobs: Float32Array.from(outputIds, (_, k) => -((k % 7) + 1) / 8), outputVersions: new Uint32Array(outputIds.length).fill(o.version ?? 1),
-      finishReason: 'stop', sampling: { temperature: 1, topP: 1, topK: 0, seed: null }, timings: { receivedAt: 1, firstTokenAt: null, finishedAt: 2 },
+      callId: id,
+      sessionId: `s-${o.rolloutId}`,
+      rolloutId: o.rolloutId,
+      groupId: o.groupId,
+      taskId: o.taskId ?? 'task',
+      branchId: 'main',
+      parentCallId: prev?.id ?? null,
+      turnIndex: c,
+      model: 'tiny',
+      promptIds: Int32Array.from(prompt),
+      reusedPromptTokens: prev ? prev.seq.length : 0,
+      outputIds: Int32Array.from(outputIds),
+      outputLogprobs: Float32Array.from(outputIds, (_, k) => -((k % 7) + 1) / 8),
+      outputVersions: new Uint32Array(outputIds.length).fill(o.version ?? 1),
+      finishReason: 'stop',
+      sampling: { temperature: 1, topP: 1, topK: 0, seed: null },
+      timings: { receivedAt: 1, firstTokenAt: null, finishedAt: 2 },
     });
     prev = { id, seq: [...prompt, ...outputIds] };
   }
@@ -55,12 +109,30 @@ export function trajectoryCalls(o: { rolloutId: string; groupId: string; taskId?
 }
 
 /** A whole rollout: started, its calls, completed. */
-export function rollout(o: { rolloutId: string; groupId: string; groupSize: number; reward: number | null; calls?: number; queuePosition?: number; finishReason?: RolloutFinishReason; sampleIndex?: number; version?: number; processRewards?: number[] }) {
+export function rollout(o: {
+  rolloutId: string;
+  groupId: string;
+  groupSize: number;
+  reward: number | null;
+  calls?: number;
+  queuePosition?: number;
+  finishReason?: RolloutFinishReason;
+  sampleIndex?: number;
+  version?: number;
+  processRewards?: number[];
+}) {
   const calls = trajectoryCalls({ rolloutId: o.rolloutId, groupId: o.groupId, calls: o.calls ?? 2, firstPrompt: 6, newTokens: 3, outputTokens: 2, version: o.version });
   return {
     started: started({ ...o }),
     calls: calls.v2,
-    completed: completed({ rolloutId: o.rolloutId, groupId: o.groupId, reward: o.reward, numCalls: o.calls ?? 2, finishReason: o.finishReason, ...(o.processRewards ? { processRewards: o.processRewards.map((value, i) => ({ callId: `${o.rolloutId}-call-${i}`, value })) } : {}) }),
+    completed: completed({
+      rolloutId: o.rolloutId,
+      groupId: o.groupId,
+      reward: o.reward,
+      numCalls: o.calls ?? 2,
+      finishReason: o.finishReason,
+      ...(o.processRewards ? { processRewards: o.processRewards.map((value, i) => ({ callId: `${o.rolloutId}-call-${i}`, value })) } : {}),
+    }),
     v1: calls.v1,
   };
 }

@@ -66,16 +66,20 @@ describe('chain-add', () => {
     // first call right, second wrong, answer wrong
     const r = verifyChainAdd(
       task,
-      transcript([...task.messages, call('c0', 12, 7), { role: 'tool', tool_call_id: 'c0', content: '19' }, call('c1', 19, 31), { role: 'tool', tool_call_id: 'c1', content: '50' }, { role: 'assistant', content: '50' }]),
+      transcript([
+        ...task.messages,
+        call('c0', 12, 7),
+        { role: 'tool', tool_call_id: 'c0', content: '19' },
+        call('c1', 19, 31),
+        { role: 'tool', tool_call_id: 'c1', content: '50' },
+        { role: 'assistant', content: '50' },
+      ]),
     );
     expect(r.success).toBe(false);
     expect(r.outcomeReward).toBeCloseTo(0.1, 12);
     expect(r.processRewards).toEqual([1, 0, 0]);
     // argument order does not matter; a wrong call does not advance the chain; trailing '.' and spaces accepted
-    const r2 = verifyChainAdd(
-      task,
-      transcript([...task.messages, call('c0', 7, 12), call('c1', 1, 2), call('c2', 30, 19), { role: 'assistant', content: ' 49.\n' }]),
-    );
+    const r2 = verifyChainAdd(task, transcript([...task.messages, call('c0', 7, 12), call('c1', 1, 2), call('c2', 30, 19), { role: 'assistant', content: ' 49.\n' }]));
     expect(r2).toMatchObject({ outcomeReward: 1, success: true, processRewards: [1, 0, 1, 1] });
     // calls out of order (skipping the running total) earn nothing
     const r3 = verifyChainAdd(task, transcript([...task.messages, call('c0', 7, 30), { role: 'assistant', content: 'forty-nine' }]));
@@ -142,7 +146,7 @@ describe('chain-add', () => {
     await expect(p).rejects.toThrow('timeout');
   });
 
-  it("the compact prompt has no system message and names the tool only; tasks, split and verifier are the same", () => {
+  it('the compact prompt has no system message and names the tool only; tasks, split and verifier are the same', () => {
     const full = new ChainAddEnvironment({ k: 2, maxOperand: 9 }).generate({ seed: 3, count: 5, split: 'train' });
     const compact = new ChainAddEnvironment({ k: 2, maxOperand: 9, prompt: 'compact' }).generate({ seed: 3, count: 5, split: 'train' });
     expect(compact.map((t) => t.id)).toEqual(full.map((t) => t.id));

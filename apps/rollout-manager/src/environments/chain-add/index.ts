@@ -108,10 +108,13 @@ export function chainAddTask(operands: number[], evalFraction = CHAIN_ADD_DEFAUL
   return {
     id: `chain-add:${text}`,
     env: 'chain-add',
-    messages: prompt === 'full' ? [
-      { role: 'system', content: CHAIN_ADD_SYSTEM },
-      { role: 'user', content: text },
-    ] : [{ role: 'user', content: text }],
+    messages:
+      prompt === 'full'
+        ? [
+            { role: 'system', content: CHAIN_ADD_SYSTEM },
+            { role: 'user', content: text },
+          ]
+        : [{ role: 'user', content: text }],
     tools: [prompt === 'full' ? ADD_TOOL : ADD_TOOL_COMPACT],
     split: splitOf(operands, evalFraction),
     difficulty: operands.length,

@@ -22,7 +22,10 @@ import type { ChatMessage, Environment, EnvTask, Episode, EpisodeContext, Split,
 
 export const LONG_HORIZON_SYSTEM = 'Fetch facts with next, store each with memory, then answer the question with the sum.';
 
-export const NEXT_TOOL: ToolSpec = { type: 'function', function: { name: 'next', description: 'Returns the next fact, or the question once all facts are out.', parameters: { type: 'object', properties: {} } } };
+export const NEXT_TOOL: ToolSpec = {
+  type: 'function',
+  function: { name: 'next', description: 'Returns the next fact, or the question once all facts are out.', parameters: { type: 'object', properties: {} } },
+};
 export const ENV_MEMORY_TOOL: ToolSpec = {
   type: 'function',
   function: {
@@ -61,7 +64,8 @@ export function longHorizonConfig(input: Partial<LongHorizonConfig> = {}): LongH
   const problems: string[] = [];
   const { min, max } = range(cfg.facts);
   if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || max > 256 || min > max) problems.push(`facts: must be an integer (or range) within 1..256, got ${JSON.stringify(cfg.facts)}`);
-  if (!Number.isInteger(cfg.questionKeys) || cfg.questionKeys < 1 || cfg.questionKeys > min) problems.push(`questionKeys: must be an integer in 1..${min} (the fewest facts), got ${String(cfg.questionKeys)}`);
+  if (!Number.isInteger(cfg.questionKeys) || cfg.questionKeys < 1 || cfg.questionKeys > min)
+    problems.push(`questionKeys: must be an integer in 1..${min} (the fewest facts), got ${String(cfg.questionKeys)}`);
   if (!Number.isInteger(cfg.maxValue) || cfg.maxValue < 1) problems.push(`maxValue: must be a positive integer, got ${String(cfg.maxValue)}`);
   if (!(cfg.evalFraction >= 0 && cfg.evalFraction <= 1)) problems.push(`evalFraction: must be in 0..1, got ${String(cfg.evalFraction)}`);
   try {
@@ -187,7 +191,12 @@ export function verifyLongHorizon(task: EnvTask, transcript: Transcript): Verify
   const kept = d.values.filter((v, i) => stored.get(key(i)) === String(v)).length;
   const answer = transcript.finalAnswer === null ? null : Number(transcript.finalAnswer.trim().replace(/\.$/, ''));
   const success = answer === d.answer;
-  return { outcomeReward: 0.8 * (success ? 1 : 0) + (0.2 * kept) / d.values.length, success, processRewards, detail: `answer ${String(answer)} (expected ${d.answer}), ${kept}/${d.values.length} facts stored` };
+  return {
+    outcomeReward: 0.8 * (success ? 1 : 0) + (0.2 * kept) / d.values.length,
+    success,
+    processRewards,
+    detail: `answer ${String(answer)} (expected ${d.answer}), ${kept}/${d.values.length} facts stored`,
+  };
 }
 
 export function longHorizonDemonstration(task: EnvTask): ChatMessage[] {
@@ -228,7 +237,11 @@ export class LongHorizonEnvironment implements Environment<LongHorizonConfig> {
       const pool = Array.from({ length: n }, (_, j) => j);
       const question: number[] = [];
       for (let q = 0; q < this.config.questionKeys; q++) question.push(pool.splice(Math.floor(rand() * pool.length), 1)[0]);
-      const t = longHorizonTask(values, question.sort((a, b) => a - b), this.config.evalFraction);
+      const t = longHorizonTask(
+        values,
+        question.sort((a, b) => a - b),
+        this.config.evalFraction,
+      );
       if (t.split !== split || seen.has(t.id)) continue;
       seen.add(t.id);
       out.push(t);

@@ -20,9 +20,16 @@ export function describeBatchBehaviour(backend: string, dataSource: () => DataSo
       const calls = Array.from({ length: 5 }, (_, i) => llmCall(ids, { turnIndex: i, callId: uid('call') }));
       const batch = [rolloutStarted(ids), ...calls, rolloutCompleted(ids)];
       const apply = (events: typeof batch) =>
-        processed.withEventsOnce(consumer, events.map((e) => e.id), async (m, fresh) => {
-          await store.applyEvents(events.filter((e) => fresh.has(e.id)), m);
-        });
+        processed.withEventsOnce(
+          consumer,
+          events.map((e) => e.id),
+          async (m, fresh) => {
+            await store.applyEvents(
+              events.filter((e) => fresh.has(e.id)),
+              m,
+            );
+          },
+        );
 
       expect((await apply(batch)).size).toBe(7);
       expect(await ds.getRepository(LlmCall).countBy({ rolloutId: ids.rolloutId })).toBe(5);
@@ -43,10 +50,14 @@ export function describeBatchBehaviour(backend: string, dataSource: () => DataSo
       const ids = newRolloutIds();
       const calls = Array.from({ length: 3 }, (_, i) => llmCall(ids, { turnIndex: i, callId: uid('call') }));
       await expect(
-        new ProcessedEventStore(ds).withEventsOnce(consumer, calls.map((e) => e.id), async (m) => {
-          await new EventStore(ds).applyEvents(calls, m);
-          throw new Error('crash mid-batch');
-        }),
+        new ProcessedEventStore(ds).withEventsOnce(
+          consumer,
+          calls.map((e) => e.id),
+          async (m) => {
+            await new EventStore(ds).applyEvents(calls, m);
+            throw new Error('crash mid-batch');
+          },
+        ),
       ).rejects.toThrow('crash mid-batch');
       expect(await ds.getRepository(LlmCall).countBy({ id: In(calls.map((c) => c.payload.callId)) })).toBe(0);
       expect(await ds.getRepository(ProcessedEvent).countBy({ consumer })).toBe(0);

@@ -5,18 +5,7 @@ import { DataPoolStore } from '../data-pool-store';
 import { UnknownRolloutError } from '../errors';
 import { EventStore } from '../event-store';
 import { TaskStore } from '../task-store';
-import {
-  llmCall,
-  newRolloutIds,
-  policyVersionActivated,
-  redeliver,
-  rolloutCompleted,
-  rolloutStarted,
-  trainBatchCreated,
-  trajectoryReady,
-  uid,
-  weightsPublished,
-} from '@anvil/contracts/testing';
+import { llmCall, newRolloutIds, policyVersionActivated, redeliver, rolloutCompleted, rolloutStarted, trainBatchCreated, trajectoryReady, uid, weightsPublished } from '@anvil/contracts/testing';
 
 const bytesOf = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
@@ -270,7 +259,16 @@ export function describeStoreBehaviour(backend: string, dataSource: () => DataSo
 
       expect(await deliverAll(rolloutStarted(ids, { sampleIndex: 9 }))).toBe(1);
       expect(await deliverAll(llmCall(ids))).toBe(1);
-      expect(await deliverAll(rolloutCompleted(ids, { processRewards: [{ callId: 'c', value: 1 }, { callId: 'd', value: 2 }] }))).toBe(1);
+      expect(
+        await deliverAll(
+          rolloutCompleted(ids, {
+            processRewards: [
+              { callId: 'c', value: 1 },
+              { callId: 'd', value: 2 },
+            ],
+          }),
+        ),
+      ).toBe(1);
       const traj = trajectoryReady(ids);
       expect(await deliverAll(traj)).toBe(1);
       expect(await deliverAll(trainBatchCreated([traj.payload.trajectoryId]))).toBe(1);
