@@ -148,6 +148,10 @@ async function main(): Promise<void> {
   try {
     console.log(`held-out evaluation of the warm start (${evalCount} tasks, temperature ${cfg.eval.temperature}) ...`);
     const warm = await evaluate('warm-start');
+    if (warm.successRate >= 0.95)
+      console.log(
+        `note: the warm start already solves ${(warm.successRate * 100).toFixed(0)}% of the held-out tasks; most groups will get equal rewards and be dropped (zero variance), so train batches come slowly and RL has little to learn. Lower warmStart.steps or raise task.kMax / task.maxOperand.`,
+      );
     await loop.trainer.start();
     // Train groups are queued a pass over the train split at a time and topped up while the trainer
     // needs them: the Data Pool drops zero-variance groups (often a third of them), so no fixed
