@@ -63,6 +63,18 @@ function movingAverage(points: Array<[number, number]>, k: number): Array<[numbe
   });
 }
 
+/** Completions per second over a trailing window of `windowS` seconds (completions come in bursts: a window of a fixed count spikes). */
+function ratePerSecond(timeline: Array<[number, number]>, windowS: number): Array<[number, number]> {
+  const out: Array<[number, number]> = [];
+  let j = 0;
+  for (const [t, n] of timeline) {
+    while (j < timeline.length - 1 && timeline[j][0] < t - windowS) j++;
+    const [t0, n0] = timeline[j];
+    if (t - t0 >= windowS / 2) out.push([t, (n - n0) / (t - t0)]);
+  }
+  return out;
+}
+
 export function renderReport(r: RunReport): string {
   const s = r.steps.filter((x) => !x.skipped);
   const reward = s.filter((x) => x.reward !== null).map((x) => [x.step, x.reward as number] as [number, number]);
@@ -110,13 +122,9 @@ export function renderReport(r: RunReport): string {
       yMin: 0,
       series: [
         {
-          name: 'rollouts/s (over the last 20 completions)',
+          name: 'rollouts/s (over the last 30 s)',
           color: '#8a5cc2',
-          points: r.rolloutTimeline.map(([t, n], i, a) => {
-            const j = Math.max(0, i - 20);
-            const dt = t - a[j][0];
-            return [t, dt > 0 ? (n - a[j][1]) / dt : NaN] as [number, number];
-          }),
+          points: ratePerSecond(r.rolloutTimeline, 30),
         },
       ],
     }),
