@@ -18,6 +18,12 @@ export interface DataPoolRuntimeOptions {
   migrate?: boolean;
   /** Scheduler round every this many ms even without new events (timeouts, lease renewal). Default 500. */
   tickIntervalMs?: number;
+  /**
+   * Rounds asked for by events start at least this many ms apart (default 50). Under load every
+   * ingested event asks for one; back to back they kept the database busy with rounds that found
+   * nothing new (40 rounds/s in the embedded loop), while a batch cut 50 ms later changes nothing.
+   */
+  minRoundIntervalMs?: number;
   /** Prune trained and checkpointed call tokens every this many ms (default 60 s; 0 = never). */
   pruneIntervalMs?: number;
   /** Outbox sweeper knobs (produce-after-write of trajectory.ready, rollout_group.settled, train_batch.created). */
@@ -54,6 +60,8 @@ export class DataPoolRuntime {
   private pruneTimer: NodeJS.Timeout | null = null;
   private ticking: Promise<void> | null = null;
   private again = false;
+  private gaugesAt = 0;
+  private roundStartedAt = -Infinity;
   private stopped = false;
   private readonly m;
   /** Last tick's result (for tests and /readyz). */
@@ -155,11 +163,18 @@ export class DataPoolRuntime {
       return;
     }
     this.ticking = (async () => {
+      const spacing = this.opts.minRoundIntervalMs ?? 50;
       do {
         this.again = false;
+        const wait = this.roundStartedAt + spacing - performance.now();
+        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+        if (this.stopped) break;
+        this.roundStartedAt = performance.now();
         try {
           this.lastTick = await this.pool.tick();
-          if (this.m) {
+          // gauges are for /metrics: once a second is plenty (three counting queries a round was not)
+          if (this.m && Date.now() - this.gaugesAt >= 1000) {
+            this.gaugesAt = Date.now();
             this.m.active.set(this.lastTick.active ? 1 : 0);
             const g = await this.pool.gauges();
             this.m.groupsWaiting.set(g.groupsWaiting);

@@ -195,10 +195,19 @@ export class DataPool {
   // ---------------------------------------------------------------- groups
 
   private async settleGroups(now: number): Promise<{ groups: number; dropped: number }> {
+    // Only groups that may settle now: timed out, or every member queued and none still running.
+    // Open groups include every group submitted but not yet run (hundreds): reading each one's
+    // rollouts every round cost one query per open group per round, the embedded loop's largest
+    // database cost. trySettle still decides (it also waits for calls still arriving).
     const groups: { group_id: string; task_id: string; group_size: number; opened_ms: string }[] = await this.ds.query(
-      `SELECT "group_id", "task_id", "group_size", (extract(epoch from "opened_at") * 1000)::bigint AS opened_ms FROM "data_pool_groups"
-       WHERE "run_id" = $1 AND "status" = 'open' ORDER BY "opened_at" LIMIT 500`,
-      [this.cfg.runId],
+      `SELECT g."group_id", g."task_id", g."group_size", (extract(epoch from g."opened_at") * 1000)::bigint AS opened_ms FROM "data_pool_groups" g
+       WHERE g."run_id" = $1 AND g."status" = 'open'
+         AND (g."opened_at" < to_timestamp($2::float8 / 1000)
+              OR ((SELECT count(*) FROM "data_pool_queue" q WHERE q."group_id" = g."group_id") >= g."group_size"
+                  AND NOT EXISTS (SELECT 1 FROM "data_pool_queue" q LEFT JOIN "rollouts" r ON r."id" = q."rollout_id"
+                                  WHERE q."group_id" = g."group_id" AND q."status" <> 'dropped' AND r."status" IS DISTINCT FROM 'completed')))
+       ORDER BY g."opened_at" LIMIT 500`,
+      [this.cfg.runId, now - this.cfg.groupTimeoutMs],
     );
     let n = 0;
     let dropped = 0;

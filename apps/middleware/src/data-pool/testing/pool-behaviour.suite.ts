@@ -171,6 +171,30 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.stop();
   });
 
+  it('group timeout: a group waits for a rollout that is still running, then settles with the rollouts it has once groupTimeoutMs passed', async () => {
+    const g = uid('g');
+    const rt = runtime(env, { batchTrajectories: 2, window: { inFlight: 3, window: 3 }, groupTimeoutMs: 2_500 });
+    const out = await collect(env.bus(), TOPICS.trajectories, uid('obs'));
+    await rt.start();
+    const rs = [1, 0, 1].map((reward, i) => rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 3, reward, sampleIndex: i }));
+    // r2 starts and never completes
+    await env.bus().publish([...rs.slice(0, 2).flatMap((r) => [r.started, ...r.calls, r.completed]), rs[2].started]);
+    await until(
+      '2 rollouts completed in the database',
+      async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "rollouts" WHERE "group_id" = $1 AND "status" = 'completed'`, [g]))[0].n) === 2,
+    );
+    await new Promise((r) => setTimeout(r, 500));
+    expect(out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g)).toBeUndefined();
+    const settled = await until(
+      'settled after the timeout',
+      () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g) as EventEnvelope<'rollout_group.settled'> | undefined,
+      30_000,
+    );
+    expect(settled.payload).toMatchObject({ status: 'ready', reason: 'timeout: settled with 2 of 3 rollouts' });
+    expect(settled.payload.trajectoryIds.sort()).toEqual([`${g}-r0`, `${g}-r1`]);
+    await out.stop();
+    await rt.stop();
+  });
   it('window: a slow head blocks completed work beyond W and releases it when it completes', async () => {
     const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 4, window: 2 }, dropZeroVariance: false });
     await rt.start();
