@@ -55,7 +55,7 @@ export class MemoryBus implements MessageBus {
   }
 
   subscribe(options: SubscribeOptions): Promise<Subscription> {
-    return this.start(options, eventProcessor(options.handler));
+    return this.start(options, eventProcessor(options.handler, { handler: options.batchHandler, maxSize: options.maxBatchSize }));
   }
 
   subscribeRaw(options: RawSubscribeOptions): Promise<Subscription> {

@@ -407,6 +407,66 @@ export function describeBusConformance(name: string, makeBus: (namespace: string
       expect(byRollout['rollout-bound-a']).toBe('00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-1111111111111111-01');
       expect(byRollout['rollout-bound-b']).toBe('00-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-2222222222222222-01');
     });
+
+    const seqOf = (e: AnyEventEnvelope) => (e.type === 'rollout.started' ? e.payload.sampleIndex : -1);
+
+    it('batch handler: ordered runs reach it (not one call per message) and poison messages are dead-lettered between them', async () => {
+      const bus = await connect();
+      const group = groupName('batch-runs');
+      const dead = await readDeadLetters(bus, TOPICS.rollouts, group);
+      const batched: number[][] = [];
+      const single: number[] = [];
+      // published before the subscription: the log holds runs to hand over at once
+      const events = Array.from({ length: 40 }, (_, i) => sequencedRolloutStarted('batch-key-1', i));
+      await bus.publish(events.slice(0, 20));
+      await bus.publishRaw(TOPICS.rollouts, { key: 'batch-key-1', value: Buffer.from('not a frame') });
+      await bus.publish(events.slice(20));
+      const sub = await bus.subscribe({
+        ...fast,
+        group,
+        topics: [TOPICS.rollouts],
+        handler: async (e) => void single.push(seqOf(e)),
+        batchHandler: async (items) => void batched.push(items.map((i) => seqOf(i.event))),
+      });
+      await waitUntil(() => batched.flat().length + single.length >= 40, waitMs, 'all 40 handled');
+      const [d] = await dead.waitFor(1);
+      await sub.whenIdle({ timeoutMs: waitMs });
+      expect(single).toEqual([]);
+      expect(batched.flat()).toEqual(events.map((_, i) => i));
+      expect(batched.length).toBeLessThan(40);
+      expect(d.record.headers[HEADERS.reason]).toBe('malformed_frame');
+    });
+
+    it('batch handler: a failing batch falls back to the per-message handler, retrying and dead-lettering only the bad event', async () => {
+      const bus = await connect();
+      const group = groupName('batch-fallback');
+      const dead = await readDeadLetters(bus, TOPICS.rollouts, group);
+      const handled: number[] = [];
+      let batchCalls = 0;
+      await bus.publish(Array.from({ length: 15 }, (_, i) => sequencedRolloutStarted('batch-key-2', i)));
+      const sub = await bus.subscribe({
+        ...fast,
+        group,
+        topics: [TOPICS.rollouts],
+        maxAttempts: 2,
+        retryRounds: 0,
+        handler: async (e) => {
+          if (seqOf(e) === 7) throw new Error('event 7 is bad');
+          handled.push(seqOf(e));
+        },
+        batchHandler: async (items) => {
+          batchCalls++;
+          if (items.some((i) => seqOf(i.event) === 7)) throw new Error('batch contains event 7');
+          handled.push(...items.map((i) => seqOf(i.event)));
+        },
+      });
+      await waitUntil(() => handled.length >= 14, waitMs, '14 good events handled');
+      const [d] = await dead.waitFor(1);
+      await sub.whenIdle({ timeoutMs: waitMs });
+      expect(batchCalls).toBeGreaterThan(0);
+      expect([...handled].sort((a, b) => a - b)).toEqual(Array.from({ length: 15 }, (_, i) => i).filter((i) => i !== 7));
+      expect(d.record.headers[HEADERS.reason]).toBe('handler_failed');
+    });
   });
 }
 
