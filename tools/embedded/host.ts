@@ -55,7 +55,13 @@ export async function startEmbeddedLoop(
     const proxyCtx = hostedServiceContext(
       'inference-proxy',
       inferenceProxyEnv,
-      env({ INFERENCE_BACKEND: 'embedded', EMBEDDED_CHECKPOINT_DIR: opts.checkpointDir, DEPLOYMENT_NAME: 'embedded', MAX_IN_FLIGHT_PER_REPLICA: String(cfg.rollouts.concurrency * 2) }),
+      env({
+        INFERENCE_BACKEND: 'embedded',
+        EMBEDDED_CHECKPOINT_DIR: opts.checkpointDir,
+        DEPLOYMENT_NAME: 'embedded',
+        EMBEDDED_MAX_BATCH: String(cfg.rollouts.concurrency),
+        MAX_IN_FLIGHT_PER_REPLICA: String(cfg.rollouts.concurrency * 2),
+      }),
       infra,
     );
     const proxy = await startHostedService(proxyCtx, InferenceProxyModule.forRoot(proxyCtx));

@@ -16,6 +16,8 @@ export const inferenceProxyEnv = z
     INFERENCE_MODEL: z.string().optional(),
     /** embedded: the checkpoint directory (HF layout) the engine starts from. */
     EMBEDDED_CHECKPOINT_DIR: z.string().optional(),
+    /** embedded: sequences the engine decodes together at most (further requests wait for a slot). Match it to the rollouts in flight. */
+    EMBEDDED_MAX_BATCH: positiveInt(32),
     WEIGHT_SWAP_POLICY: z.enum(['drain-then-swap', 'abort-and-resume']).default('drain-then-swap'),
     /** drain-then-swap: generations still running after this are interrupted and resumed under the new weights (0 = wait forever). */
     WEIGHT_DRAIN_TIMEOUT_MS: nonNegativeInt(120_000),

@@ -17,7 +17,7 @@ export async function createBackends(config: InferenceProxyConfig): Promise<Infe
       // Without EMBEDDED_CHECKPOINT_DIR the engine serves its built-in tiny random model (seed 0):
       // enough to boot and test the service; the replica id says so in logs and /replicas.
       const dir = config.EMBEDDED_CHECKPOINT_DIR || undefined;
-      const generator = await createEngineGenerator(dir, { seed: 0 });
+      const generator = await createEngineGenerator(dir, { seed: 0, maxBatch: config.EMBEDDED_MAX_BATCH });
       return [dir ? new EmbeddedBackend(generator, 'embedded', dir) : new EmbeddedBackend(generator, 'embedded-tiny-random-seed0', 'built-in tiny model (random init, seed 0)')];
     }
   }
