@@ -47,6 +47,8 @@ async function unmergedGradients(m: Model, samples: ReturnType<typeof batch>, cf
     weight: s.lossWeight,
     trajectoryId: s.trajectoryId,
     groupId: s.groupId,
+    // decoupled PPO 'recomputed': π_prox is the weights before the step, the ones this forward ran
+    ...(cfg.kind === 'decoupled_ppo' && cfg.prox?.mode === 'recomputed' ? { proxLogp: Float32Array.from(pack.outputNodes[k], (j) => res.logp[j]) } : {}),
   }));
   const result = computeLoss(lossSamples, cfg);
   const coeff = new Float32Array(pack.tokens.length);
@@ -65,6 +67,8 @@ describe('trainer loss wiring', () => {
     lossConfig({ kind: 'ppo' }),
     lossConfig({ aggregation: 'trajectory' }),
     lossConfig({ aggregation: 'group', correction: { geoMask: { low: 0.5, high: 2 } }, kind: 'ppo' }),
+    lossConfig({ kind: 'decoupled_ppo', correction: { tokenTis: { cap: 2 } } }),
+    lossConfig({ kind: 'reinforce_tis', aggregation: 'seq_mean_token_mean' }),
   ]) {
     it(`${cfg.kind}/${cfg.aggregation}: merged-tree gradients equal unmerged training, the loss equals libs/rl's on unmerged log-probs`, async () => {
       const m = model();

@@ -111,6 +111,9 @@ export async function lossAndGradients(
   const lossSamples: LossSample[] = new Array(n);
   const entropy: Float32Array[] = new Array(n);
   const handles: Awaited<ReturnType<Model['forward']>>['handle'][] = [];
+  // Decoupled PPO's recomputed proximal policy is the weights before this optimizer step: exactly
+  // the weights this forward runs on, so π_prox is these log-probs (a constant to the loss).
+  const recomputedProx = settings.loss.kind === 'decoupled_ppo' && settings.loss.prox?.mode === 'recomputed';
   try {
     for (let p = 0; p < packed.packs.length; p++) {
       const pack = packed.packs[p];
@@ -120,8 +123,10 @@ export async function lossAndGradients(
       pack.samples.forEach((k, j) => {
         const s = view.samples[k];
         const outs = pack.outputNodes[j];
+        const logp = Float32Array.from(outs, (node) => res.logp[node]);
         lossSamples[k] = {
-          logp: Float32Array.from(outs, (node) => res.logp[node]),
+          logp,
+          ...(recomputedProx ? { proxLogp: Float32Array.from(logp) } : {}),
           behaviourLogp: Float32Array.from(outs, (node) => tree.behaviourLogp[nodeOf[node]]),
           versions: Uint32Array.from(outs, (node) => tree.versions[nodeOf[node]]),
           advantage: s.advantage,
