@@ -156,4 +156,44 @@ describe('TrainerRuntime', () => {
     await second.bus.close();
     second.model.dispose();
   });
+
+  it("trains only its own run's batches, and hands back a delivery that arrives while it stops (uncommitted: the next member trains it)", async () => {
+    const batch = batchEvent(0, 40);
+    const h = await harness(join(root, 'd'), []); // no batch log: what is not committed reaches the next member through the bus only
+    await h.trainer.start();
+    const other = createEventAt(
+      'train_batch.created',
+      2,
+      {
+        ...{ batchId: 'other:batch:0', step: 0, runId: 'other', trajectoryIds: ['t'], groupIds: ['g'], samples: [{ sampleId: 's', trajectoryId: 't', groupId: 'g', advantage: 1, lossWeight: 1 }] },
+        blob: { store: 'postgres', sha256: '0'.repeat(64), bytes: 1, layout: 'anvil-prefix-tree/1', nodes: 1 },
+        stats: {
+          ...{ trajectories: 1, samples: 1, groups: 1, totalTokens: 1, uniqueTokens: 1, outputTokens: 1, sharing: 0 },
+          ...{ staleness: { k: 1, mean: 0, max: 0, shareOlderThanK: 0 }, positionLag: { mean: 0, max: 0 }, outOfOrder: { mean: 0, max: 0 } },
+          ...{ difficulty: { batchMean: null, populationMean: null }, lossMasked: 0, trainerWaitMs: null },
+        },
+        policyVersion: 0,
+        createdAt: Date.now(),
+      },
+      { key: 'other', producer: 'test' },
+    ) as unknown as TrainBatchEvent;
+    await h.bus.publish(other); // LogSource.tree throws: reading it would fail the test
+    await settle();
+    expect(h.steps).toEqual([]);
+    await h.trainer.pause();
+    await h.bus.publish(batch);
+    await settle(); // delivered, held by the pause
+    await h.trainer.stop();
+    expect(h.steps).toEqual([]);
+    expect(h.seen.filter((e) => e.type === 'train_batch.trained')).toEqual([]);
+
+    const steps: TrainerStepEvent[] = [];
+    const next = new TrainerRuntime(options, { bus: h.bus, model: h.model, store: new CheckpointStore(join(root, 'd2')), batches: new LogSource([]), logger, onStep: (e) => steps.push(e) });
+    await next.start();
+    await waitFor('the handed-back batch', async () => (steps.length === 1 ? true : undefined), 60_000, 20);
+    expect(steps.map((s) => s.batchId)).toEqual(['b0']);
+    await next.stop();
+    await h.bus.close();
+    h.model.dispose();
+  });
 });

@@ -77,6 +77,11 @@ export class TrainerStoppedError extends Error {
   override name = 'TrainerStoppedError';
 }
 
+/** A delivery that arrived while the trainer was stopping: not trained, handed back (its offset stays uncommitted). */
+export class TrainerStoppingError extends Error {
+  override name = 'TrainerStoppingError';
+}
+
 interface Deps {
   bus: MessageBus;
   model: Model;
@@ -99,7 +104,7 @@ export class TrainerRuntime {
   private busy: Promise<void> = Promise.resolve();
   private stopped = false;
   private fatal: Error | null = null;
-  private unsubscribe: (() => Promise<void>) | null = null;
+  private unsubscribe: ((timeoutMs?: number) => Promise<void>) | null = null;
   private doneWaiters: (() => void)[] = [];
   private pauseGate: { promise: Promise<void>; release: () => void } | null = null;
   /** The batch being trained right now (pause() waits for it, not for the queue behind it). */
@@ -168,7 +173,7 @@ export class TrainerRuntime {
         await this.enqueue(event as TrainBatchEvent);
       },
     });
-    this.unsubscribe = () => sub.stop();
+    this.unsubscribe = (timeoutMs) => sub.stop(timeoutMs === undefined ? {} : { timeoutMs });
     // Batches the log holds beyond the restored position (delivered before the crash).
     for (const e of await this.deps.batches.since(this.runIdOf(), this.position.nextBatchStep)) await this.enqueue(e);
   }
@@ -193,11 +198,19 @@ export class TrainerRuntime {
     gate?.release();
   }
 
-  /** Stops consuming; the batch in progress finishes (its checkpoint and events are written). */
-  async stop(): Promise<void> {
+  /**
+   * Stops consuming; the batch in progress finishes (its checkpoint and events are written) and
+   * its delivery is committed; deliveries queued behind it are handed back untrained (their
+   * handlers fail, so their offsets stay uncommitted). `timeoutMs` bounds the wait for in-flight
+   * deliveries (the bus's default otherwise); past it they are left uncommitted, and the batch in
+   * progress is still awaited. Idempotent.
+   */
+  async stop(timeoutMs?: number): Promise<void> {
     this.stopped = true;
     this.resume();
-    await this.unsubscribe?.();
+    const unsubscribe = this.unsubscribe;
+    this.unsubscribe = null;
+    await unsubscribe?.(timeoutMs);
     await this.busy.catch(() => undefined);
   }
 
@@ -214,7 +227,14 @@ export class TrainerRuntime {
 
   private async handle(event: TrainBatchEvent): Promise<void> {
     while (this.pauseGate && !this.stopped) await this.pauseGate.promise;
-    if (this.stopped || this.done) return;
+    if (this.stopped) throw new TrainerStoppingError(`trainer stopping: batch ${event.payload.batchId} (step ${event.payload.step}) handed back untrained`);
+    if (this.done) return;
+    const runId = (event.payload as { runId?: string | null }).runId;
+    if (runId !== undefined && runId !== null && runId !== this.options.runId) {
+      // Another run's batch (runs may share a topic): not this trainer's, and its step is not this run's position.
+      this.deps.logger.debug("another run's batch: not trained here", { batchId: event.payload.batchId, runId, trainerRunId: this.options.runId });
+      return;
+    }
     const step = event.payload.step;
     if (step < this.position.nextBatchStep) {
       this.deps.logger.debug('batch already trained (redelivery)', { batchId: event.payload.batchId, step, position: this.position.nextBatchStep });
@@ -255,7 +275,8 @@ export class TrainerRuntime {
   }
 
   private async train(event: TrainBatchEvent): Promise<void> {
-    if (this.stopped || this.done || event.payload.step < this.position.nextBatchStep) return;
+    if (this.stopped) throw new TrainerStoppingError(`trainer stopping: batch ${event.payload.batchId} (step ${event.payload.step}) handed back untrained`);
+    if (this.done || event.payload.step < this.position.nextBatchStep) return;
     const run = this.trainOne(event);
     this.training = run;
     try {
