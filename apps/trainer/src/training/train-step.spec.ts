@@ -132,6 +132,16 @@ describe('trainer loss wiring', () => {
     m.dispose();
   });
 
+  it('non-finite log-probs (weights gone NaN) skip the step like a non-finite loss: nothing is applied, nothing throws', async () => {
+    const m = model();
+    m.tensors[0].data.fill(Number.NaN);
+    await m.syncToDevice();
+    const reports = await trainOnTree(m, tree, { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 }, { currentVersion: 4 });
+    expect(reports.map((r) => r.skipped)).toEqual(['non-finite log-probs', 'non-finite log-probs']);
+    expect(m.stepCount).toBe(0);
+    m.dispose();
+  });
+
   it('warm-up: step t of the run takes lr · min(1, t / warmupSteps), counted from stepsDone (so a resumed run continues the ramp)', async () => {
     expect([1, 2, 5, 10, 11].map((t) => lrAt({ lr: 1e-3, warmupSteps: 10 }, t))).toEqual([1e-4, 2e-4, 5e-4, 1e-3, 1e-3].map((v) => expect.closeTo(v, 12)));
     expect(lrAt({ lr: 1e-3 }, 1)).toBe(1e-3);

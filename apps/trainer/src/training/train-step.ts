@@ -80,7 +80,8 @@ export function miniBatchesOf(tree: PrefixTree, parts: number): number[][] {
 /** What one mini-batch's forward + loss + backward produced (gradients are accumulated in the model). */
 export interface GradientResult {
   loss: number;
-  stats: LossStats;
+  /** Null when the forward's log-probs were not finite (no loss was computed). */
+  stats: LossStats | null;
   mismatch: { all: { meanAbsDeltaLogp: number; klK3: number; tokens: number }; splits: MismatchSplit[] };
   samples: number;
   outputTokens: number;
@@ -88,8 +89,10 @@ export interface GradientResult {
   uniqueTokens: number;
   sharing: number;
   packs: number;
-  /** False when the loss or a dLoss/dlogp coefficient was not finite: nothing was accumulated. */
+  /** False when the forward's log-probs, the loss or a dLoss/dlogp coefficient was not finite: nothing was accumulated. */
   finite: boolean;
+  /** What was not finite, when finite is false. */
+  nonFinite?: 'log-probs' | 'loss or dLoss/dlogp';
 }
 
 /**
@@ -137,21 +140,29 @@ export async function lossAndGradients(
         entropy[k] = Float32Array.from(outs, (node) => res.entropy[node]);
       });
     }
-    const mismatch = mismatchOfCurrent(lossSamples, ctx.currentVersion, (k) => (ctx.splitOf ? ctx.splitOf(members[k]) : 'all'));
-    const result = computeLoss(lossSamples, settings.loss, { entropy });
-    const out: GradientResult = {
-      loss: result.loss,
-      stats: result.stats,
-      mismatch,
+    const shape = {
       samples: n,
       outputTokens: lossSamples.reduce((a, s) => a + s.logp.length, 0),
       totalTokens: packed.totalTokens,
       uniqueTokens: packed.uniqueTokens,
       sharing: packed.sharing,
       packs: packed.packs.length,
+    };
+    // Non-finite log-probs come from the weights (or an overflow in the forward), not from the
+    // batch: the step is skipped like a non-finite loss, and counts against the trainer's limit
+    // (computeLoss would refuse them as malformed input, failing the batch instead).
+    if (lossSamples.some((s) => !s.logp.every(Number.isFinite)))
+      return { loss: Number.NaN, stats: null, mismatch: { all: { meanAbsDeltaLogp: Number.NaN, klK3: Number.NaN, tokens: 0 }, splits: [] }, ...shape, finite: false, nonFinite: 'log-probs' };
+    const mismatch = mismatchOfCurrent(lossSamples, ctx.currentVersion, (k) => (ctx.splitOf ? ctx.splitOf(members[k]) : 'all'));
+    const result = computeLoss(lossSamples, settings.loss, { entropy });
+    const out: GradientResult = {
+      loss: result.loss,
+      stats: result.stats,
+      mismatch,
+      ...shape,
       finite: Number.isFinite(result.loss) && result.dLdlogp.every((d) => d.every(Number.isFinite)),
     };
-    if (!out.finite) return out;
+    if (!out.finite) return { ...out, nonFinite: 'loss or dLoss/dlogp' };
     await model.zeroGrad();
     for (let p = 0; p < packed.packs.length; p++) {
       const pack = packed.packs[p];
@@ -200,7 +211,7 @@ export async function trainOnTree(
     };
     const seconds = () => (performance.now() - started) / 1000;
     if (!g.finite) {
-      reports.push({ ...base, gradNorm: NaN, seconds: seconds(), skipped: 'non-finite loss or dLoss/dlogp' });
+      reports.push({ ...base, gradNorm: NaN, seconds: seconds(), skipped: `non-finite ${g.nonFinite ?? 'loss or dLoss/dlogp'}` });
       continue;
     }
     const norm = await model.gradNorm();
