@@ -2,11 +2,20 @@ import { Module, type DynamicModule } from '@nestjs/common';
 import type { ServiceContext } from '@anvil/observability';
 import { serviceCoreModules } from '@anvil/service-kit';
 import type { TrainerConfig } from './config';
+import { TrainerLifecycle } from './runtime.provider';
+import { TRAINER_CONFIG } from './tokens';
 
-/** The trainer service: packing, losses, the optimizer, checkpoints and weight publishing (the training loop arrives with the engine and trainer issues). */
+/**
+ * The trainer service: consumes train_batch.created, packs each batch as a prefix tree, trains
+ * (loss, AdamW), checkpoints and publishes weights.published (a thin shell around TrainerRuntime).
+ */
 @Module({})
 export class TrainerModule {
   static forRoot(ctx: ServiceContext<TrainerConfig>): DynamicModule {
-    return { module: TrainerModule, imports: [...serviceCoreModules(ctx)] };
+    return {
+      module: TrainerModule,
+      imports: [...serviceCoreModules(ctx)],
+      providers: [{ provide: TRAINER_CONFIG, useValue: ctx.config }, TrainerLifecycle],
+    };
   }
 }
