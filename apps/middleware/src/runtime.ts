@@ -24,7 +24,7 @@ export interface DataPoolRuntimeOptions {
    * nothing new (40 rounds/s in the embedded loop), while a batch cut 50 ms later changes nothing.
    */
   minRoundIntervalMs?: number;
-  /** Prune trained and checkpointed call tokens every this many ms (default 60 s; 0 = never). */
+  /** Prune the call tokens and blobs of batches behind the newest full checkpoint (the trainer's resume point) every this many ms (default 60 s; 0 = never). */
   pruneIntervalMs?: number;
   /** Outbox sweeper knobs (produce-after-write of trajectory.ready, rollout_group.settled, train_batch.created). */
   outbox?: { staleAfterMs?: number; sweepIntervalMs?: number };

@@ -632,15 +632,20 @@ export class DataPool {
   // ---------------------------------------------------------------- retention
 
   /**
-   * Prunes the call tokens of batches that were trained and are covered by a checkpoint
-   * (a published version at or after the one training them produced): llm_calls rows of their
-   * trajectories and their blobs. Statistics rows (batch stats, trajectories, train_batches) stay.
+   * Prunes what lies behind the run's resume point: the call tokens (llm_calls rows of their
+   * trajectories) and the claim-check blobs of trained batches, and takes them out of the batch
+   * log (pruned_at). The resume point is the newest FULL checkpoint (weights + AdamW + data
+   * position): train_batch.trained `checkpointed` marks the batch after which the trainer wrote
+   * one, so a resume starts at the next step and every batch at or before a checkpointed one is
+   * no longer needed. A published version alone is not a resume point (the trainer publishes
+   * weight-only versions between full checkpoints and, after a crash, trains the batches since
+   * its newest full checkpoint again from this log), so weights.published does not prune.
+   * Statistics rows (batch stats, trajectories, train_batches) stay.
    */
   async prune(): Promise<{ batches: number; calls: number }> {
     const due: { batch_id: string }[] = await this.ds.query(
       `SELECT s."batch_id" FROM "data_pool_batch_stats" s WHERE s."run_id" = $1 AND s."pruned_at" IS NULL AND s."trained_at" IS NOT NULL
-         AND (EXISTS (SELECT 1 FROM "data_pool_batch_stats" l WHERE l."run_id" = s."run_id" AND l."step" >= s."step" AND l."checkpointed")
-              OR EXISTS (SELECT 1 FROM "checkpoints" c WHERE c."version" >= coalesce(s."trained_version", 0)))`,
+         AND EXISTS (SELECT 1 FROM "data_pool_batch_stats" l WHERE l."run_id" = s."run_id" AND l."step" >= s."step" AND l."checkpointed")`,
       [this.cfg.runId],
     );
     let calls = 0;

@@ -4,7 +4,8 @@ import { id, policyVersion, timestampMs } from './common';
 /**
  * The trainer consumed a train batch: its groups no longer count toward the staleness capacity
  * (DESIGN "Staleness": finished-but-untrained), and the Data Pool may prune its tokens once a
- * checkpoint covers it. `outcome` 'trained' = at least one optimizer step was applied;
+ * full checkpoint covers it (`checkpointed` on this or a later batch; a published version alone
+ * is not a resume point). `outcome` 'trained' = at least one optimizer step was applied;
  * 'skipped' = consumed without a step (non-finite loss or gradient on every mini-batch).
  */
 export const trainBatchTrainedV1 = z.object({

@@ -1,6 +1,7 @@
 import { expect, it } from 'vitest';
 import type { DataSource } from 'typeorm';
-import { encodeEvent, TOPICS, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
+import { createEvent, encodeEvent, TOPICS, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
+import { sampleEventOf, weightsPublished } from '@anvil/contracts/testing';
 import type { MessageBus } from '@anvil/messaging';
 import { buildPack } from '@anvil/rl';
 import { readTrainBatch, BatchChecksumError } from '@anvil/train-batch';
@@ -304,6 +305,65 @@ export function describePoolBehaviour(env: PoolEnv): void {
     expect(Array.from(await rt.pool.calls.fullPrompt(`${r}-call-2`))).toEqual(Array.from(calls.v1[2].promptIds));
     const q: unknown[] = await env.ds().query(`SELECT 1 FROM "data_pool_queue" WHERE "rollout_id" = $1`, [`${g}-eval`]);
     expect(q).toHaveLength(0);
+    await rt.stop();
+  });
+
+  it('retention: prune drops only batches behind the newest full checkpoint (the resume point); weight-only versions past a batch keep its blob, calls and batch-log entry', async () => {
+    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 6, window: 6 }, dropZeroVariance: false });
+    await rt.start();
+    const runId = rt.config.runId;
+    // six single-rollout groups at positions 0..5: batches 0..5, one rollout each
+    const rs = [0, 1, 2, 3, 4, 5].map((i) => rollout({ rolloutId: `${uid('g')}-r`, groupId: uid('g'), groupSize: 1, reward: 1, queuePosition: i }));
+    await env.bus().publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
+    await until('6 batches', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "data_pool_batch_stats" WHERE "run_id" = $1`, [runId]))[0].n) === 6);
+    const batches: { batch_id: string; step: number; rollout_id: string }[] = await env
+      .ds()
+      .query(`SELECT s."batch_id", s."step", q."rollout_id" FROM "data_pool_batch_stats" s JOIN "data_pool_queue" q ON q."batch_id" = s."batch_id" WHERE s."run_id" = $1 ORDER BY s."step"`, [runId]);
+    expect(batches.map((b) => b.step)).toEqual([0, 1, 2, 3, 4, 5]);
+    // the trainer acknowledges a batch (train_batch.trained) after training it; checkpointed = a full checkpoint was written right after it
+    const trained = (b: (typeof batches)[number], policyVersion: number, checkpointed: boolean) => {
+      const base = sampleEventOf('train_batch.trained', b.batch_id, b.step) as EventEnvelope<'train_batch.trained'>;
+      return createEvent(
+        'train_batch.trained',
+        { ...base.payload, batchId: b.batch_id, batchStep: b.step, runId, policyVersion, trajectoryIds: [b.rollout_id], groupIds: [], checkpointed },
+        { key: b.batch_id, producer: 'trainer' },
+      );
+    };
+    const acked = async (events: EventEnvelope<'train_batch.trained'>[]) => {
+      await env.bus().publish(events);
+      await until('acknowledgements ingested', async () => {
+        const rows: { batch_id: string; trained_version: number | null; checkpointed: boolean }[] = await env
+          .ds()
+          .query(`SELECT "batch_id", "trained_version", "checkpointed" FROM "data_pool_batch_stats" WHERE "batch_id" = ANY($1::varchar[])`, [events.map((e) => e.payload.batchId)]);
+        const of = new Map(rows.map((r) => [r.batch_id, r]));
+        return events.every((e) => of.get(e.payload.batchId)?.trained_version === e.payload.policyVersion && of.get(e.payload.batchId)?.checkpointed === e.payload.checkpointed);
+      });
+    };
+    // publish every batch (versions 1..6, each a weights.published with its checkpoint) but a full checkpoint (resume point) only after batch 2
+    const published = [1, 2, 3, 4, 5, 6].map((v) => weightsPublished(v));
+    await env.bus().publish(published);
+    await acked(batches.map((b, i) => trained(b, i + 1, b.step === 2)));
+    await until('weights ingested', async () => {
+      const rows: unknown[] = await env.ds().query(`SELECT 1 FROM "checkpoints" WHERE "id" = ANY($1::varchar[])`, [published.map((e) => e.payload.checkpointId)]);
+      return rows.length === published.length;
+    });
+    const kept = async () => {
+      // the trainer's batch log (BatchSource.since): batch stats not pruned, joined with their stored blob
+      const log: { step: number }[] = await env
+        .ds()
+        .query(`SELECT s."step" FROM "data_pool_batch_stats" s JOIN "train_batch_blobs" b ON b."batch_id" = s."batch_id" WHERE s."run_id" = $1 AND s."pruned_at" IS NULL ORDER BY s."step"`, [runId]);
+      const calls: { rollout_id: string }[] = await env.ds().query(`SELECT DISTINCT "rollout_id" FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[])`, [batches.map((b) => b.rollout_id)]);
+      const withCalls = new Set(calls.map((c) => c.rollout_id));
+      return { log: log.map((r) => r.step), calls: batches.filter((b) => withCalls.has(b.rollout_id)).map((b) => b.step) };
+    };
+    // resume point after batch 2 (the trainer restarts at position 3): batches 0..2 go, 3..5 stay although versions 4..6 cover them
+    expect(await rt.pool.prune()).toMatchObject({ batches: 3 });
+    expect(await kept()).toEqual({ log: [3, 4, 5], calls: [3, 4, 5] });
+    expect(await rt.pool.prune()).toEqual({ batches: 0, calls: 0 });
+    // the trainer resumed at 3 and trained 3 and 4 again, a full checkpoint after 4 (position 5): 3 and 4 go, 5 stays
+    await acked([trained(batches[3], 7, false), trained(batches[4], 8, true)]);
+    expect(await rt.pool.prune()).toMatchObject({ batches: 2 });
+    expect(await kept()).toEqual({ log: [5], calls: [5] });
     await rt.stop();
   });
 }
