@@ -14,7 +14,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
-import { availableParallelism } from 'node:os';
 import { engineInfo, setThreads } from '@anvil/engine';
 import { startEmbeddedLoop } from './host';
 import { Progress } from './progress';
@@ -37,13 +36,11 @@ async function main(): Promise<void> {
   console.log(`anvil main: seed ${cfg.seed}, engine ${info.backend} (${info.reason}), ${cfg.engineThreads} thread(s) per engine call`);
   const taskConfig = chainAddConfigOf(cfg);
 
-  // 1. Warm start (cached).
-  // The warm start is the only engine work while it runs: it takes every core (about 1.45x faster on 2
-  // cores than 1 thread); the loop goes back to engineThreads per call (calls run concurrently).
-  setThreads(Math.max(cfg.engineThreads, availableParallelism()));
-  const ws = await warmStart({ ...cfg.warmStart, seed: cfg.seed, task: taskConfig, dataDir: cfg.dataDir }, (l) => console.log(l));
-  setThreads(cfg.engineThreads);
-  console.log(`warm start: ${ws.cached ? 'cached' : 'built'} ${ws.dir} (${ws.steps} SFT steps x ${cfg.warmStart.tasksPerStep} demonstrations${ws.cached ? '' : `, ${ws.seconds.toFixed(0)} s`})`);
+  // 1. Warm start (cached; built on WARM_START_THREADS engine threads whatever engineThreads says).
+  const ws = await warmStart({ ...cfg.warmStart, task: taskConfig, dataDir: cfg.dataDir }, (l) => console.log(l));
+  console.log(
+    `warm start: ${ws.cached ? 'cached' : 'built'} ${ws.dir} (seed ${cfg.warmStart.seed}, ${ws.steps} SFT steps x ${cfg.warmStart.tasksPerStep} demonstrations${ws.cached ? '' : `, ${ws.seconds.toFixed(0)} s`})`,
+  );
 
   // 2. The loop, in this process.
   const runId = `main-${new Date().toISOString().replace(/[:.]/g, '-')}-${randomUUID().slice(0, 6)}`;
@@ -187,7 +184,7 @@ async function main(): Promise<void> {
       heldOutGainPoints: Number(((last.success - warm.successRate) * 100).toFixed(1)),
       seed: cfg.seed,
       wallClockSeconds: Number(wall().toFixed(1)),
-      warmStart: { cached: ws.cached, seconds: Number(ws.seconds.toFixed(1)), sftSteps: ws.steps, demonstrations: ws.demonstrations },
+      warmStart: { cached: ws.cached, seconds: Number(ws.seconds.toFixed(1)), seed: cfg.warmStart.seed, sftSteps: ws.steps, demonstrations: ws.demonstrations },
       rlSteps: trained.length,
       finalVersion: loop.trainer.currentVersion,
       trainRollouts: completedTrain,
