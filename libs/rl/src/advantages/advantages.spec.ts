@@ -113,24 +113,39 @@ describe('running baseline', () => {
   });
 });
 
-describe('process rewards: perCall = perRollout + λ·(p − μ_p)[/σ_p]', () => {
+describe('process rewards: perCall = perRollout + λ·(p − μ_k)[/σ], a baseline per call position', () => {
   const withProcess = (): RolloutScore[] => [
     { rolloutId: 'a', outcomeReward: 1, processRewards: [1, 1] },
     { rolloutId: 'b', outcomeReward: 0, processRewards: [1, 0, 0] },
   ];
+  // positions: call 0 [1, 1] -> mean 1; call 1 [1, 0] -> mean 0.5; call 2 only b -> no baseline, 0
+  // centred: a [0, 0.5], b [0, -0.5, 0]
 
-  it('dr_grpo, λ = 0.5: centred process rewards only', () => {
+  it('dr_grpo, λ = 0.5: each call against the same call of the other rollouts', () => {
     const a = computeGroupAdvantages('t', withProcess(), { estimator: 'dr_grpo', processRewardWeight: 0.5 });
     close(a.perRollout, [0.5, -0.5]);
-    close(a.perCall![0], [0.7, 0.7]);
-    close(a.perCall![1], [-0.3, -0.8, -0.8]);
+    close(a.perCall![0], [0.5, 0.75]);
+    close(a.perCall![1], [-0.5, -0.75, -0.5]);
   });
 
-  it('grpo, λ = 1: process rewards normalised by their own std', () => {
+  it('grpo, λ = 1: centred process rewards divided by their root mean square', () => {
     const a = computeGroupAdvantages('t', withProcess(), { estimator: 'grpo', processRewardWeight: 1, stdEpsilon: 0 });
-    const s = Math.sqrt(0.24);
-    close(a.perCall![0], [1 + 0.4 / s, 1 + 0.4 / s]);
-    close(a.perCall![1], [-1 + 0.4 / s, -1 - 0.6 / s, -1 - 0.6 / s]);
+    const s = Math.sqrt(0.5 / 5);
+    close(a.perCall![0], [1, 1 + 0.5 / s]);
+    close(a.perCall![1], [-1, -1 - 0.5 / s, -1]);
+  });
+
+  it('a kind of call that is right less often is not pushed down in every group: calls equal at their position get no process term', () => {
+    // every rollout: tool call wrong (0), answer right (1); only the outcome differs
+    const g: RolloutScore[] = [
+      { rolloutId: 'a', outcomeReward: 1, processRewards: [0, 1] },
+      { rolloutId: 'b', outcomeReward: 0, processRewards: [0, 1] },
+    ];
+    const a = computeGroupAdvantages('t', g, { estimator: 'dr_grpo', processRewardWeight: 3 });
+    expect(a.perCall).toEqual([
+      [0.5, 0.5],
+      [-0.5, -0.5],
+    ]);
   });
 
   it('λ = 0 (default) broadcasts the outcome advantage to every call', () => {

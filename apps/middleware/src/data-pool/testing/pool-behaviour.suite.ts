@@ -73,11 +73,11 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.stop();
   });
 
-  it('process rewards: each call of the batch carries its rollout advantage + λ(p − mean p) (dr_grpo, λ = 0.5); the trajectory row keeps the outcome advantage', async () => {
+  it('process rewards: each call of the batch carries its rollout advantage + λ(p − mean p of that call position) (dr_grpo, λ = 0.5); the trajectory row keeps the outcome advantage', async () => {
     const g = uid('g');
     const rt = runtime(env, { batchTrajectories: 2, window: { inFlight: 2, window: 2 }, advantage: { estimator: 'dr_grpo', processRewardWeight: 0.5 } });
     await rt.start();
-    // rollout 0: reward 1, calls [1, 1]; rollout 1: reward 0, calls [1, 0] -> mean R 0.5, mean p 0.75
+    // rollout 0: reward 1, calls [1, 1]; rollout 1: reward 0, calls [1, 0] -> mean R 0.5; per call position: call 0 mean 1, call 1 mean 0.5
     const rs = [
       rollout({ rolloutId: `${g}-r0`, groupId: g, groupSize: 2, reward: 1, sampleIndex: 0, processRewards: [1, 1] }),
       rollout({ rolloutId: `${g}-r1`, groupId: g, groupSize: 2, reward: 0, sampleIndex: 1, processRewards: [1, 0] }),
@@ -89,10 +89,10 @@ export function describePoolBehaviour(env: PoolEnv): void {
     const tree = await readTrainBatch(event, env.ds());
     const bySample = Object.fromEntries(tree.samples.map((s) => [s.sampleId, s.advantage]));
     expect(bySample).toEqual({
-      [`${g}-r0-call-0`]: expect.closeTo(0.5 + 0.5 * 0.25, 6),
-      [`${g}-r0-call-1`]: expect.closeTo(0.5 + 0.5 * 0.25, 6),
-      [`${g}-r1-call-0`]: expect.closeTo(-0.5 + 0.5 * 0.25, 6),
-      [`${g}-r1-call-1`]: expect.closeTo(-0.5 - 0.5 * 0.75, 6),
+      [`${g}-r0-call-0`]: expect.closeTo(0.5, 6),
+      [`${g}-r0-call-1`]: expect.closeTo(0.5 + 0.5 * 0.5, 6),
+      [`${g}-r1-call-0`]: expect.closeTo(-0.5, 6),
+      [`${g}-r1-call-1`]: expect.closeTo(-0.5 - 0.5 * 0.5, 6),
     });
     const rows: { advantage: number; call_advantages: number[] | null }[] = await env.ds().query(`SELECT "advantage", "call_advantages" FROM "trajectories" WHERE "group_id" = $1 ORDER BY "id"`, [g]);
     expect(rows.map((r) => Number(r.advantage))).toEqual([0.5, -0.5]);
