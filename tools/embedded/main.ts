@@ -51,6 +51,8 @@ async function main(): Promise<void> {
   const rolloutTimeline: Array<[number, number]> = [];
   let rewardWindow: number[] = [];
   let completedTrain = 0;
+  let lastStepAt = performance.now();
+  let rlStoppedBy: 'steps' | 'seconds' | 'stall' = 'steps';
   let fatal: Error | null = null;
   let loopRef: { rollouts: { snapshot(): { running: number; queuedGroups: number } } } | null = null;
   const progress = new Progress(cfg.budget.steps, () => {
@@ -63,6 +65,7 @@ async function main(): Promise<void> {
     onFatal: (e) => (fatal = e),
     splitOf: () => 'context=append_only agent=white-box',
     onStep: (e) => {
+      lastStepAt = performance.now();
       const r = e.reports[e.reports.length - 1];
       const rewards = rewardWindow;
       rewardWindow = [];
@@ -160,14 +163,28 @@ async function main(): Promise<void> {
     progress.start();
     let lastEval = 0;
     const deadline = cfg.budget.seconds > 0 ? performance.now() + cfg.budget.seconds * 1000 : Infinity;
+    lastStepAt = performance.now();
     while (!loop.trainer.done && performance.now() < deadline) {
       await new Promise((r) => setTimeout(r, 200));
       if (!loop.trainer.done) await topUp();
       if (loop.trainer.currentVersion - lastEval >= cfg.eval.everyVersions && !loop.trainer.done) {
         lastEval = loop.trainer.currentVersion;
         await evaluate(`v${lastEval}`);
+        lastStepAt = performance.now(); // an evaluation pauses the trainer: not a stall
+      }
+      // Groups whose rollouts all score the same are dropped, so a policy that solves every task or
+      // none of them gets no batch at all; without this the run would wait forever.
+      if (cfg.budget.stallSeconds > 0 && performance.now() - lastStepAt > cfg.budget.stallSeconds * 1000) {
+        rlStoppedBy = 'stall';
+        progress.stop();
+        const s = loop.rollouts.snapshot();
+        console.log(
+          `\nno train batch for ${cfg.budget.stallSeconds} s (${completedTrain} train rollouts finished, ${s.running} running): the groups keep getting equal rewards and are dropped (zero variance). Ending RL at step ${steps.length} of ${cfg.budget.steps}.`,
+        );
+        break;
       }
     }
+    if (rlStoppedBy === 'steps' && !loop.trainer.done) rlStoppedBy = 'seconds';
     progress.stop();
     if (fatal) throw fatal;
     // The final evaluation runs before the rollout-manager stops: it waits for the last published
@@ -186,6 +203,7 @@ async function main(): Promise<void> {
       wallClockSeconds: Number(wall().toFixed(1)),
       warmStart: { cached: ws.cached, seconds: Number(ws.seconds.toFixed(1)), seed: cfg.warmStart.seed, sftSteps: ws.steps, demonstrations: ws.demonstrations },
       rlSteps: trained.length,
+      rlStoppedBy,
       finalVersion: loop.trainer.currentVersion,
       trainRollouts: completedTrain,
       evaluations: evals.length,

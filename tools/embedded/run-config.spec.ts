@@ -9,7 +9,7 @@ describe('run config', () => {
       model: 'tiny',
       task: { set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact' },
       algorithm: { loss: 'cispo', advantage: 'grpo' },
-      budget: { steps: 60 },
+      budget: { steps: 90 },
     });
   });
 

@@ -90,9 +90,9 @@ export const runConfigSchema = z
         advantage: z.enum(['grpo', 'dr_grpo', 'rloo', 'reinforce_pp']).default('grpo'),
         /** λ of the process-reward rule: a call's advantage = its rollout's + λ · its normalised process reward (0 = outcome only). */
         processRewardWeight: z.number().min(0).max(100).default(1),
-        lr: z.number().positive().max(1).default(5e-5),
+        lr: z.number().positive().max(1).default(1e-4),
         /** Linear lr warm-up over this many optimizer steps (a fresh AdamW's first steps move every weight by ±lr). */
-        warmupSteps: nonNegInt().max(100_000).default(10),
+        warmupSteps: nonNegInt().max(100_000).default(20),
         maxGradNorm: z.number().min(0).default(1),
         miniBatches: positiveInt().max(64).default(1),
         beta1: z.number().min(0).lt(1).default(0.9),
@@ -100,26 +100,28 @@ export const runConfigSchema = z
         eps: z.number().min(0).default(1e-15),
       })
       .strict()
-      .default({ loss: 'cispo', aggregation: 'token_mean', advantage: 'grpo', processRewardWeight: 1, lr: 5e-5, warmupSteps: 10, maxGradNorm: 1, miniBatches: 1, beta1: 0.9, beta2: 0.95, eps: 1e-15 }),
+      .default({ loss: 'cispo', aggregation: 'token_mean', advantage: 'grpo', processRewardWeight: 1, lr: 1e-4, warmupSteps: 20, maxGradNorm: 1, miniBatches: 1, beta1: 0.9, beta2: 0.95, eps: 1e-15 }),
     budget: z
       .object({
         /** Train batches (optimizer steps with miniBatches 1) of RL. */
-        steps: positiveInt().max(1_000_000).default(60),
+        steps: positiveInt().max(1_000_000).default(90),
         /** Wall-clock cap on the RL phase, seconds (0 = none). */
         seconds: nonNegInt().default(0),
+        /** End the RL phase when no train batch came for this many seconds, evaluations aside (0 = wait forever): zero-variance groups are dropped, so a policy that solves every task or none never gets one. */
+        stallSeconds: nonNegInt().default(180),
       })
       .strict()
-      .default({ steps: 60, seconds: 0 }),
+      .default({ steps: 90, seconds: 0, stallSeconds: 180 }),
     eval: z
       .object({
         /** Evaluate held-out tasks every this many policy versions (and before step 1 and at the end). */
-        everyVersions: positiveInt().default(20),
+        everyVersions: positiveInt().default(30),
         temperature: z.number().min(0).max(5).default(1),
       })
       .strict()
-      .default({ everyVersions: 20, temperature: 1 }),
+      .default({ everyVersions: 30, temperature: 1 }),
     /** Full checkpoint (resume point) every this many batches. */
-    checkpointEvery: positiveInt().default(20),
+    checkpointEvery: positiveInt().default(30),
   })
   .strict()
   .superRefine((c, ctx) => {
