@@ -7,7 +7,7 @@
 // machine, or CUDA 13.0 fetched from PyPI into .cache/cuda-toolkit): without a GPU its tests
 // are skipped with the reason, but a CUDA source that no longer compiles fails the run.
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -41,6 +41,13 @@ try {
   step('lint', 'node', ['tools/build/lint.mjs']);
   step('build', 'node', ['tools/build/build.mjs']);
   mkdirSync(join(root, '.cache'), { recursive: true });
+  // The black-box tests run a real third-party agent: a Python program on the official openai
+  // package (examples/python-agent). It goes into a venv of the project's own (PyPI), first on
+  // the tests' PATH, so a fresh machine needs nothing installed by hand.
+  const venv = join(root, '.cache', 'python-agents');
+  if (!existsSync(join(venv, 'bin', 'python3'))) step('python venv', 'python3', ['-m', 'venv', venv]);
+  step('python agents', join(venv, 'bin', 'pip'), ['install', '--quiet', '--disable-pip-version-check', '-r', 'examples/python-agent/requirements.txt']);
+  env.PATH = `${join(venv, 'bin')}:${process.env.PATH ?? ''}`;
   const report = join(root, '.cache', 'vitest-report.json');
   step('tests', 'npx', ['vitest', 'run', '--reporter=default', '--reporter=json', `--outputFile.json=${report}`, ...only], env);
   try {
