@@ -1,5 +1,5 @@
 import type { PartitionLag, StopOptions, Subscription } from '../bus';
-import { deliver, deliverBatch, dueAt, type DeliveryEnv, type DeliveryOutcome, type InboundRecord, type OutboundRecord, type Processor } from '../delivery/deliver';
+import { deliver, deliverBatch, dueAt, type DeliveryEnv, type InboundRecord, type OutboundRecord, type Processor } from '../delivery/deliver';
 import { waitUntilIdle } from '../delivery/idle';
 import type { DeliveryPolicy } from '../delivery/policy';
 import { sleep } from '../delivery/signals';
@@ -150,44 +150,31 @@ export class MemorySubscription<T> implements Subscription, GroupMember {
       }
       const release = await this.permits.acquire(stop);
       if (!release) break;
+      // Batch fast path (SubscribeOptions.batchHandler), as on Kafka: the run of records already in
+      // the log goes to the batch handler in one call; offsets advance over the prefix that is done.
+      // One event at a time cost the Data Pool a transaction per event.
+      const records = [record];
       if (processor.handleBatch && route.kind !== 'retry') {
-        // Batch fast path (SubscribeOptions.batchHandler), as on Kafka: the run of records
-        // already in the log goes to the batch handler in one call; offsets advance over the
-        // prefix that is done. One event at a time cost the Data Pool a transaction per event.
-        const records = [record];
         for (let next = entry.offset + 1; records.length < (processor.maxBatchSize ?? 256);) {
           const e = log.read(partition, next);
           if (!e) break;
           records.push(toInbound(topic, partition, e.offset, e.record));
           next = e.offset + 1;
         }
-        let done: number;
-        try {
-          done = await deliverBatch(records, route, processor, env);
-        } catch (err) {
-          logger.error('delivery failed; the messages will be read again', { topic, partition, offset: entry.offset, error: errorMessage(err) });
-          release();
-          await sleep(Math.max(policy.retryDelayMs, 100), stop);
-          continue;
-        }
-        release();
-        if (done > 0) this.coordinator.commit(topic, partition, Number(records[done - 1].offset) + 1);
-        if (done < records.length) break; // interrupted by a stop
-        continue;
       }
-      let outcome: DeliveryOutcome;
+      let done: number;
       try {
-        outcome = await deliver(record, route, processor, env);
+        done = records.length > 1 ? await deliverBatch(records, route, processor, env) : (await deliver(record, route, processor, env)) === 'interrupted' ? 0 : 1;
       } catch (err) {
-        // Only a failed forward to the retry/DLQ topic lands here; keep the message and try again.
+        // Only a failed forward to the retry/DLQ topic lands here; keep the messages and try again.
         logger.error('delivery failed; the message will be read again', { topic, partition, offset: entry.offset, error: errorMessage(err) });
         release();
         await sleep(Math.max(policy.retryDelayMs, 100), stop);
         continue;
       }
       release();
-      if (outcome === 'interrupted') break;
-      this.coordinator.commit(topic, partition, entry.offset + 1);
+      if (done > 0) this.coordinator.commit(topic, partition, Number(records[done - 1].offset) + 1);
+      if (done < records.length) break; // interrupted by a stop
     }
   }
 }
