@@ -1,69 +1,72 @@
 // Adaptive window for the Windowed FIFO. No published system adapts W (Forge fixes W = 0.3N and
-// calls the right W an open question; TitanRL later defaults to greedy). Anvil's rule has two
-// time scales: a BASE window adapted once per train step (each non-empty take), and a temporary
-// widening while the trainer is waiting.
+// calls the right W an open question; TitanRL later defaults to greedy). Anvil's rule keeps a BASE
+// window W_b that is taken without question, and widens past it only while the trainer waits — at
+// once when the batch the wider window gives has the population's difficulty mix, otherwise step by
+// step as the wait grows. Why this shape (measured by `npm run bench -- scheduler`): what width costs
+// is the batches it lets through while the trainer waits (whatever finishes first: easy tasks), and
+// what it buys is the wait it ends. Widening the base whenever the trainer waited (this rule's first
+// version) made W wide for every batch, also where the trainer waits at any W, and paid the skew for
+// little idle; checking each widened batch pays skew only where a batch is actually skewed.
 //
 // Inputs
-//   wait        trainerWaited(ms) calls since the previous take; idle = their sum / time between
-//               the two takes.
 //   difficulty  per entry: its `difficulty` attribute, or, when it has none, its measured
 //               completion time log(1 + completedAt - submittedAt). Population statistics: mean
 //               and variance exponentially weighted over `populationMemory` entries (every
 //               submitted entry for the attribute; every completed one for completion time).
-//   per batch   z = (mean difficulty of the batch - population mean) / population sd, n = size;
-//               drift      = EW mean of z       (half-life driftHalfLife batches): a biased mix;
-//               dispersion = EW mean of n z^2   (same half-life): 1 when batches are random samples
-//                            of the population, larger when their mix swings more than sampling
-//                            explains (greedy batches of whatever finished first).
-// Per step (take), on the base window W_b:
+//   wait        trainerWaited(ms) calls since the previous take (the trainer reports as it waits).
+// Per take (WindowedFifo.take):
+//   1. W_b fills a batch: take it.
+//   2. Else the trainer is waiting. Mix gate: let W* be the narrowest window (<= max) that fills a
+//      batch; if that batch's mean difficulty is within mixGate standard errors (population sd /
+//      sqrt(batch size)) of the population mean, widen to W* and take it at once.
+//   3. Else patience: each time the wait since the last take grows by `patience` x the usual step
+//      interval (EW mean of the time between takes), W widens one notch from W_b (x widenFactor, at
+//      least +1, up to max) and takes whatever that window fills — so a straggler at the head, or a
+//      run of skewed batches, costs at most a bounded wait. The next take resets W to W_b.
+// Per step (after each non-empty take), on W_b, from the batches actually taken:
+//   z = (batch mean difficulty - population mean) / population sd, n = batch size;
+//   drift      = EW mean of z       (half-life driftHalfLife batches): a biased mix;
+//   dispersion = EW mean of n z^2   (same half-life): 1 when batches are random samples of the
+//                population, larger when their mix swings more than sampling explains.
 //   narrow  if |drift| > driftTolerance or dispersion > 1 + dispersionTolerance:
 //             W_b <- max(min, W_b - max(1, W_b (1 - narrowFactor)))
-//   widen   else if idle > idleTolerance:  W_b <- min(max, W_b + max(1, W_b (widenFactor - 1)))
-//   relax   else after relaxAfter steps in a row with neither: W_b <- max(min, W_b - 1)
-//           (the width is not buying anything: give it back, staleness and skew stay low)
-//   and the window used next is W_b.
-// While waiting: each time the wait since the last take grows by `patience` x the usual step
-//   interval (EW mean of the time between takes), W widens by one more notch (x widenFactor, at
-//   least +1) from W_b, up to max; the next take resets it to W_b. Short waits (the next in-order
-//   entry is about to finish) keep the order; a long one (a straggler at the head) opens the
-//   window, which is where width buys the most idle time for the least reordering.
-// Narrowing wins over widening: the difficulty mix is a correctness concern (the gradient estimates
-// a different population), idle time only a cost.
-// Bounds: min <= W <= max at all times, W an integer; defaults min = max(1, round(0.1 N)),
-// max = N, start round(0.3 N). The worst-case lag is that of W = max (N + max - 2 positions).
+//   recover else after relaxAfter such calm steps in a row, W_b moves one toward `initial`.
+// Bounds: min <= W_b <= max and min <= W <= max at all times, W an integer; W_b stays in
+// [min, initial] unless restored outside it. Defaults min = max(1, round(0.1 N)), initial =
+// round(0.2 N), max = N. The worst-case lag is that of W = max (N + max - 2 positions).
 // Every knob is validated (typed errors naming adaptive.<knob>).
 import { requireFinite, requireInt, SchedulingError } from './errors';
 
 export interface AdaptiveWindowConfig {
-  /** Smallest window (>= 1). Default max(1, round(0.1 N)). */
+  /** Smallest base window (>= 1). Default max(1, round(0.1 N)). */
   min: number;
-  /** Largest window (<= N). Default N. */
+  /** Largest window, reached only while the trainer waits (<= N). Default N. */
   max: number;
-  /** Window at start. Default round(0.3 N) clamped to [min, max]. */
+  /** Base window at start, and the one it recovers to when the mix is calm. Default round(0.2 N) clamped to [min, max]. */
   initial: number;
-  /** Trainer wait share of a step above which the window widens. Default 0.02. */
-  idleTolerance: number;
-  /** Multiplicative widening (> 1; at least +1 per step). Default 1.5. */
+  /** Mix gate, in standard errors of a batch mean (population sd / sqrt(batch size)); 0 = never widen at once. Default 1. */
+  mixGate: number;
+  /** Within one wait: each time the trainer has waited this share of the usual step interval, W widens one more notch (0 = off). Default 0.25. */
+  patience: number;
+  /** Multiplicative widening per patience notch (> 1; at least +1). Default 1.5. */
   widenFactor: number;
-  /** Multiplicative narrowing (in (0, 1); at least -1 per step). Default 0.5. */
+  /** Multiplicative narrowing of the base (in (0, 1); at least -1 per step). Default 0.5. */
   narrowFactor: number;
-  /** |drift| (in population standard deviations) above which the window narrows. Default 0.15. */
+  /** |drift| (in population standard deviations) above which the base narrows. Default 0.15. */
   driftTolerance: number;
   /** Half-life of the drift and dispersion averages, in batches. Default 32. */
   driftHalfLife: number;
   /**
-   * Excess dispersion above which the window narrows: the average of n z^2 over recent batches (n = batch size)
+   * Excess dispersion above which the base narrows: the average of n z^2 over recent batches (n = batch size)
    * is 1 when batches are random samples of the population; narrow when it exceeds 1 + this. Default 0.25: with random
    * batches its exponentially weighted average has sd sqrt(2a / (2 - a)) ≈ 0.15 at half-life 32 (a = 1 - 0.5^(1/32)), so
    * noise alone rarely narrows.
    */
   dispersionTolerance: number;
-  /** Steps without any trainer wait after which W shrinks by one. Default 3 (0 = never). */
+  /** Calm steps in a row after which the base moves one toward `initial`. Default 3 (0 = never). */
   relaxAfter: number;
   /** Memory of the population statistics, in entries. Default 20 N. */
   populationMemory: number;
-  /** Within one wait: each time the trainer has waited this share of the usual step interval, W widens once more (0 = off). Default 0.1. */
-  patience: number;
 }
 
 export interface AdaptiveWindowState {
@@ -89,13 +92,14 @@ export function adaptiveWindowConfig(inFlight: number, input: Partial<AdaptiveWi
   requireInt(f('min'), min, 1, N, 'invalid_config');
   requireInt(f('max'), max, 1, N, 'invalid_config');
   if (min > max) throw new SchedulingError('invalid_config', f('min'), `must be <= adaptive.max (${max}), got ${min}`);
-  const initial = input.initial ?? Math.min(max, Math.max(min, Math.round(0.3 * N)));
+  const initial = input.initial ?? Math.min(max, Math.max(min, Math.round(0.2 * N)));
   requireInt(f('initial'), initial, min, max, 'invalid_config');
   const cfg: AdaptiveWindowConfig = {
     min,
     max,
     initial,
-    idleTolerance: input.idleTolerance ?? 0.02,
+    mixGate: input.mixGate ?? 1,
+    patience: input.patience ?? 0.25,
     widenFactor: input.widenFactor ?? 1.5,
     narrowFactor: input.narrowFactor ?? 0.5,
     driftTolerance: input.driftTolerance ?? 0.15,
@@ -103,11 +107,11 @@ export function adaptiveWindowConfig(inFlight: number, input: Partial<AdaptiveWi
     dispersionTolerance: input.dispersionTolerance ?? 0.25,
     relaxAfter: input.relaxAfter ?? 3,
     populationMemory: input.populationMemory ?? 20 * N,
-    patience: input.patience ?? 0.1,
   };
-  requireFinite(f('idleTolerance'), cfg.idleTolerance, 0, 'invalid_config');
-  if (cfg.idleTolerance >= 1) throw new SchedulingError('invalid_config', f('idleTolerance'), `must be < 1, got ${cfg.idleTolerance}`);
+  requireFinite(f('mixGate'), cfg.mixGate, 0, 'invalid_config');
+  requireFinite(f('patience'), cfg.patience, 0, 'invalid_config');
   requireFinite(f('widenFactor'), cfg.widenFactor, 1, 'invalid_config');
+  if (cfg.widenFactor <= 1) throw new SchedulingError('invalid_config', f('widenFactor'), `must be > 1, got ${cfg.widenFactor}`);
   requireFinite(f('narrowFactor'), cfg.narrowFactor, 0, 'invalid_config');
   if (cfg.narrowFactor <= 0 || cfg.narrowFactor >= 1) throw new SchedulingError('invalid_config', f('narrowFactor'), `must be in (0, 1), got ${cfg.narrowFactor}`);
   requireFinite(f('driftTolerance'), cfg.driftTolerance, 0, 'invalid_config');
@@ -116,7 +120,6 @@ export function adaptiveWindowConfig(inFlight: number, input: Partial<AdaptiveWi
   requireFinite(f('dispersionTolerance'), cfg.dispersionTolerance, 0, 'invalid_config');
   requireInt(f('relaxAfter'), cfg.relaxAfter, 0, Number.MAX_SAFE_INTEGER, 'invalid_config');
   requireFinite(f('populationMemory'), cfg.populationMemory, 1, 'invalid_config');
-  requireFinite(f('patience'), cfg.patience, 0, 'invalid_config');
   return cfg;
 }
 
@@ -139,6 +142,11 @@ export class AdaptiveWindow {
 
   get window(): number {
     return Math.round(this.s.w);
+  }
+
+  /** The base window (taken without a mix check). */
+  get base(): number {
+    return this.s.base;
   }
 
   get drift(): number {
@@ -172,16 +180,32 @@ export class AdaptiveWindow {
     }
   }
 
-  /** A batch was taken at `now` with these difficulties (empty: no difficulty known). Returns the new W. */
+  /**
+   * The mix gate: may the window widen now to take a batch with these difficulties (one per entry)? Yes when the
+   * batch's mean lies within mixGate standard errors of the population mean; no while the population is unknown.
+   */
+  admitsWider(difficulties: number[]): boolean {
+    const s = this.s;
+    const n = difficulties.length;
+    const sd = Math.sqrt(s.popVar);
+    if (this.cfg.mixGate === 0 || n === 0 || s.popCount < 2 || !(sd > 0)) return false;
+    const mean = difficulties.reduce((a, b) => a + b, 0) / n;
+    return Math.abs(mean - s.popMean) <= (this.cfg.mixGate * sd) / Math.sqrt(n);
+  }
+
+  /** The window used for the take at hand (the next step() goes back to the base). */
+  widenTo(w: number): void {
+    this.s.w = Math.max(this.s.w, Math.min(this.cfg.max, Math.round(w)));
+  }
+
+  /** A batch was taken at `now` with these difficulties (empty: no difficulty known). Returns the new base window. */
   step(now: number, difficulties: number[]): number {
     const s = this.s;
     const c = this.cfg;
     const interval = s.lastStepAt === null ? 0 : now - s.lastStepAt;
-    const idle = interval > 0 ? Math.min(1, s.waitedMs / interval) : s.waitedMs > 0 ? 1 : 0;
     s.waitedMs = 0;
     s.lastStepAt = now;
     if (interval > 0) s.interval = s.interval === 0 ? interval : s.interval + 0.2 * (interval - s.interval);
-    s.w = s.base;
     const sd = Math.sqrt(s.popVar);
     if (difficulties.length > 0 && s.popCount >= 2 && sd > 0) {
       const mean = difficulties.reduce((a, b) => a + b, 0) / difficulties.length;
@@ -189,21 +213,19 @@ export class AdaptiveWindow {
       s.drift += this.driftAlpha * (z - s.drift);
       s.dispersion += this.driftAlpha * (difficulties.length * z * z - s.dispersion);
     }
+    let base = s.base;
     if (Math.abs(s.drift) > c.driftTolerance || s.dispersion > 1 + c.dispersionTolerance) {
-      s.w = Math.max(c.min, s.w - Math.max(1, s.w * (1 - c.narrowFactor)));
-      s.calmSteps = 0;
-    } else if (idle > c.idleTolerance) {
-      s.w = Math.min(c.max, s.w + Math.max(1, s.w * (c.widenFactor - 1)));
+      base = Math.max(c.min, base - Math.max(1, base * (1 - c.narrowFactor)));
       s.calmSteps = 0;
     } else {
       s.calmSteps++;
-      if (c.relaxAfter > 0 && s.calmSteps >= c.relaxAfter) {
-        s.w = Math.max(c.min, s.w - 1);
+      if (c.relaxAfter > 0 && s.calmSteps >= c.relaxAfter && base !== c.initial) {
+        base += base < c.initial ? 1 : -1;
         s.calmSteps = 0;
       }
     }
-    s.w = Math.round(s.w);
-    s.base = s.w;
+    s.base = Math.round(base);
+    s.w = s.base;
     return s.w;
   }
 

@@ -267,6 +267,76 @@ describe('WindowedFifo: off-policy bound in steps (property)', () => {
   });
 });
 
+describe('WindowedFifo: adaptive W stays within the bounds of W = max (property)', () => {
+  // Random N, P, adaptive knobs and difficulty mixes; the trainer reports its waits. Whatever the controller does
+  // (mix gate, patience, narrowing), every take uses a window in [1, max], no entry bypasses more than that window's
+  // W - 1 older ones, and ages stay within the bounds of W = max.
+  it('no random schedule exceeds S + ceil((max - 1) / P) steps, N + max - 2 positions, or the window it used', () => {
+    const rnd = seededRandom(777);
+    const violations: string[] = [];
+    let gated = 0,
+      trials = 0;
+    for (let trial = 0; trial < 200; trial++) {
+      const S = Math.floor(rnd() * 4),
+        P = 1 + Math.floor(rnd() * 4),
+        N = (S + 1) * P;
+      const max = 1 + Math.floor(rnd() * N);
+      const min = 1 + Math.floor(rnd() * max);
+      const adaptive = { min, max, initial: min + Math.floor(rnd() * (max - min + 1)), mixGate: rnd() * 2, patience: rnd() < 0.2 ? 0 : rnd() };
+      const f = new WindowedFifo({ inFlight: N, window: 'adaptive', adaptive });
+      const bound = offPolicyBoundSteps(S, max, P);
+      const version = new Map<string, number>();
+      const difficulty = new Map<string, number>();
+      let pos = 0,
+        v = 0,
+        now = 0;
+      const pending: string[] = [];
+      const submit = () => {
+        const id = `e${pos}`;
+        const d = 1 + Math.floor(rnd() * 4);
+        f.submit({ id, position: pos++, submittedAt: now, difficulty: d });
+        version.set(id, v);
+        difficulty.set(id, d);
+        pending.push(id);
+      };
+      for (let i = 0; i < N; i++) submit();
+      for (let step = 0; step < 60; step++) {
+        let batch = f.take({ now, minItems: P, maxItems: P });
+        let guard = 0;
+        while (batch.length === 0) {
+          // easy entries finish first more often (the skew greedy windows pick up)
+          const easy = pending.filter((id) => (difficulty.get(id) as number) <= 2);
+          const from = easy.length > 0 && rnd() < 0.7 ? easy : pending;
+          const id = from[Math.floor(rnd() * from.length)];
+          pending.splice(pending.indexOf(id), 1);
+          const dt = 1 + Math.floor(rnd() * 5);
+          now += dt;
+          f.complete(id, { tokens: 1, completedAt: now });
+          f.trainerWaited(dt);
+          batch = f.take({ now, minItems: P, maxItems: P });
+          if (++guard > 10 * N) throw new Error('no progress');
+        }
+        const used = f.lastTakeWindow as number;
+        if (used > f.window) gated++;
+        if (used < 1 || used > max) violations.push(`window ${used} outside [1, ${max}]`);
+        for (const e of batch) {
+          const age = v - (version.get(e.id) as number);
+          if (age > bound || e.lag > N + max - 2 || e.outOfOrder > used - 1)
+            violations.push(`S=${S} P=${P} max=${max}: age ${age} (bound ${bound}), lag ${e.lag}, outOfOrder ${e.outOfOrder} with W ${used}`);
+          version.delete(e.id);
+        }
+        v++;
+        now += 1;
+        for (let i = 0; i < batch.length; i++) submit();
+      }
+      trials++;
+    }
+    expect(violations).toEqual([]);
+    expect(trials).toBe(200);
+    expect(gated).toBeGreaterThan(0); // the controller did widen past its base: the bounds were exercised
+  });
+});
+
 describe('WindowedFifo: snapshot / restore', () => {
   it('restores the queue, the window slots of entries consumed after the head and the counters', () => {
     const cfg: WindowConfig = { inFlight: 6, window: 3 };

@@ -191,6 +191,7 @@ export class WindowedFifo {
   private c: WindowedFifoCounters = { submitted: 0, completed: 0, taken: 0, dropped: {}, headExpired: 0, maxOutOfOrder: 0, maxLag: 0 };
   private pendingCount = 0;
   private readyCount = 0;
+  private lastW: number | null = null;
 
   constructor(cfg: WindowConfig) {
     const v = validateConfig(cfg);
@@ -203,6 +204,11 @@ export class WindowedFifo {
   /** The current W. */
   get window(): number {
     return this.ctrl ? this.ctrl.window : (this.fixed as number);
+  }
+
+  /** The W the last non-empty take used (adaptive: wider than the base when the mix gate or patience widened it); null before the first. */
+  get lastTakeWindow(): number | null {
+    return this.lastW;
   }
 
   /** Queue position of the head (oldest unconsumed entry), or null when the queue is empty. */
@@ -318,36 +324,21 @@ export class WindowedFifo {
     if (minTokens > maxTokens) throw new SchedulingError('invalid_argument', 'minTokens', `must be <= maxTokens (${maxTokens}), got ${minTokens}`);
 
     // 1. select without mutating (minItems/minTokens may refuse the batch)
-    const W = this.window;
-    const picked: number[] = [];
-    const isPicked = new Set<number>();
-    let tokens = 0;
-    let budgetFull = false;
-    let head = this.h;
-    let idx = head;
-    while (idx < this.q.length && idx < head + W && picked.length < maxItems) {
-      const s = this.q[idx];
-      if (s.status === 'completed') {
-        const t = s.tokens as number;
-        if (tokens + t > maxTokens && picked.length > 0) {
-          budgetFull = true;
-          break;
-        }
-        picked.push(idx);
-        isPicked.add(idx);
-        tokens += t;
-        if (idx === head) {
-          head++;
-          while (head < this.q.length && (isPicked.has(head) || this.q[head].status === 'taken' || this.q[head].status === 'dropped')) head++;
-        }
-        if (tokens >= maxTokens) {
-          budgetFull = true;
-          break;
-        }
+    const limits = { maxItems, maxTokens, minItems, minTokens };
+    let sel = this.select(this.window, limits);
+    let used = this.window;
+    if (!sel.valid && this.ctrl) {
+      // Adaptive: the current window cannot fill a batch. The controller may widen at once to the narrowest window
+      // that can (see the mix gate in adaptive.ts): only if that batch's difficulty mix is representative.
+      const wide = this.select(this.ctrl.cfg.max, limits);
+      if (wide.valid && this.ctrl.admitsWider(wide.picked.map((i) => this.difficultyOf(this.q[i])))) {
+        this.ctrl.widenTo(wide.need);
+        sel = wide;
+        used = this.ctrl.window;
       }
-      idx++;
     }
-    if (picked.length === 0 || picked.length < minItems || (tokens < minTokens && !budgetFull)) return [];
+    if (!sel.valid) return [];
+    const picked = sel.picked;
 
     // 2. commit, in queue order
     const out: TakenEntry[] = [];
@@ -379,6 +370,7 @@ export class WindowedFifo {
       } else if (s.status === 'pending' || s.status === 'completed') olderUnconsumed++;
     }
     this.advanceHead();
+    this.lastW = used;
     if (this.ctrl) {
       this.ctrl.step(
         now,
@@ -475,6 +467,55 @@ export class WindowedFifo {
     for (const id of s.expiredIds ?? []) if (f.byId.has(id)) f.expired.add(id);
     f.advanceHead();
     return f;
+  }
+
+  /**
+   * The batch window W would give now: completed entries in queue order among the W slots from the head (the head
+   * moving on as it is picked), within the item and token limits. `need` is the narrowest window that gives the same
+   * batch (the widest head offset the scan had to look at up to its last pick).
+   */
+  private select(W: number, l: { maxItems: number; maxTokens: number; minItems: number; minTokens: number }): { picked: number[]; valid: boolean; need: number } {
+    const picked: number[] = [];
+    const isPicked = new Set<number>();
+    let tokens = 0;
+    let budgetFull = false;
+    let head = this.h;
+    let idx = head;
+    let need = 1;
+    let reach = 1;
+    while (idx < this.q.length && idx < head + W && picked.length < l.maxItems) {
+      reach = Math.max(reach, idx - head + 1);
+      const s = this.q[idx];
+      if (s.status === 'completed') {
+        const t = s.tokens as number;
+        if (tokens + t > l.maxTokens && picked.length > 0) {
+          // the scan had to reach this entry to know the budget is full
+          budgetFull = true;
+          need = reach;
+          break;
+        }
+        picked.push(idx);
+        isPicked.add(idx);
+        need = reach;
+        tokens += t;
+        if (idx === head) {
+          head++;
+          while (head < this.q.length && (isPicked.has(head) || this.q[head].status === 'taken' || this.q[head].status === 'dropped')) head++;
+        }
+        if (tokens >= l.maxTokens) {
+          budgetFull = true;
+          break;
+        }
+      }
+      idx++;
+    }
+    const valid = picked.length > 0 && picked.length >= l.minItems && (tokens >= l.minTokens || budgetFull);
+    return { picked, valid, need };
+  }
+
+  /** Adaptive-W difficulty of a completed entry: its attribute, or its measured completion time log(1 + ms). */
+  private difficultyOf(s: Slot): number {
+    return s.difficulty ?? Math.log1p(Math.max(0, (s.completedAt as number) - s.submittedAt));
   }
 
   private slot(id: string): Slot {
