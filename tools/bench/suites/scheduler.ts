@@ -21,7 +21,8 @@
  * ~0.8 sqrt(p(1-p)/B) ≈ 0.1 at B = 16: that is the floor under every point); off-policy lag in
  * queue positions (TakenEntry.lag) and in policy versions (trainer version at the step - version
  * that generated the task): mean, p99, max; how much staler hard tasks are than easy ones;
- * throughput in trajectories per unit time. Every W sees the same task sequence per seed (common
+ * throughput in trajectories per unit time; mean W (the W each take used: WindowedFifo.lastTakeWindow, wider
+ * than the base when adaptive W widened). Every W sees the same task sequence per seed (common
  * random numbers), so differences between points are measured paired.
  *
  * Frontier test (adaptiveBeyondFrontierRegimes): the fixed points' Pareto set, interpolated
@@ -33,7 +34,7 @@
  *
  * Prints the tables, writes bench-results/scheduler.svg (idle against skew per regime), then one
  * JSON object on the last line. Knobs: SCHED_N, SCHED_B, SCHED_STEPS, SCHED_WARMUP, SCHED_SEEDS,
- * SCHED_SIGMA, SCHED_SENSITIVITY, SCHED_SENSITIVITY_SEEDS, SCHED_RATIOS, SCHED_ADAPTIVE (JSON adaptive knobs), SCHED_ONLY.
+ * SCHED_SIGMA, SCHED_SENSITIVITY, SCHED_SENSITIVITY_SEEDS, SCHED_SEED0, SCHED_RATIOS, SCHED_ADAPTIVE (JSON adaptive knobs), SCHED_ONLY.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -48,6 +49,8 @@ const SEEDS = Number(process.env.SCHED_SEEDS ?? 3);
 /** Seeds per point in the sensitivity runs (cheaper than the main one). */
 const SENSITIVITY_SEEDS = Number(process.env.SCHED_SENSITIVITY_SEEDS ?? 2);
 const SIGMA = Number(process.env.SCHED_SIGMA ?? 0.5);
+/** First seed; seed k is SEED0 + 7919 k (another SEED0 checks a result on task sequences it was not tuned on). */
+const SEED0 = Number(process.env.SCHED_SEED0 ?? 1000);
 /** Other within-level sigmas for the sensitivity check (frontier verdict only). */
 const SENSITIVITY = (process.env.SCHED_SENSITIVITY ?? '0.3,1').split(',').filter(Boolean).map(Number);
 const LEVELS = 4;
@@ -229,7 +232,6 @@ function simulate(stepTime: number, spec: WSpec, seed: number, sigma: number, op
   for (let step = 0; step < STEPS; step++) {
     // the trainer is free at `now`: take a batch, or wait for completions until one is available
     expire();
-    let wUsed = fifo.window;
     let batch = fifo.take({ now, minItems: B, maxItems: B });
     let reported = now;
     const freeAt = now;
@@ -261,7 +263,6 @@ function simulate(stepTime: number, spec: WSpec, seed: number, sigma: number, op
       fifo.trainerWaited(now - reported);
       if (step >= WARMUP) res.idle += now - reported;
       reported = now;
-      wUsed = fifo.window;
       batch = fifo.take({ now, minItems: B, maxItems: B });
     }
     if (step === WARMUP) {
@@ -284,7 +285,7 @@ function simulate(stepTime: number, spec: WSpec, seed: number, sigma: number, op
     if (step >= WARMUP) {
       res.skews.push(Math.abs(hard / B - P_HARD));
       res.trained += B;
-      res.windows.push(wUsed);
+      res.windows.push(fifo.lastTakeWindow as number);
       res.stepIdle.push(now - freeAt);
       res.stepCycle.push(now - freeAt + stepTime);
     }
@@ -355,7 +356,7 @@ function pairedSE(a: number[], b: number[]): number {
 }
 
 function measure(regime: Regime, spec: WSpec, sigma: number, genCapacity: number, seeds: number): Point {
-  const runs = Array.from({ length: seeds }, (_, s) => simulate(B / (genCapacity * regime.trainOverGen), spec, 1000 + 7919 * s, sigma));
+  const runs = Array.from({ length: seeds }, (_, s) => simulate(B / (genCapacity * regime.trainOverGen), spec, SEED0 + 7919 * s, sigma));
   const all = <K extends 'skews' | 'lagPos' | 'lagVer' | 'windows' | 'hardLagVer' | 'easyLagVer'>(k: K) => runs.flatMap((r) => r[k]);
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   const lp = all('lagPos').sort((a, b) => a - b);
@@ -453,59 +454,125 @@ function frontierVerdict(fixed: Point[], a: Point) {
   };
 }
 
-function svg(points: Point[]): string {
-  const W = 1200,
-    H = 420,
-    pad = 60,
-    pw = (W - pad) / 3 - pad,
-    ph = H - 2 * pad - 20;
+/** Round tick values covering [lo, hi]: steps of 1, 2 or 5 x 10^k, about `count` of them. */
+function ticks(lo: number, hi: number, count: number): number[] {
+  const raw = (hi - lo) / count;
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) as number;
+  const out: number[] = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-12; v += step) out.push(Number(v.toFixed(10)));
+  return out;
+}
+
+type Verdict = ReturnType<typeof frontierVerdict> & { regime: string };
+
+/**
+ * Idle against skew per regime: fixed W as circles joined in order of W, the fixed-W frontier (Pareto set) as a
+ * solid grey line, adaptive as a black square, 2-standard-error bars, and the frontier verdict under each title.
+ * Labels are nudged apart so that no two overlap.
+ */
+function svg(points: Point[], verdicts: Verdict[]): string {
+  const W = 1260,
+    H = 500,
+    padL = 70,
+    gap = 80,
+    top = 108,
+    pw = (W - padL - 20 - 2 * gap) / 3,
+    ph = H - top - 90;
   const colors: Record<string, string> = { 'W=1': '#1f77b4', 'W=0.1N': '#2ca02c', 'W=0.3N': '#ff7f0e', 'W=0.5N': '#9467bd', 'W=N': '#d62728', adaptive: '#000000' };
   const parts: string[] = [];
-  parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`);
+  parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="12">`);
   parts.push(`<rect width="${W}" height="${H}" fill="white"/>`);
+  parts.push(
+    `<text x="${W / 2}" y="20" text-anchor="middle" font-size="15" font-weight="bold">Windowed FIFO: trainer idle against batch difficulty skew (N = ${N}, B = ${B}, sigma ${SIGMA}; lower-left is better)</text>`,
+  );
   REGIMES.forEach((r, k) => {
     const pts = points.filter((p) => p.regime === r.name);
-    const x0 = pad + k * (pw + pad),
-      y0 = pad;
+    const v = verdicts.find((x) => x.regime === r.name);
+    const x0 = padL + k * (pw + gap),
+      y0 = top;
     // skew axis over the points' range (every point sits above the sampling floor of a random batch)
     const lo = Math.min(...pts.map((p) => p.skew - 2 * p.skewSE)),
       hi = Math.max(...pts.map((p) => p.skew + 2 * p.skewSE));
-    const minSkew = lo - 0.1 * (hi - lo),
-      maxSkew = hi + 0.25 * (hi - lo);
-    const maxIdle = Math.max(0.01, ...pts.map((p) => p.idle + 2 * p.idleSE)) * 1.1;
+    const minSkew = lo - 0.05 * (hi - lo),
+      maxSkew = hi + 0.2 * (hi - lo);
+    const maxIdle = Math.max(0.01, ...pts.map((p) => p.idle + 2 * p.idleSE)) * 1.12;
     const X = (s: number) => x0 + ((s - minSkew) / (maxSkew - minSkew)) * pw;
     const Y = (i: number) => y0 + ph - (i / maxIdle) * ph;
-    parts.push(`<text x="${x0 + pw / 2}" y="${y0 - 24}" text-anchor="middle" font-size="13" font-weight="bold">${r.name}</text>`);
-    parts.push(`<text x="${x0 + pw / 2}" y="${y0 - 9}" text-anchor="middle">training capacity = ${r.trainOverGen.toFixed(2)} x generation capacity</text>`);
-    parts.push(`<rect x="${x0}" y="${y0}" width="${pw}" height="${ph}" fill="none" stroke="#888"/>`);
-    for (let t = 0; t <= 4; t++) {
-      const sv = minSkew + ((maxSkew - minSkew) * t) / 4,
-        iv = (maxIdle * t) / 4;
-      parts.push(`<text x="${X(sv)}" y="${y0 + ph + 14}" text-anchor="middle">${sv.toFixed(3)}</text>`);
-      parts.push(`<text x="${x0 - 4}" y="${Y(iv) + 4}" text-anchor="end">${iv.toFixed(2)}</text>`);
+    parts.push(`<text x="${x0 + pw / 2}" y="${y0 - 58}" text-anchor="middle" font-size="14" font-weight="bold">${r.name}</text>`);
+    parts.push(`<text x="${x0 + pw / 2}" y="${y0 - 42}" text-anchor="middle">training capacity = ${r.trainOverGen.toFixed(2)} x generation capacity</text>`);
+    if (v) {
+      const fill = v.beyond ? '#106010' : '#901010';
+      parts.push(`<text x="${x0 + pw / 2}" y="${y0 - 24}" text-anchor="middle" font-weight="bold" fill="${fill}">adaptive beyond the fixed-W frontier: ${v.beyond ? 'yes' : 'no'}</text>`);
+      parts.push(`<text x="${x0 + pw / 2}" y="${y0 - 9}" text-anchor="middle" fill="${fill}">${gain(v.idleGain, 'idle')} at its skew, ${gain(v.skewGain, 'skew')} at its idle</text>`);
     }
-    parts.push(`<text x="${x0 + pw / 2}" y="${y0 + ph + 30}" text-anchor="middle">batch difficulty skew (mean |hard share - population share|)</text>`);
-    parts.push(`<text x="${x0 - 36}" y="${y0 + ph / 2}" text-anchor="middle" transform="rotate(-90 ${x0 - 36} ${y0 + ph / 2})">trainer idle fraction</text>`);
+    parts.push(`<rect x="${x0}" y="${y0}" width="${pw}" height="${ph}" fill="none" stroke="#888"/>`);
+    const sTicks = ticks(minSkew, maxSkew, 4),
+      iTicks = ticks(0, maxIdle, 5);
+    for (const sv of sTicks) {
+      parts.push(`<line x1="${X(sv)}" y1="${y0 + ph}" x2="${X(sv)}" y2="${y0 + ph + 4}" stroke="#888"/>`);
+      parts.push(`<text x="${X(sv)}" y="${y0 + ph + 17}" text-anchor="middle">${sv.toFixed(decimals(sTicks))}</text>`);
+    }
+    for (const iv of iTicks) {
+      parts.push(`<line x1="${x0 - 4}" y1="${Y(iv)}" x2="${x0 + pw}" y2="${Y(iv)}" stroke="#eee"/>`);
+      parts.push(`<text x="${x0 - 7}" y="${Y(iv) + 4}" text-anchor="end">${iv.toFixed(decimals(iTicks))}</text>`);
+    }
+    parts.push(`<text x="${x0 + pw / 2}" y="${y0 + ph + 35}" text-anchor="middle">batch difficulty skew (mean |hard share - population share|)</text>`);
+    parts.push(`<text x="${x0 - 48}" y="${y0 + ph / 2}" text-anchor="middle" transform="rotate(-90 ${x0 - 48} ${y0 + ph / 2})">trainer idle fraction</text>`);
     const fixed = pts.filter((p) => p.config !== 'adaptive');
-    parts.push(`<polyline fill="none" stroke="#999" stroke-dasharray="4 3" points="${fixed.map((p) => `${X(p.skew).toFixed(1)},${Y(p.idle).toFixed(1)}`).join(' ')}"/>`);
+    const pareto = fixed.filter((p) => !fixed.some((q) => q !== p && q.idle <= p.idle && q.skew <= p.skew && (q.idle < p.idle || q.skew < p.skew))).sort((a, b) => a.skew - b.skew);
+    parts.push(`<polyline fill="none" stroke="#bbb" stroke-dasharray="4 3" points="${fixed.map((p) => `${X(p.skew).toFixed(1)},${Y(p.idle).toFixed(1)}`).join(' ')}"/>`);
+    parts.push(`<polyline fill="none" stroke="#777" stroke-width="2" points="${pareto.map((p) => `${X(p.skew).toFixed(1)},${Y(p.idle).toFixed(1)}`).join(' ')}"/>`);
+    // markers and error bars first, labels after (nudged so they neither overlap each other nor a marker)
+    const placed: Array<{ x: number; y: number; w: number; h: number }> = pts.map((p) => ({ x: X(p.skew) - 6, y: Y(p.idle) - 6, w: 12, h: 12 }));
     for (const p of pts) {
       const c = colors[p.config] ?? '#555';
-      const cx = X(p.skew).toFixed(1),
-        cy = Y(p.idle).toFixed(1);
-      // 2-standard-error bars
-      parts.push(`<line x1="${X(p.skew - 2 * p.skewSE).toFixed(1)}" y1="${cy}" x2="${X(p.skew + 2 * p.skewSE).toFixed(1)}" y2="${cy}" stroke="${c}" stroke-width="1"/>`);
-      parts.push(`<line x1="${cx}" y1="${Y(p.idle - 2 * p.idleSE).toFixed(1)}" x2="${cx}" y2="${Y(p.idle + 2 * p.idleSE).toFixed(1)}" stroke="${c}" stroke-width="1"/>`);
-      if (p.config === 'adaptive') parts.push(`<rect x="${Number(cx) - 5}" y="${Number(cy) - 5}" width="10" height="10" fill="${c}"/>`);
-      else parts.push(`<circle cx="${cx}" cy="${cy}" r="5" fill="${c}"/>`);
-      parts.push(`<text x="${Number(cx) + 7}" y="${Number(cy) - 6}" fill="${c}">${p.config}</text>`);
+      const cx = X(p.skew),
+        cy = Y(p.idle);
+      parts.push(`<line x1="${X(p.skew - 2 * p.skewSE).toFixed(1)}" y1="${cy.toFixed(1)}" x2="${X(p.skew + 2 * p.skewSE).toFixed(1)}" y2="${cy.toFixed(1)}" stroke="${c}" stroke-width="1"/>`);
+      parts.push(`<line x1="${cx.toFixed(1)}" y1="${Y(p.idle - 2 * p.idleSE).toFixed(1)}" x2="${cx.toFixed(1)}" y2="${Y(p.idle + 2 * p.idleSE).toFixed(1)}" stroke="${c}" stroke-width="1"/>`);
+      if (p.config === 'adaptive') parts.push(`<rect x="${(cx - 6).toFixed(1)}" y="${(cy - 6).toFixed(1)}" width="12" height="12" fill="${c}"/>`);
+      else parts.push(`<circle cx="${cx.toFixed(1)}" cy="${cy.toFixed(1)}" r="6" fill="${c}"/>`);
+    }
+    const overlaps = (a: { x: number; y: number; w: number; h: number }) => placed.some((b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h);
+    for (const p of [...pts].sort((a, b) => Y(a.idle) - Y(b.idle))) {
+      const c = colors[p.config] ?? '#555';
+      const cx = X(p.skew),
+        cy = Y(p.idle);
+      const w = 7.2 * p.config.length,
+        h = 14;
+      // candidates: right of the marker above, below, further down/up; then left
+      const offsets: Array<[number, number]> = [];
+      for (let d = 0; d <= 5; d++) for (const sign of d === 0 ? [1] : [1, -1]) offsets.push([9, -h - 1 + sign * d * h]);
+      for (let d = 0; d <= 5; d++) for (const sign of d === 0 ? [1] : [1, -1]) offsets.push([-9 - w, -h - 1 + sign * d * h]);
+      const fits = (b: { x: number; y: number; w: number; h: number }) => b.x >= x0 && b.x + b.w <= x0 + pw && b.y >= y0 && b.y + b.h <= y0 + ph;
+      let box = { x: cx + offsets[0][0], y: cy + offsets[0][1], w, h };
+      for (const [dx, dy] of offsets) {
+        const cand = { x: cx + dx, y: cy + dy, w, h };
+        if (fits(cand) && !overlaps(cand)) {
+          box = cand;
+          break;
+        }
+      }
+      placed.push(box);
+      parts.push(`<text x="${box.x.toFixed(1)}" y="${(box.y + h - 3).toFixed(1)}" fill="${c}" font-weight="${p.config === 'adaptive' ? 'bold' : 'normal'}">${p.config}</text>`);
     }
   });
   parts.push(
-    `<text x="${pad}" y="${H - 8}" fill="#444">circles: fixed W (dashed: in order of W); square: adaptive; bars: 2 standard errors of each point alone (every W runs the same tasks, so differences are tighter: see the paired SE in the table). Lower-left is better.</text>`,
+    `<text x="${padL - 40}" y="${H - 22}" fill="#444">circles: fixed W (dashed: in order of W; solid: the fixed-W frontier, its Pareto set); square: adaptive. Bars: 2 standard errors of each point alone (every W runs the same</text>`,
+  );
+  parts.push(
+    `<text x="${padL - 40}" y="${H - 7}" fill="#444">task sequences, so differences are tighter: the verdict uses paired errors). Beyond = at least 10% less idle at equal skew, or 10% less skew at equal idle, after a 2-paired-SE handicap.</text>`,
   );
   parts.push('</svg>');
   return parts.join('\n');
 }
+
+/** "16% less idle" / "282% more idle": a frontier gain in words. */
+const gain = (x: number, what: string) => `${Math.abs(100 * x).toFixed(0)}% ${x >= 0 ? 'less' : 'more'} ${what}`;
+
+/** Decimals that tell evenly spaced ticks apart. */
+const decimals = (ts: number[]) => (ts.length < 2 ? 2 : Math.max(0, -Math.floor(Math.log10(ts[1] - ts[0]) + 1e-9)));
 
 function runScenario(sigma: number, seeds = SEEDS) {
   const genCapacity = generationCapacity(sigma);
@@ -583,7 +650,7 @@ function stragglerCheck(genCapacity: number) {
   for (const spec of specs)
     for (const headAgeLimit of [0, limit]) {
       const runs = Array.from({ length: SEEDS }, (_, k) =>
-        simulate(B / (genCapacity * regime.trainOverGen), spec, 1000 + 7919 * k, SIGMA, { stragglerRate: 0.005, stragglerFactor: 50, headAgeLimit }),
+        simulate(B / (genCapacity * regime.trainOverGen), spec, SEED0 + 7919 * k, SIGMA, { stragglerRate: 0.005, stragglerFactor: 50, headAgeLimit }),
       );
       const idle = runs.reduce((a, r) => a + r.idle, 0) / runs.reduce((a, r) => a + r.elapsed, 0);
       const throughput = runs.reduce((a, r) => a + r.trained, 0) / runs.reduce((a, r) => a + r.elapsed, 0);
@@ -678,7 +745,7 @@ function main() {
   const dir = join(process.cwd(), 'bench-results');
   mkdirSync(dir, { recursive: true });
   const svgPath = join(dir, 'scheduler.svg');
-  writeFileSync(svgPath, svg(sc.points));
+  writeFileSync(svgPath, svg(sc.points, sc.verdicts));
   const seconds = (performance.now() - t0) / 1000;
   console.log(`\nplot: ${svgPath}\ntotal ${seconds.toFixed(1)} s`);
   console.log(
