@@ -190,6 +190,24 @@ describe('adaptive W: the rule', () => {
     bad({ relaxAfter: 1.5 }, 'adaptive.relaxAfter');
     bad({ populationMemory: 0 }, 'adaptive.populationMemory');
     bad({ patience: -1 }, 'adaptive.patience');
+    const arg = (fn: () => unknown, field: string) => {
+      try {
+        fn();
+      } catch (e) {
+        expect(e).toBeInstanceOf(SchedulingError);
+        expect((e as SchedulingError).code).toBe('invalid_argument');
+        expect((e as SchedulingError).field).toBe(field);
+        return;
+      }
+      throw new Error(`expected an error on ${field}`);
+    };
+    arg(() => a.observe(NaN), 'difficulty');
+    arg(() => a.waited(-1), 'ms');
+    arg(() => a.step(Infinity, []), 'now');
+    arg(() => a.step(1, [1, NaN]), 'difficulties[1]');
+    arg(() => a.step(1, 'x' as never), 'difficulties');
+    arg(() => a.admitsWider([Infinity]), 'difficulties[0]');
+    arg(() => a.widenTo(0), 'w');
     expect(() => new AdaptiveWindow(a.cfg, { ...a.snapshot(), w: 1000 })).toThrow(/adaptive\.w/);
     expect(() => new AdaptiveWindow(a.cfg, { ...a.snapshot(), popVar: -1 })).toThrow(/adaptive\.popVar/);
   });

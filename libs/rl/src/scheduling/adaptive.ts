@@ -159,6 +159,7 @@ export class AdaptiveWindow {
 
   /** One population observation (a submitted entry's difficulty, or a completion time). */
   observe(x: number): void {
+    requireFinite('difficulty', x);
     const s = this.s;
     s.popCount++;
     // exponentially weighted mean/variance; plain running mean while fewer than 1/alpha samples
@@ -169,6 +170,7 @@ export class AdaptiveWindow {
   }
 
   waited(ms: number): void {
+    requireFinite('ms', ms, 0);
     const s = this.s;
     const c = this.cfg;
     s.waitedMs += ms;
@@ -185,6 +187,7 @@ export class AdaptiveWindow {
    * batch's mean lies within mixGate standard errors of the population mean; no while the population is unknown.
    */
   admitsWider(difficulties: number[]): boolean {
+    requireDifficulties(difficulties);
     const s = this.s;
     const n = difficulties.length;
     const sd = Math.sqrt(s.popVar);
@@ -195,11 +198,17 @@ export class AdaptiveWindow {
 
   /** The window used for the take at hand (the next step() goes back to the base). */
   widenTo(w: number): void {
+    requireInt('w', w, 1);
     this.s.w = Math.max(this.s.w, Math.min(this.cfg.max, Math.round(w)));
   }
 
-  /** A batch was taken at `now` with these difficulties (empty: no difficulty known). Returns the new base window. */
+  /**
+   * A batch was taken at `now` with these difficulties (empty: no difficulty known). Returns the new base window. A
+   * `now` at or before the previous step (clocks of two processes after a restore) measures no step interval.
+   */
   step(now: number, difficulties: number[]): number {
+    requireFinite('now', now);
+    requireDifficulties(difficulties);
     const s = this.s;
     const c = this.cfg;
     const interval = s.lastStepAt === null ? 0 : now - s.lastStepAt;
@@ -232,6 +241,11 @@ export class AdaptiveWindow {
   snapshot(): AdaptiveWindowState {
     return { ...this.s };
   }
+}
+
+function requireDifficulties(ds: unknown): asserts ds is number[] {
+  if (!Array.isArray(ds)) throw new SchedulingError('invalid_argument', 'difficulties', 'must be an array of numbers');
+  ds.forEach((d, i) => requireFinite(`difficulties[${i}]`, d));
 }
 
 function validateState(cfg: AdaptiveWindowConfig, s: AdaptiveWindowState): AdaptiveWindowState {
