@@ -22,7 +22,8 @@
 //   3. Else patience: each time the wait since the last take grows by `patience` x the usual step
 //      interval (EW mean of the time between takes), W widens one notch from W_b (x widenFactor, at
 //      least +1, up to max) and takes whatever that window fills — so a straggler at the head, or a
-//      run of skewed batches, costs at most a bounded wait. The next take resets W to W_b.
+//      run of skewed batches, holds the trainer back for a bounded time at most (after that it
+//      waits only for work that has not finished). The next take resets W to W_b.
 // Per step (after each non-empty take), on W_b, from the batches actually taken:
 //   z = (batch mean difficulty - population mean) / population sd, n = batch size;
 //   drift      = EW mean of z       (half-life driftHalfLife batches): a biased mix;
