@@ -31,6 +31,34 @@ function step(name, cmd, args, env = {}) {
 
 let stack;
 let summary = null;
+let failures = [];
+
+/**
+ * Every failed test (and failed file) of a vitest JSON report, one line each with the first line
+ * of its error: CI keeps only the tail of the output, and without this the tail names no test.
+ */
+function failedTests(r) {
+  const out = [];
+  for (const f of r.testResults ?? []) {
+    const file = f.name.startsWith(root) ? f.name.slice(root.length + 1) : f.name;
+    const bad = (f.assertionResults ?? []).filter((a) => a.status === 'failed');
+    for (const a of bad) out.push(`${file} > ${a.fullName}: ${firstLine(a.failureMessages?.[0])}`);
+    if (f.status === 'failed' && bad.length === 0) out.push(`${file}: ${firstLine(f.message)}`);
+  }
+  return out;
+}
+
+function firstLine(text) {
+  const line =
+    String(text ?? '')
+      .split('\n')
+      .find((l) => l.trim() !== '') ?? '';
+  // eslint-disable-next-line no-control-regex
+  return line
+    .replace(/\u001b\[[0-9;]*m/g, '')
+    .trim()
+    .slice(0, 300);
+}
 try {
   const only = process.argv.slice(2);
   console.log('=== infrastructure: fresh Kafka broker and PostgreSQL cluster');
@@ -52,10 +80,20 @@ try {
   step('tests', 'npx', ['vitest', 'run', '--project', 'unit', '--project', 'integration', '--project', 'e2e', '--reporter=default', '--reporter=json', `--outputFile.json=${report}`, ...only], env);
   // The learning test (npm run main must raise held-out success) runs alone: beside the other
   // projects it took both cores for minutes and starved their timeouts.
-  if (only.length === 0) step('learning test', 'npx', ['vitest', 'run', '--project', 'learning'], env);
+  if (only.length === 0) {
+    const learningReport = join(root, '.cache', 'vitest-learning-report.json');
+    if (!step('learning test', 'npx', ['vitest', 'run', '--project', 'learning', '--reporter=default', '--reporter=json', `--outputFile.json=${learningReport}`], env)) {
+      try {
+        failures.push(...failedTests(JSON.parse(readFileSync(learningReport, 'utf8'))));
+      } catch {
+        failures.push('learning test: no report (see its output above)');
+      }
+    }
+  }
   try {
     const r = JSON.parse(readFileSync(report, 'utf8'));
     summary = { passed: r.numPassedTests, failed: r.numFailedTests, skipped: r.numPendingTests + r.numTodoTests, suitesFailed: r.numFailedTestSuites };
+    failures.unshift(...failedTests(r));
   } catch {
     summary = null;
   }
@@ -66,6 +104,10 @@ try {
   if (stack) await stopStack().catch((err) => console.error(`run-all: stopping infrastructure failed: ${err.message}`));
 }
 
+if (failures.length > 0) {
+  console.log('\n=== failed tests');
+  for (const f of failures) console.log(`FAIL ${f}`);
+}
 console.log('\n=== steps');
 for (const s of steps) console.log(`${s.ok ? 'ok  ' : 'FAIL'} ${s.name.padEnd(16)} ${s.seconds.toFixed(1)} s`);
 const failedSteps = steps.filter((s) => !s.ok && s.name !== 'tests');
