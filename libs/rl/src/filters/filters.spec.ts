@@ -18,7 +18,7 @@ describe('filterConfig', () => {
       okReasons: ['completed'],
       dropZeroVariance: true,
       maxEnvRetries: 2,
-      maskTruncated: true,
+      maskTruncated: false,
       minTrainable: 1,
       zeroVarianceTolerance: 1e-9,
     });
@@ -107,14 +107,18 @@ describe('filterGroup', () => {
     expect(filterGroup([r('a', 'completed', 0.5), r('b', 'completed', 0.75 + 2 ** -20)], c).decision).toBe('keep');
   });
 
-  it('over-long outputs are masked by default, kept with maskTruncated false', () => {
+  it('over-long outputs are trained as they are by default, masked (weight 0, out of the variance) with maskTruncated', () => {
     const group = [r('a', 'completed', 1, { outputTruncated: true }), r('b', 'completed', 0), r('c', 'completed', 1)];
-    const masked = filterGroup(group, cfg);
+    const kept = filterGroup(group, cfg);
+    expect(kept.lossWeights.get('a')).toBe(1);
+    expect(kept.counts).toMatchObject({ truncatedMasked: 0, trainable: 3 });
+    const masked = filterGroup(group, filterConfig({ maskTruncated: true }));
     expect(masked.lossWeights.get('a')).toBe(0);
     expect(masked.counts).toMatchObject({ truncatedMasked: 1, trainable: 2 });
-    const kept = filterGroup(group, filterConfig({ maskTruncated: false }));
-    expect(kept.lossWeights.get('a')).toBe(1);
-    expect(kept.counts.truncatedMasked).toBe(0);
+    // masked, a's reward leaves the statistics: b (0) and c (1) still differ, so the group stays
+    expect(masked.decision).toBe('keep');
+    // ... but with c at 0 the trainable rewards are equal: zero variance although a scored 1
+    expect(filterGroup([group[0], group[1], r('c', 'completed', 0)], filterConfig({ maskTruncated: true })).reason).toBe('zero_variance');
   });
 
   it('minTrainable drops a group with exactly one too few (off by one)', () => {

@@ -6,7 +6,9 @@
 //  3. compact filtering (DeepSWE): finish reasons in compactReasons (default max_context,
 //     max_steps, timeout) keep the rollout for statistics with loss weight 0;
 //  4. over-long outputs (outputTruncated: cut by max tokens) get loss weight 0 when maskTruncated
-//     (default true), else they are trained on as they are;
+//     (DAPO's overlong filtering), else (default) they are trained on as they are: the outcome
+//     reward already judges a cut-off answer, and masking also takes the rollout out of its
+//     group's statistics, so it is a per-run choice, not a default that changes what a run learns;
 //  5. the group is dropped when it has no trainable rollout (all_env_error / no_trainable), fewer
 //     than minTrainable, or (dropZeroVariance, default on) its trainable rewards are all equal.
 
@@ -92,7 +94,7 @@ export function filterConfig(input: Partial<FilterConfig> = {}): FilterConfig {
     okReasons: stringList(input.okReasons ?? ['completed'], 'okReasons'),
     dropZeroVariance: input.dropZeroVariance ?? true,
     maxEnvRetries: input.maxEnvRetries ?? 2,
-    maskTruncated: input.maskTruncated ?? true,
+    maskTruncated: input.maskTruncated ?? false,
     minTrainable: input.minTrainable ?? 1,
     zeroVarianceTolerance: input.zeroVarianceTolerance ?? 1e-9,
   };
