@@ -6,7 +6,9 @@ import { TOPICS, type EventEnvelope } from '@anvil/contracts';
 import { createBus, type MessageBus } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
 import { createScratchDatabase, type ScratchDatabase } from '@anvil/testing';
+import { describePoolBadInput } from '../../apps/middleware/src/data-pool/testing/pool-bad-input.suite';
 import { describePoolBehaviour } from '../../apps/middleware/src/data-pool/testing/pool-behaviour.suite';
+import { describePoolFilters } from '../../apps/middleware/src/data-pool/testing/pool-filters.suite';
 import { rollout, uid } from '../../apps/middleware/src/data-pool/testing/pool-events';
 import { DataPoolRuntime } from '../../apps/middleware/src/runtime';
 
@@ -34,7 +36,10 @@ afterAll(async () => {
 });
 
 describe('Data Pool runtime (Kafka + PostgreSQL)', () => {
-  describePoolBehaviour({ ds: () => ds, bus: () => bus, drain: async () => undefined });
+  const env = { ds: () => ds, bus: () => bus, drain: async () => undefined };
+  describePoolBehaviour(env);
+  describePoolFilters(env);
+  describePoolBadInput(env);
 
   it('SIGKILL between a batch commit and the offsets commit, restart: no trajectory lost, none in two batches, no batch id reused, the queue position accounts for the dropped group', async () => {
     const runId = uid('run');

@@ -4,13 +4,13 @@ import type { MessageBus, Subscription } from '@anvil/messaging';
 import { Outbox, runMigrations } from '@anvil/persistence';
 import type { Logger, ServiceMetrics } from '@anvil/observability';
 import { DataPoolIngestion } from './data-pool/ingestion';
-import { DataPool, dataPoolConfig, NotSchedulerError, type DataPoolConfig, type TickResult } from './data-pool/pool';
+import { DataPool, dataPoolConfig, NotSchedulerError, type DataPoolConfig, type DataPoolConfigInput, type TickResult } from './data-pool/pool';
 
 export interface DataPoolRuntimeOptions {
   bus: MessageBus;
   dataSource: DataSource;
   /** Scheduling, filters, advantages, timeouts (validated; see DataPoolConfig). */
-  config?: Partial<DataPoolConfig>;
+  config?: DataPoolConfigInput;
   /** Consumer group of the ingestion (default 'anvil.middleware.data-pool'). */
   group?: string;
   concurrency?: number;
@@ -44,8 +44,9 @@ export interface DataPoolRuntimeOptions {
  * benchmark and the one-process main job all run.
  *  - ingests llm-call, rollout, weights and train-batch events (idempotent by event id, one
  *    transaction per fetched run of events) into PostgreSQL, call tokens as deltas;
- *  - settles groups (advantages, compact filter, env-failure drop + retry, zero-variance drop)
- *    and publishes trajectory.ready and rollout_group.settled;
+ *  - settles groups (libs/rl's filters: compact filtering, env-failure drop + retry up to
+ *    maxEnvRetries, over-long outputs masked or kept, zero-variance drop; then advantages) and
+ *    publishes trajectory.ready and rollout_group.settled;
  *  - as the run's one active scheduler (a lease row in data_pool_scheduler, fenced per batch),
  *    cuts Windowed-FIFO batches into claim-checked train_batch.created v2 events.
  * Events are produced through the transactional outbox (event_outbox, producer config.producer).

@@ -182,7 +182,7 @@ async function main() {
       group: 'bench.dp.sustained',
       tickIntervalMs: 60_000,
       pruneIntervalMs: 0,
-      config: { runId: 'bench', batchTrajectories: 4, window: { inFlight: 16, window: 8 }, dropZeroVariance: false },
+      config: { runId: 'bench', batchTrajectories: 4, window: { inFlight: 16, window: 8 }, filters: { dropZeroVariance: false } },
     });
     const ing = new DataPoolIngestion(ds, 'bench.dp.rollouts', 'bench');
     await ing.ingestBatch(sustained.map((s) => s.started));

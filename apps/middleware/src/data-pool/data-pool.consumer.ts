@@ -5,14 +5,16 @@ import { runMigrations } from '@anvil/persistence';
 import type { Logger, ServiceMetrics } from '@anvil/observability';
 import { BackgroundStart, DATA_SOURCE, EVENT_BUS, LOGGER, METRICS, ReadinessRegistry } from '@anvil/service-kit';
 import { DataPoolRuntime } from '../runtime';
-import type { DataPoolConfig } from './pool';
+import type { DataPoolConfigInput } from './pool';
 
 export const DATA_POOL_OPTIONS = Symbol('DATA_POOL_OPTIONS');
 export interface DataPoolOptions {
   group: string;
   concurrency: number;
   migrateOnStart: boolean;
-  pool?: Partial<DataPoolConfig>;
+  /** Retention round every this many ms (0 = never; default 60 s). */
+  pruneIntervalMs?: number;
+  pool?: DataPoolConfigInput;
 }
 
 /**
@@ -33,7 +35,16 @@ export class DataPoolConsumer implements OnModuleInit, OnModuleDestroy {
     @Inject(METRICS) metrics: ServiceMetrics,
     @Inject(ReadinessRegistry) readiness: ReadinessRegistry,
   ) {
-    const runtime = new DataPoolRuntime({ bus, dataSource, group: options.group, concurrency: options.concurrency, config: options.pool, logger, metrics });
+    const runtime = new DataPoolRuntime({
+      bus,
+      dataSource,
+      group: options.group,
+      concurrency: options.concurrency,
+      config: options.pool,
+      ...(options.pruneIntervalMs !== undefined ? { pruneIntervalMs: options.pruneIntervalMs } : {}),
+      logger,
+      metrics,
+    });
     this.task = new BackgroundStart<DataPoolRuntime>({
       name: 'data-pool',
       logger,

@@ -2,6 +2,7 @@ import type { DataSource, EntityManager } from 'typeorm';
 import type { AnyEventEnvelope } from '@anvil/contracts';
 import { ProcessedEventStore } from '@anvil/persistence';
 import { EventStore } from './projections';
+import { returned } from './pool';
 
 /**
  * The Data Pool's write path, free of Nest so benchmarks and the embedded host use the very
@@ -53,13 +54,13 @@ export class DataPoolIngestion {
       case 'rollout.started': {
         const p = event.payload as typeof event.payload & { queuePosition?: number; purpose?: 'train' | 'eval' };
         if (p.purpose === 'eval') return; // evaluation rollouts are never trained on
-        await m.query(`INSERT INTO "data_pool_groups" ("group_id", "run_id", "task_id", "group_size", "opened_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0)) ON CONFLICT DO NOTHING`, [
-          p.groupId,
-          this.runId,
-          p.taskId,
-          p.groupSize,
-          p.startedAt,
-        ]);
+        // Creates the group, or locks its row (the no-op update) so that a settlement running now
+        // either saw this rollout's queue row or finishes before the reopen below reads the status.
+        await m.query(
+          `INSERT INTO "data_pool_groups" ("group_id", "run_id", "task_id", "group_size", "opened_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0))
+           ON CONFLICT ("group_id") DO UPDATE SET "status" = "data_pool_groups"."status"`,
+          [p.groupId, this.runId, p.taskId, p.groupSize, p.startedAt],
+        );
         // queue position: the rollout-manager's submission order, else arrival order (a counter
         // on the run's scheduler row: its row lock orders concurrent partitions)
         let position = p.queuePosition ?? null;
@@ -72,11 +73,19 @@ export class DataPoolIngestion {
           position = Number(pos);
         }
         // a clash of positions is an error (dead-lettered with its reason), never a silent skip
-        await m.query(
-          `INSERT INTO "data_pool_queue" ("rollout_id", "run_id", "group_id", "task_id", "position", "submitted_at")
-           VALUES ($1, $2, $3, $4, $5, to_timestamp($6::float8 / 1000.0)) ON CONFLICT ("rollout_id") DO NOTHING`,
-          [p.rolloutId, this.runId, p.groupId, p.taskId, position, p.startedAt],
+        const queued = returned(
+          await m.query(
+            `INSERT INTO "data_pool_queue" ("rollout_id", "run_id", "group_id", "task_id", "position", "submitted_at")
+             VALUES ($1, $2, $3, $4, $5, to_timestamp($6::float8 / 1000.0)) ON CONFLICT ("rollout_id") DO NOTHING RETURNING 1`,
+            [p.rolloutId, this.runId, p.groupId, p.taskId, position, p.startedAt],
+          ),
         );
+        // A new rollout of a group already settled (an environment failure's retry, or a start that
+        // arrived after its group timed out) reopens it: the next settlement handles the new row,
+        // with its own timeout from now on. Without this the row would stay pending and hold the
+        // Windowed FIFO's head forever.
+        if (queued.length > 0)
+          await m.query(`UPDATE "data_pool_groups" SET "status" = 'open', "opened_at" = to_timestamp($2::float8 / 1000.0) WHERE "group_id" = $1 AND "status" <> 'open'`, [p.groupId, p.startedAt]);
         return;
       }
       case 'train_batch.trained': {

@@ -2,7 +2,9 @@ import { afterAll, beforeAll, describe } from 'vitest';
 import type { DataSource } from 'typeorm';
 import { MemoryBus, silentLogger } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
+import { describePoolBadInput } from './testing/pool-bad-input.suite';
 import { describePoolBehaviour } from './testing/pool-behaviour.suite';
+import { describePoolFilters } from './testing/pool-filters.suite';
 
 /** The Data Pool on PGlite and the in-process bus (the embedded main job's stack). */
 describe('Data Pool runtime (PGlite, in-process bus)', () => {
@@ -17,5 +19,8 @@ describe('Data Pool runtime (PGlite, in-process bus)', () => {
     await bus.close();
     await ds?.destroy();
   });
-  describePoolBehaviour({ ds: () => ds, bus: () => bus, drain: async () => undefined });
+  const env = { ds: () => ds, bus: () => bus, drain: async () => undefined };
+  describePoolBehaviour(env);
+  describePoolFilters(env);
+  describePoolBadInput(env);
 });

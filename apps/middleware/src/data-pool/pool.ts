@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { DataSource, EntityManager } from 'typeorm';
-import { createEvent, type EventEnvelope, type RolloutFinishReason, type TrainBatchStats } from '@anvil/contracts';
-import { computeGroupAdvantages, WindowedFifo, type AdvantageConfig, type RolloutScore, type WindowConfig, type WindowedFifoState } from '@anvil/rl';
+import { createEvent, ROLLOUT_FINISH_REASONS, type TrainBatchStats } from '@anvil/contracts';
+import { filterConfig, FilterInputError, WindowedFifo, type AdvantageConfig, type FilterConfig, type WindowConfig, type WindowedFifoState } from '@anvil/rl';
 import type { Outbox } from '@anvil/persistence';
 import { PrefixTreeBuilder, writeTrainBatchBlob } from '@anvil/train-batch';
 import { CallStore, orderParentsFirst } from './call-store';
+import { GroupSettlement } from './group-settlement';
 
 export interface DataPoolConfig {
   /** One scheduler, one queue and one step counter per run. */
@@ -14,11 +15,14 @@ export interface DataPoolConfig {
   /** This instance's name in the scheduler lease. */
   owner: string;
   advantage: AdvantageConfig;
-  /** Compact filtering (DeepSWE): kept for statistics, loss weight 0. */
-  compactReasons: RolloutFinishReason[];
-  /** Environment failures: dropped and asked to be retried (retryRolloutIds). */
-  envFailureReasons: RolloutFinishReason[];
-  dropZeroVariance: boolean;
+  /**
+   * libs/rl's group filters, applied when a group settles: compact filtering (compactReasons:
+   * kept for statistics, loss weight 0), environment failures (envErrorReasons: dropped, sent
+   * back for retry while attempts <= maxEnvRetries), aborted rollouts (dropReasons: dropped),
+   * over-long outputs (a call stopped at max tokens: masked when maskTruncated, else kept) and
+   * the zero-variance drop (dropZeroVariance). Every rollout finish reason must be in one list.
+   */
+  filters: FilterConfig;
   /** Windowed FIFO: N in flight, W fixed or 'adaptive', head age limit. */
   window: WindowConfig;
   /** Cut a batch of exactly this many trajectories (count mode) ... */
@@ -35,23 +39,36 @@ export interface DataPoolConfig {
   leaseMs: number;
 }
 
-export function dataPoolConfig(input: Partial<DataPoolConfig> = {}): DataPoolConfig {
+/** What callers pass: any field, the filters as a partial FilterConfig (libs/rl's defaults fill the rest). */
+export type DataPoolConfigInput = Partial<Omit<DataPoolConfig, 'filters'>> & { filters?: Partial<FilterConfig> };
+
+export function dataPoolConfig(input: DataPoolConfigInput = {}): DataPoolConfig {
+  const problems: string[] = [];
+  let filters: FilterConfig;
+  try {
+    filters = filterConfig(input.filters ?? {});
+  } catch (err) {
+    if (!(err instanceof FilterInputError)) throw err;
+    problems.push(`filters.${err.message}`);
+    filters = filterConfig();
+  }
+  // a finish reason in no list would make filterGroup throw at settle time: refuse it at start
+  const listed = new Set([...filters.okReasons, ...filters.compactReasons, ...filters.envErrorReasons, ...filters.dropReasons]);
+  const unlisted = ROLLOUT_FINISH_REASONS.filter((r) => !listed.has(r));
+  if (unlisted.length) problems.push(`filters: finish reason(s) ${unlisted.join(', ')} in none of okReasons, compactReasons, envErrorReasons, dropReasons`);
   const c: DataPoolConfig = {
     runId: 'default',
     producer: 'data-pool',
     owner: `data-pool-${randomUUID().slice(0, 8)}`,
     advantage: { estimator: 'grpo' },
-    compactReasons: ['max_context', 'max_steps', 'timeout'],
-    envFailureReasons: ['env_error'],
-    dropZeroVariance: true,
     window: { inFlight: 8 },
     stalenessK: 2,
     callWaitMs: 30_000,
     groupTimeoutMs: 30 * 60_000,
     leaseMs: 10_000,
     ...input,
+    filters,
   };
-  const problems: string[] = [];
   if (c.batchTrajectories === undefined && c.batchTokens === undefined) c.batchTrajectories = 4;
   if (c.batchTrajectories !== undefined && !(Number.isInteger(c.batchTrajectories) && c.batchTrajectories > 0))
     problems.push(`batchTrajectories: must be a positive integer, got ${c.batchTrajectories}`);
@@ -95,21 +112,6 @@ interface QueueRow {
   completed_ms: string | null;
 }
 
-interface GroupRolloutRow {
-  rollout_id: string;
-  q_status: QueueRow['status'];
-  r_status: string | null;
-  finish_reason: RolloutFinishReason | null;
-  outcome_reward: number | null;
-  num_calls: number | null;
-  completed_ms: string | null;
-  calls: string;
-  prompt_tokens: string | null;
-  output_tokens: string | null;
-  min_version: number | null;
-  max_version: number | null;
-}
-
 /** TypeORM's query() answers UPDATE/DELETE ... RETURNING with [rows, affected]: the rows. */
 export function returned<T>(result: unknown): T[] {
   if (Array.isArray(result) && result.length === 2 && Array.isArray(result[0]) && typeof result[1] === 'number') return result[0] as T[];
@@ -126,6 +128,7 @@ const ms = (v: string | number | null | undefined) => (v === null || v === undef
  */
 export class DataPool {
   readonly calls: CallStore;
+  private readonly settlement: GroupSettlement;
   private lastWindow: number | null = null;
 
   constructor(
@@ -140,6 +143,7 @@ export class DataPool {
     } = {},
   ) {
     this.calls = new CallStore(ds);
+    this.settlement = new GroupSettlement(ds, outbox, cfg, { onSettled: hooks.onSettled, onDropped: hooks.onDropped });
   }
 
   /** Takes or renews the run's scheduler lease; true when this instance is the active scheduler. */
@@ -181,7 +185,7 @@ export class DataPool {
     if (!(await this.acquireLease())) return result;
     result.active = true;
     result.requeued = await this.requeueRefused();
-    const settled = await this.settleGroups(now);
+    const settled = await this.settlement.settleGroups(now);
     result.settledGroups = settled.groups;
     result.droppedRollouts = settled.dropped;
     for (let i = 0; i < 64; i++) {
@@ -190,240 +194,6 @@ export class DataPool {
       result.batches.push(id);
     }
     return result;
-  }
-
-  // ---------------------------------------------------------------- groups
-
-  private async settleGroups(now: number): Promise<{ groups: number; dropped: number }> {
-    // Only groups that may settle now: timed out, or every member queued and none still running.
-    // Open groups include every group submitted but not yet run (hundreds): reading each one's
-    // rollouts every round cost one query per open group per round, the embedded loop's largest
-    // database cost. trySettle still decides (it also waits for calls still arriving).
-    const groups: { group_id: string; task_id: string; group_size: number; opened_ms: string }[] = await this.ds.query(
-      `SELECT g."group_id", g."task_id", g."group_size", (extract(epoch from g."opened_at") * 1000)::bigint AS opened_ms FROM "data_pool_groups" g
-       WHERE g."run_id" = $1 AND g."status" = 'open'
-         AND (g."opened_at" < to_timestamp($2::float8 / 1000)
-              OR ((SELECT count(*) FROM "data_pool_queue" q WHERE q."group_id" = g."group_id") >= g."group_size"
-                  AND NOT EXISTS (SELECT 1 FROM "data_pool_queue" q LEFT JOIN "rollouts" r ON r."id" = q."rollout_id"
-                                  WHERE q."group_id" = g."group_id" AND q."status" <> 'dropped' AND r."status" IS DISTINCT FROM 'completed')))
-       ORDER BY g."opened_at" LIMIT 500`,
-      [this.cfg.runId, now - this.cfg.groupTimeoutMs],
-    );
-    let n = 0;
-    let dropped = 0;
-    for (const g of groups) {
-      const r = await this.trySettle(g.group_id, g.task_id, g.group_size, now - Number(g.opened_ms) > this.cfg.groupTimeoutMs, now);
-      if (r) {
-        n++;
-        dropped += r.dropped;
-      }
-    }
-    return { groups: n, dropped };
-  }
-
-  private async groupRollouts(groupId: string, m: Pick<EntityManager, 'query'>): Promise<GroupRolloutRow[]> {
-    return m.query(
-      `SELECT q."rollout_id", q."status" AS q_status, r."status" AS r_status, r."finish_reason", r."outcome_reward", r."num_calls",
-              (extract(epoch from r."completed_at") * 1000)::bigint AS completed_ms,
-              (SELECT count(*) FROM "llm_calls" c WHERE c."rollout_id" = q."rollout_id") AS calls,
-              (SELECT sum(c."prompt_tokens") FROM "llm_calls" c WHERE c."rollout_id" = q."rollout_id") AS prompt_tokens,
-              (SELECT sum(c."output_tokens") FROM "llm_calls" c WHERE c."rollout_id" = q."rollout_id") AS output_tokens,
-              NULL::integer AS min_version, NULL::integer AS max_version
-       FROM "data_pool_queue" q LEFT JOIN "rollouts" r ON r."id" = q."rollout_id" WHERE q."group_id" = $1 ORDER BY q."position"`,
-      [groupId],
-    );
-  }
-
-  /**
-   * Settles a group once every rollout has completed with all its calls (or was dropped), or
-   * the group timed out. Returns null while it must wait.
-   */
-  /**
-   * The per-call process rewards of these rollouts, in each rollout's call order (the order of its
-   * trajectory's call_ids), or null when the rule is off (processRewardWeight 0) or some rollout
-   * lacks a process reward for one of its calls: then every call takes its rollout's advantage.
-   */
-  private async processRewardsOf(rolloutIds: string[]): Promise<Map<string, { callIds: string[]; values: number[] }> | null> {
-    if (!this.cfg.advantage.processRewardWeight) return null;
-    const calls: { rollout_id: string; id: string }[] = await this.ds.query(
-      `SELECT "rollout_id", "id" FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[]) ORDER BY "rollout_id", "turn_index", "received_at", "id"`,
-      [rolloutIds],
-    );
-    const rewards: { call_id: string; value: number }[] = await this.ds.query(`SELECT "call_id", "value" FROM "rewards" WHERE "kind" = 'process' AND "rollout_id" = ANY($1::varchar[])`, [rolloutIds]);
-    const valueOf = new Map(rewards.map((r) => [r.call_id, Number(r.value)]));
-    const out = new Map<string, { callIds: string[]; values: number[] }>(rolloutIds.map((id) => [id, { callIds: [], values: [] }]));
-    for (const c of calls) {
-      const v = valueOf.get(c.id);
-      if (v === undefined) return null;
-      const r = out.get(c.rollout_id);
-      r?.callIds.push(c.id);
-      r?.values.push(v);
-    }
-    return out;
-  }
-
-  private async trySettle(groupId: string, taskId: string, groupSize: number, timedOut: boolean, now: number): Promise<{ dropped: number } | null> {
-    const rows = await this.groupRollouts(groupId, this.ds);
-    type State = { row: GroupRolloutRow; fate: 'done' | 'wait' | 'drop'; reason?: string };
-    const states: State[] = rows.map((row) => {
-      if (row.q_status === 'dropped') return { row, fate: 'drop', reason: 'dropped_from_queue' };
-      if (row.r_status !== 'completed') return timedOut ? { row, fate: 'drop', reason: 'timeout: the rollout never completed' } : { row, fate: 'wait' };
-      const have = Number(row.calls);
-      const want = row.num_calls ?? 0;
-      if (have >= want) return { row, fate: 'done' };
-      const waited = now - (ms(row.completed_ms) ?? now);
-      if (waited > this.cfg.callWaitMs || timedOut) return { row, fate: 'drop', reason: `calls_missing: ${have} of ${want} calls arrived within ${this.cfg.callWaitMs} ms of rollout.completed` };
-      return { row, fate: 'wait' };
-    });
-    if (!timedOut && (rows.length < groupSize || states.some((s) => s.fate === 'wait'))) return null;
-
-    const retry: string[] = [];
-    const kept: { s: State; masked: boolean }[] = [];
-    for (const s of states) {
-      if (s.fate !== 'done') continue;
-      const reason = s.row.finish_reason as RolloutFinishReason;
-      if (this.cfg.envFailureReasons.includes(reason)) {
-        s.fate = 'drop';
-        s.reason = `env_failure: ${reason}`;
-        retry.push(s.row.rollout_id);
-      } else if (reason === 'aborted' || s.row.outcome_reward === null) {
-        s.fate = 'drop';
-        s.reason = `no_reward: ${reason}`;
-      } else if (Number(s.row.calls) === 0) {
-        s.fate = 'drop';
-        s.reason = 'no_calls';
-      } else kept.push({ s, masked: this.cfg.compactReasons.includes(reason) });
-    }
-    let status: 'ready' | 'dropped' = 'ready';
-    let groupReason: string | null = null;
-    let adv: number[] = [];
-    let callAdv: number[][] | null = null;
-    let process: Map<string, { callIds: string[]; values: number[] }> | null = null;
-    let mean = 0;
-    if (kept.length === 0) {
-      status = 'dropped';
-      groupReason = retry.length > 0 && retry.length === states.filter((s) => s.row.r_status === 'completed').length ? 'all_env_error' : timedOut ? 'timeout' : 'no_trainable_rollouts';
-    } else {
-      process = await this.processRewardsOf(kept.map((k) => k.s.row.rollout_id));
-      const scores: RolloutScore[] = kept.map((k) => {
-        const p = process?.get(k.s.row.rollout_id);
-        return { rolloutId: k.s.row.rollout_id, outcomeReward: Number(k.s.row.outcome_reward), masked: k.masked, ...(p ? { processRewards: p.values } : {}) };
-      });
-      const unmasked = kept.filter((k) => !k.masked);
-      if (unmasked.length === 0) {
-        status = 'dropped';
-        groupReason = 'all_compact_filtered';
-      } else {
-        const g = computeGroupAdvantages(taskId, scores, this.cfg.advantage);
-        adv = g.perRollout;
-        callAdv = g.perCall ?? null;
-        mean = g.mean;
-        if (g.zeroVariance && this.cfg.dropZeroVariance) {
-          status = 'dropped';
-          groupReason = 'zero_variance';
-        }
-      }
-      if (timedOut && status === 'ready') groupReason = `timeout: settled with ${kept.length} of ${groupSize} rollouts`;
-    }
-    const difficulty = kept.length ? 1 - kept.reduce((a, k) => a + Number(k.s.row.outcome_reward), 0) / kept.length : null;
-
-    let droppedCount = 0;
-    const events: EventEnvelope[] = [];
-    const trajectoryIds: string[] = [];
-    await this.outbox.transaction(async (m) => {
-      const [g]: { status: string }[] = await m.query(`SELECT "status" FROM "data_pool_groups" WHERE "group_id" = $1 FOR UPDATE`, [groupId]);
-      if (!g || g.status !== 'open') return;
-      const versions: { rollout_id: string; min_v: number | null; max_v: number | null }[] = await m.query(
-        `SELECT "rollout_id", min(v) AS min_v, max(v) AS max_v FROM (
-           SELECT "rollout_id", get_byte("output_versions", 0) + 256 * get_byte("output_versions", 1) + 65536 * get_byte("output_versions", 2) AS v
-           FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[]) AND octet_length("output_versions") >= 4) x GROUP BY "rollout_id"`,
-        [kept.map((k) => k.s.row.rollout_id)],
-      );
-      const vOf = new Map(versions.map((v) => [v.rollout_id, v]));
-      for (const s of states) {
-        if (s.fate === 'drop') {
-          droppedCount++;
-          this.hooks.onDropped?.(s.reason?.split(':')[0] ?? 'dropped');
-          await m.query(`UPDATE "data_pool_queue" SET "status" = 'dropped', "reason" = coalesce("reason", $2) WHERE "rollout_id" = $1 AND "status" IN ('pending', 'completed')`, [
-            s.row.rollout_id,
-            s.reason ?? 'dropped',
-          ]);
-        }
-      }
-      for (const [i, k] of kept.entries()) {
-        const row = k.s.row;
-        const id = row.rollout_id;
-        if (status === 'dropped') {
-          droppedCount++;
-          await m.query(`UPDATE "data_pool_queue" SET "status" = 'dropped', "reason" = $2 WHERE "rollout_id" = $1 AND "status" IN ('pending', 'completed')`, [id, `group_dropped: ${groupReason}`]);
-          continue;
-        }
-        const callIds: { id: string }[] = await m.query(`SELECT "id" FROM "llm_calls" WHERE "rollout_id" = $1 ORDER BY "turn_index", "received_at", "id"`, [id]);
-        // Per-call advantages, aligned with call_ids (the order processRewardsOf used).
-        const perCall = callAdv && !k.masked ? callAdv[i] : null;
-        const v = vOf.get(id);
-        const minV = v?.min_v ?? 0;
-        const maxV = v?.max_v ?? 0;
-        const tokens = Number(row.prompt_tokens ?? 0) + Number(row.output_tokens ?? 0);
-        const payload = {
-          trajectoryId: id,
-          rolloutId: id,
-          groupId,
-          taskId,
-          callIds: callIds.map((c) => c.id),
-          finishReason: row.finish_reason as RolloutFinishReason,
-          reward: Number(row.outcome_reward),
-          advantage: k.masked ? 0 : (adv[i] ?? 0),
-          lossMasked: k.masked,
-          minPolicyVersion: Number(minV),
-          maxPolicyVersion: Number(maxV),
-          promptTokens: Number(row.prompt_tokens ?? 0),
-          outputTokens: Number(row.output_tokens ?? 0),
-          readyAt: now,
-        };
-        await m.query(
-          `INSERT INTO "trajectories" ("id", "event_id", "rollout_id", "group_id", "task_id", "call_ids", "finish_reason", "reward", "advantage", "loss_masked",
-             "min_policy_version", "max_policy_version", "prompt_tokens", "output_tokens", "ready_at", "status", "train_batch_id", "call_advantages")
-           VALUES ($1, $2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, to_timestamp($14::float8 / 1000.0), 'ready', NULL, $15) ON CONFLICT DO NOTHING`,
-          [
-            id,
-            `trajectory.ready:${id}`,
-            groupId,
-            taskId,
-            payload.callIds,
-            payload.finishReason,
-            payload.reward,
-            payload.advantage,
-            payload.lossMasked,
-            payload.minPolicyVersion,
-            payload.maxPolicyVersion,
-            payload.promptTokens,
-            payload.outputTokens,
-            now,
-            perCall && perCall.length === payload.callIds.length ? perCall : null,
-          ],
-        );
-        await m.query(
-          `UPDATE "data_pool_queue" SET "status" = 'completed', "tokens" = $2, "version" = $3, "difficulty" = coalesce("difficulty", $4), "trajectory_id" = $1,
-             "completed_at" = to_timestamp($5::float8 / 1000.0) WHERE "rollout_id" = $1 AND "status" = 'pending'`,
-          [id, tokens, Number(minV), difficulty, ms(row.completed_ms) ?? now],
-        );
-        trajectoryIds.push(id);
-        events.push(createEvent('trajectory.ready', payload, { key: id, producer: this.cfg.producer, id: `trajectory.ready:${id}` }));
-      }
-      await m.query(`UPDATE "data_pool_groups" SET "status" = $2, "reason" = $3, "settled_at" = now() WHERE "group_id" = $1`, [groupId, status, groupReason]);
-      events.push(
-        createEvent(
-          'rollout_group.settled',
-          { groupId, taskId, status, reason: groupReason, trajectoryIds, retryRolloutIds: retry },
-          { key: groupId, producer: this.cfg.producer, id: `rollout_group.settled:${groupId}` },
-        ),
-      );
-      await this.outbox.enqueue(m, events);
-    });
-    this.hooks.onSettled?.(status, groupReason);
-    void mean;
-    return { dropped: droppedCount };
   }
 
   // ---------------------------------------------------------------- scheduling

@@ -8,6 +8,7 @@ import { DataPoolCallAdvantages1796500000100 } from './1796500000100-data-pool-c
 import { RolloutManagerState1796600000000 } from './1796600000000-rollout-manager-state';
 import { RolloutManagerAgentPid1796600000100 } from './1796600000100-rollout-manager-agent-pid';
 import { RolloutManagerQueueSequence1796600000200 } from './1796600000200-rollout-manager-queue-sequence';
+import { DataPoolSettledAt1796700000000 } from './1796700000000-data-pool-settled-at';
 
 /** Every migration, in order, registered explicitly (no globs: works from src and dist alike). */
 export const MIGRATIONS = [
@@ -21,4 +22,5 @@ export const MIGRATIONS = [
   RolloutManagerState1796600000000,
   RolloutManagerAgentPid1796600000100,
   RolloutManagerQueueSequence1796600000200,
+  DataPoolSettledAt1796700000000,
 ];

@@ -1,51 +1,14 @@
-import { expect, it } from 'vitest';
-import type { DataSource } from 'typeorm';
-import { createEvent, encodeEvent, TOPICS, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
+import { afterEach, expect, it } from 'vitest';
+import { createEvent, encodeEvent, TOPICS, type EventEnvelope } from '@anvil/contracts';
 import { sampleEventOf, weightsPublished } from '@anvil/contracts/testing';
-import type { MessageBus } from '@anvil/messaging';
 import { buildPack } from '@anvil/rl';
 import { readTrainBatch, BatchChecksumError } from '@anvil/train-batch';
-import { DataPoolRuntime } from '../../runtime';
-import type { DataPoolConfig } from '../pool';
 import { completed, rollout, started, trajectoryCalls, uid } from './pool-events';
-
-export interface PoolEnv {
-  ds: () => DataSource;
-  bus: () => MessageBus;
-  /** Resolves once the runtime's consumer group has handled everything published so far. */
-  drain: (rt: DataPoolRuntime) => Promise<void>;
-}
-
-async function collect(bus: MessageBus, topic: string, group: string) {
-  const seen: AnyEventEnvelope[] = [];
-  const sub = await bus.subscribe({ group, topics: [topic], fromBeginning: true, handler: async (e) => void seen.push(e) });
-  return { seen, stop: () => sub.stop() };
-}
-
-async function until<T>(what: string, f: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 60_000): Promise<T> {
-  const t0 = Date.now();
-  for (;;) {
-    const v = await f();
-    if (v) return v as T;
-    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-function runtime(env: PoolEnv, config: Partial<DataPoolConfig>) {
-  const runId = uid('run');
-  return new DataPoolRuntime({
-    bus: env.bus(),
-    dataSource: env.ds(),
-    group: uid('dp'),
-    config: { runId, ...config },
-    tickIntervalMs: 100,
-    pruneIntervalMs: 0,
-    outbox: { staleAfterMs: 1_000, sweepIntervalMs: 500 },
-  });
-}
+import { collect, runtime, stopLeftovers, until, type PoolEnv } from './pool-kit';
 
 export function describePoolBehaviour(env: PoolEnv): void {
+  afterEach(stopLeftovers);
+
   it('hand-built group: GRPO advantages (r - mean) / std through the bus and the database; trajectory.ready and rollout_group.settled published', async () => {
     const g = uid('g');
     const rt = runtime(env, { batchTrajectories: 4, window: { inFlight: 4, window: 4 } });
@@ -197,12 +160,15 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.stop();
   });
   it('window: a slow head blocks completed work beyond W and releases it when it completes', async () => {
-    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 4, window: 2 }, dropZeroVariance: false });
+    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 4, window: 2 }, filters: { dropZeroVariance: false } });
     await rt.start();
     // four single-rollout groups at positions 0..3; position 0 is slow
     const ids = [0, 1, 2, 3].map(() => uid('g'));
     const rs = ids.map((g, i) => rollout({ rolloutId: `${g}-r`, groupId: g, groupSize: 1, reward: 1, queuePosition: i }));
     await env.bus().publish(rs.map((r) => r.started));
+    // all four queued before anything completes: on Kafka the starts sit on different partitions, and a
+    // completion ingested before position 0's start would find position 1 at the head (nothing out of order)
+    await until('four queue rows', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "data_pool_queue" WHERE "run_id" = $1`, [rt.config.runId]))[0].n) === 4);
     await env.bus().publish(rs.slice(1).flatMap((r) => [...r.calls, r.completed]));
     const taken = async () =>
       (await env.ds().query(`SELECT "rollout_id" FROM "data_pool_queue" WHERE "run_id" = $1 AND "status" = 'taken' ORDER BY "batch_id"`, [rt.config.runId])).map(
@@ -234,7 +200,7 @@ export function describePoolBehaviour(env: PoolEnv): void {
     const kafkaBytes = calls.v2.reduce((a, e) => a + encodeEvent(e).length, 0);
     expect(kafkaBytes).toBeLessThan(1.2 * raw + 100 * 2048); // + per-event header
     expect(kafkaBytes).toBeGreaterThan(raw);
-    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 1, window: 1 }, dropZeroVariance: false });
+    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 1, window: 1 }, filters: { dropZeroVariance: false } });
     await rt.start();
     await env.bus().publish([started({ rolloutId: r, groupId: g, groupSize: 1 }), ...calls.v2, completed({ rolloutId: r, groupId: g, reward: 1, numCalls: 100 })]);
     const [batch] = await until(
@@ -289,7 +255,7 @@ export function describePoolBehaviour(env: PoolEnv): void {
     const g = uid('g');
     const r = `${g}-r`;
     const calls = trajectoryCalls({ rolloutId: r, groupId: g, calls: 3, firstPrompt: 5, newTokens: 4, outputTokens: 3 });
-    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 1, window: 1 }, dropZeroVariance: false });
+    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 1, window: 1 }, filters: { dropZeroVariance: false } });
     await rt.start();
     const ev = started({ rolloutId: `${g}-eval`, groupId: `${g}-evalg`, groupSize: 1, purpose: 'eval' });
     await env.bus().publish([started({ rolloutId: r, groupId: g, groupSize: 1 }), ev, ...calls.v1Events, ...calls.v1Events, completed({ rolloutId: r, groupId: g, reward: 1, numCalls: 3 })]);
@@ -309,7 +275,7 @@ export function describePoolBehaviour(env: PoolEnv): void {
   });
 
   it('retention: prune drops only batches behind the newest full checkpoint (the resume point); weight-only versions past a batch keep its blob, calls and batch-log entry', async () => {
-    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 6, window: 6 }, dropZeroVariance: false });
+    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 6, window: 6 }, filters: { dropZeroVariance: false } });
     await rt.start();
     const runId = rt.config.runId;
     // six single-rollout groups at positions 0..5: batches 0..5, one rollout each

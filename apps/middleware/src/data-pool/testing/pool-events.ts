@@ -64,6 +64,8 @@ export function trajectoryCalls(o: {
   outputTokens: number;
   version?: number;
   seed?: number;
+  /** Calls (by index) whose output stopped at max tokens (finishReason 'length'). */
+  truncated?: number[];
 }) {
   let s = (o.seed ?? 7) >>> 0 || 1;
   const tok = () => {
@@ -94,7 +96,7 @@ export function trajectoryCalls(o: {
       outputIds: Int32Array.from(outputIds),
       outputLogprobs: Float32Array.from(outputIds, (_, k) => -((k % 7) + 1) / 8),
       outputVersions: new Uint32Array(outputIds.length).fill(o.version ?? 1),
-      finishReason: 'stop',
+      finishReason: o.truncated?.includes(c) ? 'length' : 'stop',
       sampling: { temperature: 1, topP: 1, topK: 0, seed: null },
       timings: { receivedAt: 1, firstTokenAt: null, finishedAt: 2 },
     });
@@ -120,8 +122,11 @@ export function rollout(o: {
   sampleIndex?: number;
   version?: number;
   processRewards?: number[];
+  truncated?: number[];
+  /** rollout.completed's numCalls when it is not the number of calls made (a producer that miscounts). */
+  numCalls?: number;
 }) {
-  const calls = trajectoryCalls({ rolloutId: o.rolloutId, groupId: o.groupId, calls: o.calls ?? 2, firstPrompt: 6, newTokens: 3, outputTokens: 2, version: o.version });
+  const calls = trajectoryCalls({ rolloutId: o.rolloutId, groupId: o.groupId, calls: o.calls ?? 2, firstPrompt: 6, newTokens: 3, outputTokens: 2, version: o.version, truncated: o.truncated });
   return {
     started: started({ ...o }),
     calls: calls.v2,
@@ -129,7 +134,7 @@ export function rollout(o: {
       rolloutId: o.rolloutId,
       groupId: o.groupId,
       reward: o.reward,
-      numCalls: o.calls ?? 2,
+      numCalls: o.numCalls ?? o.calls ?? 2,
       finishReason: o.finishReason,
       ...(o.processRewards ? { processRewards: o.processRewards.map((value, i) => ({ callId: `${o.rolloutId}-call-${i}`, value })) } : {}),
     }),
