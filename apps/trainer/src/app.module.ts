@@ -2,6 +2,7 @@ import { Module, type DynamicModule } from '@nestjs/common';
 import type { ServiceContext } from '@anvil/observability';
 import { serviceCoreModules } from '@anvil/service-kit';
 import type { TrainerConfig } from './config';
+import { TrainerController } from './http/trainer.controller';
 import { TrainerLifecycle } from './runtime.provider';
 import { TRAINER_CONFIG } from './tokens';
 
@@ -15,6 +16,7 @@ export class TrainerModule {
     return {
       module: TrainerModule,
       imports: [...serviceCoreModules(ctx)],
+      controllers: [TrainerController],
       providers: [{ provide: TRAINER_CONFIG, useValue: ctx.config }, TrainerLifecycle],
     };
   }

@@ -7,6 +7,7 @@ import { runMigrations } from '@anvil/persistence';
 import { BackgroundStart, DATA_SOURCE, EVENT_BUS, LOGGER, METRICS, ReadinessRegistry } from '@anvil/service-kit';
 import { PostgresBatchSource } from './batches/batch-source';
 import { CheckpointStore } from './checkpoints/checkpoint-store';
+import { StepLog } from './http/step-log';
 import { optimizerOf, trainerOptionsOf, type TrainerConfig } from './config';
 import { TrainerMetrics } from './metrics';
 import { TrainerRuntime } from './runtime';
@@ -28,7 +29,15 @@ interface Started {
  */
 export async function startTrainer(
   config: TrainerConfig,
-  deps: { bus: MessageBus; dataSource: Pick<DataSource, 'query'>; logger: Logger; metrics: TrainerMetrics; onFatal?: (err: Error) => void; onDone?: (runtime: TrainerRuntime) => void },
+  deps: {
+    bus: MessageBus;
+    dataSource: Pick<DataSource, 'query'>;
+    logger: Logger;
+    metrics: TrainerMetrics;
+    steps?: StepLog;
+    onFatal?: (err: Error) => void;
+    onDone?: (runtime: TrainerRuntime) => void;
+  },
 ): Promise<Started> {
   setThreads(config.ENGINE_THREADS);
   const dir = config.TRAINER_INITIAL_CHECKPOINT_DIR;
@@ -41,7 +50,10 @@ export async function startTrainer(
     store: new CheckpointStore(config.CHECKPOINT_DIR, { keepPublished: config.CHECKPOINT_KEEP_PUBLISHED, keepFull: config.CHECKPOINT_KEEP_FULL, ...(dir ? { tokenizerDir: dir } : {}) }),
     batches: new PostgresBatchSource(deps.dataSource),
     logger: deps.logger,
-    onStep: (e) => deps.metrics.step(e, runtime.dataPosition),
+    onStep: (e) => {
+      deps.metrics.step(e, runtime.dataPosition);
+      deps.steps?.push(e);
+    },
     onFatal: (err) => {
       deps.metrics.fatal.set(1);
       deps.onFatal?.(err);
@@ -72,6 +84,8 @@ export class TrainerLifecycle implements OnModuleInit, OnModuleDestroy {
   private readonly task: BackgroundStart<Started>;
   private readonly metrics: TrainerMetrics;
   private fatal: Error | null = null;
+  /** Recent steps for the internal API (http/trainer.controller.ts). */
+  readonly steps = new StepLog();
 
   constructor(
     @Inject(TRAINER_CONFIG) private readonly config: TrainerConfig,
@@ -106,6 +120,7 @@ export class TrainerLifecycle implements OnModuleInit, OnModuleDestroy {
           dataSource,
           logger: log,
           metrics: this.metrics,
+          steps: this.steps,
           onFatal: (err) => (this.fatal = err),
           // A fatal error or the batch budget: stop consuming, so no delivery is committed untrained
           // (not awaited: this runs inside the last batch's handler, which stop() waits for).
