@@ -17,7 +17,15 @@ const submitSchema = z.object({
   taskIds: z.array(z.string()).optional(),
   repeat: z.number().int().positive().max(10_000).optional(),
 });
-const evalSchema = z.object({ taskSetId: z.string().min(1), version: z.number().int().nonnegative(), samplesPerTask: z.number().int().positive().optional() });
+const evalSchema = z.object({
+  taskSetId: z.string().min(1),
+  version: z.number().int().nonnegative(),
+  samplesPerTask: z.number().int().positive().optional(),
+  /** Sampling temperature of the evaluation rollouts (default: the task set's). */
+  temperature: z.number().min(0).max(5).optional(),
+  /** Names the evaluation (evaluation.completed.evalId, the eval rollouts' evalId); default a fresh uuid. */
+  evalId: z.string().min(1).max(128).optional(),
+});
 
 function parse<T>(schema: z.ZodType<T>, body: unknown): T {
   const r = schema.safeParse(body);
