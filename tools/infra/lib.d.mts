@@ -13,3 +13,5 @@ export function startPostgres(opts?: { fresh?: boolean; port?: number }): Promis
 export function stopPostgres(opts?: { port?: number }): Promise<{ stopped: boolean }>;
 export function createDatabase(name: string, opts?: { port?: number }): Promise<string>;
 export function runProducerPerf(args: string[], opts?: { port?: number; echo?: boolean }): Promise<{ code: number; output: string }>;
+export function kafkaStatus(opts?: { port?: number }): { running: boolean; pid: number | null; brokers: string; stateDir: string };
+export function postgresStatus(opts?: { port?: number }): { running: boolean; pid: number | null; url: string; dataDir: string };

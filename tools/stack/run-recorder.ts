@@ -1,0 +1,113 @@
+/**
+ * What a run leaves behind, accumulated from what the services report: the trainer's steps, the
+ * train rollouts' rewards, the pinned evaluations. It fills the embedded job's report rows
+ * (tools/embedded/rl-report.ts StepRow / EvalRow) and its JSON summary, field for field, so a
+ * distributed run and an embedded one are read the same way.
+ */
+import type { EvaluationCompletedV1 } from '@anvil/contracts';
+import type { TrainerStepEvent } from '../../apps/trainer/src/runtime';
+import type { EvalRow, StepRow } from '../embedded/rl-report';
+
+/** JSON has no NaN: the trainer's NaN (a skipped step's loss, a ratio with no tokens) arrives as null. */
+const num = (v: number | null | undefined): number => (typeof v === 'number' ? v : NaN);
+
+export class RunRecorder {
+  readonly steps: StepRow[] = [];
+  readonly evals: EvalRow[] = [];
+  readonly staleness: number[] = [];
+  readonly rolloutTimeline: Array<[number, number]> = [];
+  completedTrain = 0;
+  private rewardWindow: number[] = [];
+  private readonly mismatchSplits = new Map<string, { abs: number; kl: number; tokens: number }>();
+
+  /** A train rollout finished (eval rollouts are never trained on and are not counted here). */
+  trainRolloutCompleted(outcomeReward: number | null, wallS: number): void {
+    this.completedTrain++;
+    this.rolloutTimeline.push([wallS, this.completedTrain]);
+    if (outcomeReward !== null) this.rewardWindow.push(outcomeReward);
+  }
+
+  /** One trained batch; the reward is the mean of the train rollouts finished since the previous one. */
+  step(e: TrainerStepEvent, wallS: number): StepRow {
+    const r = e.reports[e.reports.length - 1];
+    const rewards = this.rewardWindow;
+    this.rewardWindow = [];
+    const row: StepRow = {
+      step: this.steps.length + 1,
+      version: e.version,
+      wallS,
+      reward: rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : null,
+      loss: num(r.loss),
+      gradNorm: num(r.gradNorm),
+      ratioMean: num(r.stats?.ratioMean),
+      clipHighFrac: num(r.stats?.clipHighFrac),
+      entropy: r.stats?.entropyMean ?? null,
+      mismatchAbs: num(r.mismatch.meanAbsDeltaLogp),
+      mismatchKl: num(r.mismatch.klK3),
+      mismatchTokens: r.mismatch.tokens,
+      sharing: num(r.sharing),
+      uniqueTokens: e.reports.reduce((a, x) => a + x.uniqueTokens, 0),
+      totalTokens: e.reports.reduce((a, x) => a + x.totalTokens, 0),
+      trainSeconds: e.busyMs / 1000,
+      idleSeconds: e.idleMs / 1000,
+      stalenessMean: num(e.staleness.mean),
+      stalenessMax: num(e.staleness.max),
+      skipped: r.skipped,
+    };
+    this.steps.push(row);
+    for (const x of e.reports) {
+      for (const sp of x.mismatchBySplit) {
+        const m = this.mismatchSplits.get(sp.key) ?? { abs: 0, kl: 0, tokens: 0 };
+        m.abs += num(sp.meanAbsDeltaLogp) * sp.tokens;
+        m.kl += num(sp.klK3) * sp.tokens;
+        m.tokens += sp.tokens;
+        this.mismatchSplits.set(sp.key, m);
+      }
+    }
+    for (const [lag, n] of e.stalenessHistogram.entries()) this.staleness[lag] = (this.staleness[lag] ?? 0) + n;
+    return row;
+  }
+
+  evaluated(r: EvaluationCompletedV1, wallS: number): EvalRow {
+    const row: EvalRow = { version: r.policyVersion, step: this.steps.length, wallS, success: r.successRate, meanReward: r.meanReward, tasks: r.results.length, versionDrift: r.versionDrift };
+    this.evals.push(row);
+    return row;
+  }
+
+  mismatchBySplit() {
+    return [...this.mismatchSplits.entries()].map(([key, m]) => ({ key, meanAbsDeltaLogp: m.abs / Math.max(1, m.tokens), klK3: m.kl / Math.max(1, m.tokens), tokens: m.tokens }));
+  }
+
+  /** The embedded job's summary fields (tools/embedded/main.ts) for this run. */
+  summary(o: { seed: number; wallClockSeconds: number; finalVersion: number; rlStoppedBy: string; warmStart: Record<string, unknown>; finalEvalPinnedTo: number }): Record<string, unknown> {
+    const warm = this.evals[0];
+    const last = this.evals[this.evals.length - 1];
+    const trained = this.steps.filter((s) => !s.skipped);
+    const splits = this.mismatchBySplit();
+    const mismatchTokens = splits.reduce((a, s) => a + s.tokens, 0);
+    const busy = trained.reduce((a, s) => a + s.idleSeconds + s.trainSeconds, 0);
+    return {
+      heldOutSuccess: { warmStart: warm.success, final: last.success },
+      heldOutGainPoints: Number(((last.success - warm.success) * 100).toFixed(1)),
+      seed: o.seed,
+      wallClockSeconds: Number(o.wallClockSeconds.toFixed(1)),
+      warmStart: o.warmStart,
+      rlSteps: trained.length,
+      rlStoppedBy: o.rlStoppedBy,
+      finalVersion: o.finalVersion,
+      trainRollouts: this.completedTrain,
+      evaluations: this.evals.length,
+      meanSharing: trained.reduce((a, s) => a + s.sharing, 0) / Math.max(1, trained.length),
+      trainerIdleFraction: trained.reduce((a, s) => a + s.idleSeconds, 0) / Math.max(1e-9, busy),
+      meanStalenessVersions: trained.reduce((a, s) => a + s.stalenessMean, 0) / Math.max(1, trained.length),
+      mismatch: {
+        meanAbsDeltaLogp: splits.reduce((a, s) => a + s.meanAbsDeltaLogp * s.tokens, 0) / Math.max(1, mismatchTokens),
+        klK3: splits.reduce((a, s) => a + s.klK3 * s.tokens, 0) / Math.max(1, mismatchTokens),
+        tokens: mismatchTokens,
+      },
+      skippedSteps: this.steps.length - trained.length,
+      evalVersionDrift: this.evals.reduce((a, e) => a + e.versionDrift, 0),
+      finalEvalPinnedTo: o.finalEvalPinnedTo,
+    };
+  }
+}

@@ -1,0 +1,127 @@
+/**
+ * The five services' environments for one distributed run, derived from the same run
+ * configuration the embedded main job takes (tools/embedded/run-config.ts), so the two ways to run
+ * train with the same knobs: what host.ts sets on the in-process modules is set here as each
+ * service's variables (each service validates its own at start and exits 78 on a bad one).
+ * docker-compose.yml carries the values for the default configuration
+ * (test/integration/infra.int.spec.ts holds the two together).
+ */
+import type { RunConfig } from '../embedded/run-config';
+
+export const APPS = ['middleware', 'inference-proxy', 'trainer', 'gateway', 'rollout-manager'] as const;
+export type App = (typeof APPS)[number];
+/** Start order: each service's dependencies first (the gateway needs the proxy's address, the rollout-manager the gateway's). */
+export const START_WAVES: App[][] = [['middleware', 'inference-proxy'], ['trainer', 'gateway'], ['rollout-manager']];
+/** Stop order: the producers of work first (no new rollouts, then no new calls), then the proxy, then the Data Pool and the trainer. */
+export const STOP_WAVES: App[][] = [['rollout-manager'], ['gateway'], ['inference-proxy'], ['middleware', 'trainer']];
+
+/** What one run's services share beyond the run configuration. */
+export interface RunWiring {
+  runId: string;
+  kafkaBrokers: string;
+  databaseUrl: string;
+  /** Every topic and consumer group of the run lives under it, so runs on one broker never mix. */
+  topicPrefix: string;
+  /** The gateway's admin credential, shared with the rollout-manager only. */
+  adminToken: string;
+  /** The starting weights (the warm start): served by the proxy and trained by the trainer. */
+  initialCheckpointDir: string;
+  /** Where the trainer writes every published version; weights.published names a directory under it, which the proxy reads. */
+  checkpointDir: string;
+}
+
+export type Env = Record<string, string>;
+
+/** Knobs of the run configuration, per service (no addresses, paths or secrets: those are per deployment). */
+export function knobEnvs(cfg: RunConfig): Record<App, Env> {
+  const a = cfg.algorithm;
+  const threads = String(cfg.engineThreads);
+  const middleware: Env = {
+    DATA_POOL_ESTIMATOR: a.advantage,
+    DATA_POOL_PROCESS_REWARD_WEIGHT: String(a.processRewardWeight),
+    DATA_POOL_IN_FLIGHT: String(cfg.rollouts.concurrency),
+    DATA_POOL_BATCH_TRAJECTORIES: String(cfg.scheduler.groupsPerBatch * cfg.rollouts.groupSize),
+    DATA_POOL_DROP_ZERO_VARIANCE: String(cfg.scheduler.dropZeroVariance),
+  };
+  if (cfg.scheduler.window !== undefined) middleware.DATA_POOL_WINDOW = String(cfg.scheduler.window);
+  const trainer: Env = {
+    TRAINER_LOSS: a.loss,
+    TRAINER_AGGREGATION: a.aggregation,
+    TRAINER_LR: String(a.lr),
+    TRAINER_WARMUP_STEPS: String(a.warmupSteps),
+    TRAINER_MAX_GRAD_NORM: String(a.maxGradNorm),
+    TRAINER_MINI_BATCHES: String(a.miniBatches),
+    TRAINER_ADAM_BETA1: String(a.beta1),
+    TRAINER_ADAM_BETA2: String(a.beta2),
+    TRAINER_ADAM_EPS: String(a.eps),
+    TRAINER_WEIGHT_DECAY: '0',
+    TRAINER_PACK_TOKENS: '65536',
+    TRAINER_PUBLISH_EVERY: '1',
+    TRAINER_CHECKPOINT_EVERY: String(cfg.checkpointEvery),
+    TRAINER_MAX_NON_FINITE_SKIPS: '5',
+    TRAINER_MAX_BATCHES: String(cfg.budget.steps),
+    INITIAL_POLICY_VERSION: '0',
+    ENGINE_THREADS: threads,
+  };
+  // The lr schedule as the embedded host sets it: cosine decay over the whole step budget. Read
+  // loosely: configurations without the knobs (constant lr) leave the trainer's defaults.
+  const schedule = a as { lrSchedule?: 'constant' | 'cosine'; minLrFactor?: number };
+  trainer.TRAINER_LR_DECAY_STEPS = String(schedule.lrSchedule === 'cosine' ? cfg.budget.steps * a.miniBatches : 0);
+  trainer.TRAINER_LR_MIN_FACTOR = String(schedule.minLrFactor ?? 0.1);
+  if (a.epsLow !== undefined) trainer.TRAINER_EPS_LOW = String(a.epsLow);
+  if (a.epsHigh !== undefined) trainer.TRAINER_EPS_HIGH = String(a.epsHigh);
+  return {
+    middleware,
+    'inference-proxy': {
+      INFERENCE_BACKEND: 'embedded',
+      // The generator decodes every rollout in flight together, so none waits for a slot (see EMBEDDED_MAX_BATCH).
+      EMBEDDED_MAX_BATCH: String(cfg.rollouts.concurrency),
+      MAX_IN_FLIGHT_PER_REPLICA: String(cfg.rollouts.concurrency * 2),
+      INITIAL_POLICY_VERSION: '0',
+      ANVIL_ENGINE_THREADS: threads,
+    },
+    trainer,
+    gateway: { MAX_STALENESS: String(cfg.rollouts.eta), INITIAL_POLICY_VERSION: '0' },
+    'rollout-manager': {
+      GROUP_SIZE: String(cfg.rollouts.groupSize),
+      MAX_CONCURRENT_ROLLOUTS: String(cfg.rollouts.concurrency),
+      MAX_STALENESS: String(cfg.rollouts.eta),
+      GROUPS_PER_STEP: String(cfg.scheduler.groupsPerBatch),
+      INITIAL_POLICY_VERSION: '0',
+      ADMISSION_POLL_MS: '100',
+    },
+  };
+}
+
+/**
+ * Each service's whole environment. `urls` are the addresses of services started before it: the
+ * gateway needs the inference-proxy's, the rollout-manager the gateway's.
+ */
+export function serviceEnv(app: App, cfg: RunConfig, w: RunWiring, urls: Partial<Record<App, string>>): Env {
+  const base: Env = {
+    KAFKA_BROKERS: w.kafkaBrokers,
+    DATABASE_URL: w.databaseUrl,
+    KAFKA_TOPIC_PREFIX: w.topicPrefix,
+    LOG_LEVEL: 'info',
+    HOST: '127.0.0.1',
+    PORT: '0',
+    ...knobEnvs(cfg)[app],
+  };
+  const need = (dep: App) => {
+    const url = urls[dep];
+    if (!url) throw new Error(`${app} needs ${dep}'s address: start ${dep} first`);
+    return url;
+  };
+  switch (app) {
+    case 'middleware':
+      return { ...base, DATA_POOL_RUN_ID: w.runId };
+    case 'inference-proxy':
+      return { ...base, EMBEDDED_CHECKPOINT_DIR: w.initialCheckpointDir, DEPLOYMENT_NAME: 'stack' };
+    case 'trainer':
+      return { ...base, TRAINER_RUN_ID: w.runId, TRAINER_INITIAL_CHECKPOINT_DIR: w.initialCheckpointDir, CHECKPOINT_DIR: w.checkpointDir };
+    case 'gateway':
+      return { ...base, GATEWAY_ADMIN_TOKEN: w.adminToken, INFERENCE_PROXY_URL: need('inference-proxy') };
+    case 'rollout-manager':
+      return { ...base, GATEWAY_ADMIN_TOKEN: w.adminToken, GATEWAY_URL: need('gateway') };
+  }
+}
