@@ -3,12 +3,24 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '@anvil/config';
+import { gatewayEnv } from '../../apps/gateway/src/config';
+import { inferenceProxyEnv } from '../../apps/inference-proxy/src/config';
+import { middlewareEnv } from '../../apps/middleware/src/config';
+import { rolloutManagerEnv } from '../../apps/rollout-manager/src/config';
+import { trainerEnv } from '../../apps/trainer/src/config';
+import { parseRunConfig } from '../../tools/embedded/run-config';
+import { APPS as STACK_APPS, knobEnvs, serviceEnv, type RunWiring } from '../../tools/stack/service-env';
 
 // Validates docker-compose.yml the way `docker compose config` does (no Docker engine needed):
 // tools/infra/compose.mjs uses the docker compose v2 plugin when present, else a compose-go build.
 const root = resolve(__dirname, '..', '..');
 const composeFile = join(root, 'docker-compose.yml');
 const SECRETS = { GATEWAY_ADMIN_TOKEN: 'g'.repeat(40), POSTGRES_PASSWORD: 'p'.repeat(24) };
+/** What compose requires besides the secrets: the starting weights (a model directory: the trainer's config checks its config.json). */
+const modelDir = mkdtempSync(join(tmpdir(), 'anvil-compose-model-'));
+writeFileSync(join(modelDir, 'config.json'), '{}');
+const REQUIRED = { ...SECRETS, ANVIL_MODEL_DIR: modelDir };
 const APPS: Record<string, number> = {
   gateway: 8080,
   'inference-proxy': 8081,
@@ -17,10 +29,10 @@ const APPS: Record<string, number> = {
   trainer: 8084,
 };
 
-/** Env without any value for the secrets the compose file requires. */
+/** Env without any value for the variables the compose file requires. */
 function baseEnv(): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env, ANVIL_INFRA_QUIET: '1' };
-  for (const k of [...Object.keys(SECRETS), 'COMPOSE_FILE', 'COMPOSE_PROJECT_NAME', 'LOG_LEVEL']) delete env[k];
+  for (const k of [...Object.keys(REQUIRED), 'COMPOSE_FILE', 'COMPOSE_PROJECT_NAME', 'LOG_LEVEL']) delete env[k];
   return env;
 }
 
@@ -40,7 +52,7 @@ interface ComposeService {
   environment?: Record<string, string | null>;
   healthcheck?: { test?: string[] };
   depends_on?: Record<string, { condition: string }>;
-  volumes?: { type: string; source?: string; target: string }[];
+  volumes?: { type: string; source?: string; target: string; read_only?: boolean }[];
   ports?: { target: number; published?: string; host_ip?: string }[];
 }
 interface ComposeProject {
@@ -55,12 +67,15 @@ describe('docker-compose.yml', () => {
   beforeAll(() => {
     tmp = mkdtempSync(join(tmpdir(), 'anvil-compose-'));
     // First call may build the compose-go validator (tens of seconds on a cold machine).
-    const r = composeConfig(['--format', 'json'], { ...baseEnv(), ...SECRETS });
+    const r = composeConfig(['--format', 'json'], { ...baseEnv(), ...REQUIRED });
     if (r.status !== 0) throw new Error(`compose config failed (${r.status}):\n${r.stderr}${r.stdout}`);
     project = JSON.parse(r.stdout) as ComposeProject;
   }, 600_000);
 
-  afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+  afterAll(() => {
+    rmSync(tmp, { recursive: true, force: true });
+    rmSync(modelDir, { recursive: true, force: true });
+  });
 
   it('parses and names kafka, postgres, the otel collector and the five services', () => {
     expect(project.name).toBe('anvil');
@@ -71,7 +86,7 @@ describe('docker-compose.yml', () => {
   });
 
   it('lists the same services with --services', () => {
-    const r = composeConfig(['--services'], { ...baseEnv(), ...SECRETS });
+    const r = composeConfig(['--services'], { ...baseEnv(), ...REQUIRED });
     expect(r.status, r.stderr).toBe(0);
     expect(r.stdout.trim().split('\n').sort()).toEqual(Object.keys(project.services).sort());
   });
@@ -100,6 +115,52 @@ describe('docker-compose.yml', () => {
     expect(project.services.trainer.environment?.CHECKPOINT_DIR).toBeTruthy();
   });
 
+  it("gives each service every variable its config.ts requires: the environment passes the service's own validation", () => {
+    const schemas = { gateway: gatewayEnv, 'inference-proxy': inferenceProxyEnv, 'rollout-manager': rolloutManagerEnv, middleware: middlewareEnv, trainer: trainerEnv };
+    for (const [app, schema] of Object.entries(schemas)) {
+      const svc = project.services[app];
+      // As the container sees it: a path under a bind mount is read from the mount's source on this host.
+      const env = { ...svc.environment } as Record<string, string>;
+      for (const v of svc.volumes ?? [])
+        for (const [k, value] of Object.entries(env)) if (v.type === 'bind' && v.source && (value === v.target || value.startsWith(`${v.target}/`))) env[k] = v.source + value.slice(v.target.length);
+      expect(() => loadConfig(app, schema, env), app).not.toThrow();
+    }
+  });
+
+  it('sets the knobs and the wiring `npm run stack -- up` sets for the default run configuration (tools/stack/service-env.ts)', () => {
+    const cfg = parseRunConfig({});
+    const knobs = knobEnvs(cfg);
+    const wiring: RunWiring = { runId: 'r', kafkaBrokers: 'k:1', databaseUrl: 'postgres://a@b/c', topicPrefix: 'p.', adminToken: 'a'.repeat(48), initialCheckpointDir: '/m', checkpointDir: '/c' };
+    const urls = Object.fromEntries(STACK_APPS.map((a) => [a, 'http://h:1']));
+    for (const app of STACK_APPS) {
+      const env = project.services[app].environment ?? {};
+      for (const [k, v] of Object.entries(knobs[app])) expect(env[k], `${app} ${k}`).toBe(v);
+      // Every variable the stack hands the service, except the topic prefix (one compose deployment per broker).
+      const missing = Object.keys(serviceEnv(app, cfg, wiring, urls)).filter((k) => k !== 'KAFKA_TOPIC_PREFIX' && !(k in env));
+      expect(missing, app).toEqual([]);
+    }
+  });
+
+  it('shares the starting weights and the checkpoints volume between the trainer and the proxy, and one run id and staleness bound between the services', () => {
+    const trainer = project.services.trainer;
+    const proxy = project.services['inference-proxy'];
+    // weights.published names a directory under the trainer's CHECKPOINT_DIR: the proxy must see the same path.
+    const checkpoints = trainer.environment?.CHECKPOINT_DIR;
+    expect(trainer.volumes?.find((v) => v.target === checkpoints)).toMatchObject({ type: 'volume', source: 'checkpoints' });
+    expect(trainer.volumes?.find((v) => v.target === checkpoints)?.read_only ?? false).toBe(false);
+    expect(proxy.volumes?.find((v) => v.target === checkpoints)).toMatchObject({ type: 'volume', source: 'checkpoints', read_only: true });
+    // The proxy serves what the trainer starts from.
+    const model = trainer.environment?.TRAINER_INITIAL_CHECKPOINT_DIR;
+    expect(proxy.environment?.EMBEDDED_CHECKPOINT_DIR).toBe(model);
+    for (const svc of [trainer, proxy]) expect(svc.volumes?.find((v) => v.target === model)).toMatchObject({ type: 'bind', source: modelDir, read_only: true });
+
+    const r = composeConfig(['--format', 'json'], { ...baseEnv(), ...REQUIRED, ANVIL_RUN_ID: 'run-7', ANVIL_ETA: '3' });
+    expect(r.status, r.stderr).toBe(0);
+    const s = (JSON.parse(r.stdout) as ComposeProject).services;
+    expect([s.middleware.environment?.DATA_POOL_RUN_ID, s.trainer.environment?.TRAINER_RUN_ID]).toEqual(['run-7', 'run-7']);
+    expect([s.gateway.environment?.MAX_STALENESS, s['rollout-manager'].environment?.MAX_STALENESS]).toEqual(['3', '3']);
+  });
+
   it('gives kafka and postgres healthchecks and mounts the collector config', () => {
     expect(project.services.kafka.healthcheck?.test?.join(' ')).toContain('9092');
     expect(project.services.postgres.healthcheck?.test?.join(' ')).toContain('pg_isready');
@@ -109,12 +170,13 @@ describe('docker-compose.yml', () => {
     expect(readFileSync(mount!.source!, 'utf8')).toMatch(/otlp:[\s\S]*4318/);
   });
 
-  it('refuses to render without the secrets (no dummy defaults)', () => {
+  it('refuses to render without the secrets and the starting weights (no dummy defaults)', () => {
     const r = composeConfig(['--format', 'json'], baseEnv());
     expect(r.status).not.toBe(0);
     const text = r.stderr + r.stdout;
     expect(text).toContain('GATEWAY_ADMIN_TOKEN');
     expect(text).toContain('POSTGRES_PASSWORD');
+    expect(text).toContain('ANVIL_MODEL_DIR');
   });
 
   it('actually validates: a dependency on an undefined service is rejected', () => {
