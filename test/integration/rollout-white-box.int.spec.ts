@@ -128,6 +128,39 @@ describe('evaluation rollouts', () => {
     for (const t of trainStarts) expect(t.occurredAt).toBeGreaterThanOrEqual(lastEvalEnd);
     expect(trainStarts.every((t) => (t.payload as { purpose?: string }).purpose === 'train')).toBe(true);
   });
+
+  it('draws the same sampler seeds per (task, sample) in every evaluation, at the temperature asked for; train rollouts of one task get seeds of their own', async () => {
+    await runtime.loadBuiltin({ id: 'wb-eval-seeds', env: 'chain-add', envConfig: { k: 2, maxOperand: 20 }, seed: 11, trainCount: 1, evalCount: 3, sampling: { temperature: 1, maxTokens: 96 } });
+    const first = await runtime.runEvaluation({ taskSetId: 'wb-eval-seeds', version: runtime.policyVersion, samplesPerTask: 2, evalId: 'seeds-1' });
+    const second = await runtime.runEvaluation({ taskSetId: 'wb-eval-seeds', version: runtime.policyVersion, samplesPerTask: 2, temperature: 0.5, evalId: 'seeds-2' });
+    // (task, sample index) -> the seed and temperature of the rollout's first call at the proxy
+    const firstCalls = async (r: { results: { taskId: string; rolloutId: string }[] }) => {
+      const out = new Map<string, { seed: number | null; temperature: number }>();
+      for (const x of r.results) {
+        const reqs = await proxyRequestsOf(x.rolloutId);
+        out.set(`${x.taskId}#${x.rolloutId.split('.').pop()}`, { seed: reqs[0].seed, temperature: reqs[0].temperature });
+      }
+      return out;
+    };
+    const a = await firstCalls(first);
+    const b = await firstCalls(second);
+    expect(a.size).toBe(6);
+    expect([...b.keys()].sort()).toEqual([...a.keys()].sort());
+    for (const [key, call] of a) {
+      expect(call.temperature, key).toBe(1);
+      expect(b.get(key)?.temperature, key).toBe(0.5);
+      expect(call.seed, key).not.toBeNull();
+      expect(b.get(key)?.seed, key).toBe(call.seed);
+    }
+    // the two samples of a task draw different numbers
+    expect(new Set([...a.values()].map((c) => c.seed)).size).toBe(6);
+    // train rollouts of the same task do not reuse one another's (or the evaluation's) seeds
+    const { rolloutIds } = await runtime.submit({ taskSetId: 'wb-eval-seeds', groupSize: 3 });
+    await until('train rollouts done', () => (rolloutIds.every((id) => outcomes.some((o) => o.rolloutId === id)) ? true : undefined), 60_000);
+    const trainSeeds = await Promise.all(rolloutIds.map(async (id) => (await proxyRequestsOf(id))[0].seed));
+    expect(new Set(trainSeeds).size).toBe(3);
+    for (const seed of trainSeeds) expect([...a.values()].map((c) => c.seed)).not.toContain(seed);
+  });
 });
 
 describe('staleness admission', () => {
