@@ -84,6 +84,29 @@ describe('warm start', () => {
     expect(noChecks).toMatchObject({ stoppedBy: 'steps', steps: 4, validation: [] });
   });
 
+  it('checks every fineCheckEvery steps once a check reaches fineCheckFrom (the pass rate jumps within a few dozen steps)', async () => {
+    const rates = [0.1, 0.25, 0.3, 0.6];
+    const seen: number[] = [];
+    const built = await warmStart(
+      options({
+        steps: 20,
+        seed: 7,
+        checkEvery: 4,
+        checkFrom: 4,
+        fineCheckEvery: 1,
+        fineCheckFrom: 0.2,
+        measure: async (_m, _tasks, step) => {
+          seen.push(step);
+          return rates[seen.length - 1];
+        },
+      }),
+    );
+    expect(seen).toEqual([4, 8, 9, 10]);
+    expect(built).toMatchObject({ stoppedBy: 'target', steps: 10 });
+    expect(warmStartKey(options({ fineCheckEvery: 1 }))).not.toBe(warmStartKey(options()));
+    expect(warmStartKey(options({ fineCheckFrom: 0.1 }))).not.toBe(warmStartKey(options()));
+  });
+
   it('passRate runs whole episodes through the environment verifier: a random model passes none; no tasks is an error', async () => {
     const format = tinyChatFormat();
     const env = new ChainAddEnvironment({ k: 2, maxOperand: 9, prompt: 'compact' });

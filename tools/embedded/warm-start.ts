@@ -26,7 +26,7 @@ import { passRate } from './sft-validation';
 import type { ChatMessage, EnvTask } from '../../apps/rollout-manager/src/environments/types';
 
 /** Bumped when the recipe below changes, so an old cache is never taken for a new recipe. */
-const RECIPE = 'sft-chain-add/2';
+const RECIPE = 'sft-chain-add/3';
 
 /** Seeds the draw of validation tasks (fixed: the same tasks for every warm-start seed). */
 const VALIDATION_SEED = 0x5a11d;
@@ -51,6 +51,14 @@ export interface WarmStartOptions {
   targetPassRate: number;
   checkEvery: number;
   checkFrom: number;
+  /**
+   * Once a check reaches `fineCheckFrom` (a pass rate), check every `fineCheckEvery` steps instead.
+   * The tiny model's SFT learns the copying all at once: the pass rate went 16% -> 27% -> 64% over
+   * two 25-step checks, so a coarse check overshoots a 35% target by half the scale. Defaults:
+   * fineCheckEvery = checkEvery (no fine checks), fineCheckFrom = targetPassRate / 2.
+   */
+  fineCheckEvery?: number;
+  fineCheckFrom?: number;
   /** Train-split tasks held out of the SFT stream to measure the pass rate on. */
   validationTasks: number;
   /** Demonstrations (whole conversations) per step. */
@@ -109,6 +117,8 @@ export function warmStartKey(o: WarmStartOptions): string {
       targetPassRate: o.targetPassRate,
       checkEvery: o.checkEvery,
       checkFrom: o.checkFrom,
+      fineCheckEvery: o.fineCheckEvery ?? o.checkEvery,
+      fineCheckFrom: o.fineCheckFrom ?? o.targetPassRate / 2,
       validationTasks: o.validationTasks,
       tasksPerStep: o.tasksPerStep,
       lr: o.lr,
@@ -149,6 +159,8 @@ async function build(o: WarmStartOptions, dir: string, started: number, log: (li
   const curve: { step: number; passRate: number }[] = [];
   let stoppedBy: WarmStart['stoppedBy'] = 'steps';
   let step = 0;
+  let every = o.checkEvery;
+  let lastCheck = 0;
   while (step < o.steps) {
     step++;
     // twice the tasks asked for, so a step still has tasksPerStep after the validation ones leave
@@ -179,7 +191,8 @@ async function build(o: WarmStartOptions, dir: string, started: number, log: (li
     finalLoss = nll / outputTokens;
     const at = () => `${((performance.now() - started) / 1000).toFixed(0)} s`;
     if (step === 1 || step % 100 === 0) log(`warm start: SFT step ${step}/${o.steps}  loss ${finalLoss.toFixed(3)}  ${at()}`);
-    if (o.targetPassRate > 0 && validation.length > 0 && step >= o.checkFrom && step % o.checkEvery === 0) {
+    if (o.targetPassRate > 0 && validation.length > 0 && step >= o.checkFrom && (lastCheck === 0 ? step % every === 0 : step - lastCheck >= every)) {
+      lastCheck = step;
       const rate = await (o.measure ?? ((m, tasks, at) => passRate(m, format, env, tasks, { temperature: 1, maxTokensPerCall: 64, seed: at })))(model, validation, step);
       curve.push({ step, passRate: rate });
       log(`warm start: step ${step}: ${(rate * 100).toFixed(0)}% of ${validation.length} validation tasks pass (target ${(o.targetPassRate * 100).toFixed(0)}%)  ${at()}`);
@@ -187,6 +200,7 @@ async function build(o: WarmStartOptions, dir: string, started: number, log: (li
         stoppedBy = 'target';
         break;
       }
+      if (rate >= (o.fineCheckFrom ?? o.targetPassRate / 2)) every = Math.min(every, o.fineCheckEvery ?? o.checkEvery);
     }
   }
   const tmp = `${dir}.tmp-${process.pid}`;
