@@ -60,6 +60,10 @@ const shape = {
   TRAINER_LR: z.coerce.number().positive().max(1).default(5e-5),
   /** Linear learning-rate warm-up over this many optimizer steps (0 = none). */
   TRAINER_WARMUP_STEPS: int(0, 1_000_000, 10),
+  /** Cosine lr decay after the warm-up, to TRAINER_LR_MIN_FACTOR · lr at this optimizer step (0 = constant lr). */
+  TRAINER_LR_DECAY_STEPS: int(0, 100_000_000, 0),
+  /** Floor of the cosine decay, as a fraction of TRAINER_LR. */
+  TRAINER_LR_MIN_FACTOR: z.coerce.number().min(0).max(1).default(0.1),
   /** Global gradient-norm clip (0 = off). */
   TRAINER_MAX_GRAD_NORM: z.coerce.number().min(0).max(1e6).default(1),
   /** Optimizer steps per batch (the batch is split along groups). */
@@ -145,6 +149,8 @@ export function trainerOptionsOf(c: TrainerConfig): TrainerOptions {
       loss: lossConfigOf(c),
       lr: c.TRAINER_LR,
       warmupSteps: c.TRAINER_WARMUP_STEPS,
+      decaySteps: c.TRAINER_LR_DECAY_STEPS,
+      minLrFactor: c.TRAINER_LR_MIN_FACTOR,
       maxGradNorm: c.TRAINER_MAX_GRAD_NORM,
       packTokens: c.TRAINER_PACK_TOKENS,
       miniBatches: c.TRAINER_MINI_BATCHES,

@@ -145,6 +145,11 @@ describe('trainer loss wiring', () => {
   it('warm-up: step t of the run takes lr · min(1, t / warmupSteps), counted from stepsDone (so a resumed run continues the ramp)', async () => {
     expect([1, 2, 5, 10, 11].map((t) => lrAt({ lr: 1e-3, warmupSteps: 10 }, t))).toEqual([1e-4, 2e-4, 5e-4, 1e-3, 1e-3].map((v) => expect.closeTo(v, 12)));
     expect(lrAt({ lr: 1e-3 }, 1)).toBe(1e-3);
+    // cosine decay after the warm-up: peak at the end of the warm-up, half way down at the middle, the floor from decaySteps on
+    const cos = { lr: 1e-3, warmupSteps: 10, decaySteps: 110, minLrFactor: 0.1 };
+    expect([5, 10, 60, 110, 500].map((t) => lrAt(cos, t))).toEqual([5e-4, 1e-3, 5.5e-4, 1e-4, 1e-4].map((v) => expect.closeTo(v, 12)));
+    expect(lrAt({ lr: 1e-3, decaySteps: 100 }, 100)).toBeCloseTo(1e-4, 12);
+    expect(lrAt({ lr: 1e-3, warmupSteps: 10, decaySteps: 10 }, 50)).toBe(1e-3); // no room to decay: constant
     const m = model();
     const reports = await trainOnTree(m, tree, { loss: lossConfig(), lr: 1e-3, warmupSteps: 4, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 }, { currentVersion: 4, stepsDone: 1 });
     expect(reports.map((r) => r.lr)).toEqual([expect.closeTo(5e-4, 12), expect.closeTo(7.5e-4, 12)]);

@@ -17,6 +17,14 @@ export interface TrainSettings {
    * model one such step at lr 1e-3 took a trained sample's log-prob from −1.0 to −17.
    */
   warmupSteps?: number;
+  /**
+   * Cosine decay after the warm-up, reaching minLrFactor · lr at optimizer step decaySteps and
+   * staying there (0 or absent = constant lr after the warm-up). A fixed-budget run sets it to its
+   * step budget: late steps of policy-gradient noise then move the weights less.
+   */
+  decaySteps?: number;
+  /** Floor of the cosine decay as a fraction of lr (default 0.1). */
+  minLrFactor?: number;
   /** Global gradient-norm clip (0 = off). */
   maxGradNorm: number;
   /** Nodes per pack at most (the engine's forward budget). */
@@ -229,10 +237,15 @@ export async function trainOnTree(
   return reports;
 }
 
-/** The learning rate of optimizer step `step` (1-based over the run): the peak lr after a linear warm-up. */
-export function lrAt(settings: Pick<TrainSettings, 'lr' | 'warmupSteps'>, step: number): number {
+/** The learning rate of optimizer step `step` (1-based over the run): a linear warm-up to the peak lr, then constant or a cosine decay to minLrFactor · lr. */
+export function lrAt(settings: Pick<TrainSettings, 'lr' | 'warmupSteps' | 'decaySteps' | 'minLrFactor'>, step: number): number {
   const w = settings.warmupSteps ?? 0;
-  return w > 0 ? settings.lr * Math.min(1, step / w) : settings.lr;
+  const warm = w > 0 ? Math.min(1, step / w) : 1;
+  const d = settings.decaySteps ?? 0;
+  if (d <= w) return settings.lr * warm;
+  const floor = settings.minLrFactor ?? 0.1;
+  const progress = Math.min(1, Math.max(0, (step - w) / (d - w)));
+  return settings.lr * warm * (floor + (1 - floor) * 0.5 * (1 + Math.cos(Math.PI * progress)));
 }
 
 /** Mismatch of the tokens the current weights generated (recorded version == currentVersion), overall and per split. */
