@@ -84,6 +84,8 @@ export async function startEmbeddedLoop(
           loss: lossConfig({ kind: a.loss, aggregation: a.aggregation, ...(a.epsLow !== undefined ? { epsLow: a.epsLow } : {}), ...(a.epsHigh !== undefined ? { epsHigh: a.epsHigh } : {}) }),
           lr: a.lr,
           warmupSteps: a.warmupSteps,
+          decaySteps: a.lrSchedule === 'cosine' ? cfg.budget.steps * a.miniBatches : 0,
+          minLrFactor: a.minLrFactor,
           maxGradNorm: a.maxGradNorm,
           packTokens: 65_536,
           miniBatches: a.miniBatches,

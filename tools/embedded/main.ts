@@ -137,7 +137,7 @@ async function main(): Promise<void> {
     await loop.trainer.pause();
     const version = loop.trainer.currentVersion;
     const t0 = performance.now();
-    const r = await loop.rollouts.runEvaluation({ taskSetId: TASK_SET, version, evalId: `${runId}-${label}` });
+    const r = await loop.rollouts.runEvaluation({ taskSetId: TASK_SET, version, samplesPerTask: cfg.eval.samplesPerTask, temperature: cfg.eval.temperature, evalId: `${runId}-${label}` });
     evals.push({ version, step: steps.length, wallS: wall(), success: r.successRate, meanReward: r.meanReward, tasks: r.results.length, versionDrift: r.versionDrift });
     progress.evaluated(version, r.successRate, (performance.now() - t0) / 1000);
     loop.trainer.resume();
@@ -146,7 +146,7 @@ async function main(): Promise<void> {
 
   let summaryOut: Record<string, unknown> = {};
   try {
-    console.log(`held-out evaluation of the warm start (${evalCount} tasks, temperature ${cfg.eval.temperature}) ...`);
+    console.log(`held-out evaluation of the warm start (${evalCount} tasks x ${cfg.eval.samplesPerTask} samples, temperature ${cfg.eval.temperature}) ...`);
     const warm = await evaluate('warm-start');
     if (warm.successRate >= 0.95)
       console.log(

@@ -46,6 +46,9 @@ export const runConfigSchema = z
         /** Measure the validation pass rate every this many steps, from step checkFrom on. */
         checkEvery: positiveInt().max(100_000).default(25),
         checkFrom: nonNegInt().max(100_000).default(200),
+        /** Once a check passes fineCheckFrom (default half the target), check every fineCheckEvery steps: the pass rate jumps within a few dozen steps. */
+        fineCheckEvery: positiveInt().max(100_000).default(5),
+        fineCheckFrom: z.number().min(0).max(1).optional(),
         /** Train-split tasks held out of the demonstrations to measure the pass rate on (never the eval split). */
         validationTasks: nonNegInt().max(10_000).default(100),
         /**
@@ -57,7 +60,7 @@ export const runConfigSchema = z
         seed: nonNegInt().default(1),
       })
       .strict()
-      .default({ steps: 1200, tasksPerStep: 8, lr: 1e-3, targetPassRate: 0.35, checkEvery: 25, checkFrom: 200, validationTasks: 100, seed: 1 }),
+      .default({ steps: 1200, tasksPerStep: 8, lr: 1e-3, targetPassRate: 0.35, checkEvery: 25, checkFrom: 200, fineCheckEvery: 5, validationTasks: 100, seed: 1 }),
     rollouts: z
       .object({
         /** G: samples per task. */
@@ -93,6 +96,9 @@ export const runConfigSchema = z
         lr: z.number().positive().max(1).default(1e-4),
         /** Linear lr warm-up over this many optimizer steps (a fresh AdamW's first steps move every weight by ±lr). */
         warmupSteps: nonNegInt().max(100_000).default(20),
+        /** 'cosine': after the warm-up the lr decays to minLrFactor · lr at the end of the step budget; 'constant': it stays at lr. */
+        lrSchedule: z.enum(['constant', 'cosine']).default('constant'),
+        minLrFactor: z.number().min(0).max(1).default(0.1),
         maxGradNorm: z.number().min(0).default(1),
         miniBatches: positiveInt().max(64).default(1),
         beta1: z.number().min(0).lt(1).default(0.9),
@@ -100,7 +106,21 @@ export const runConfigSchema = z
         eps: z.number().min(0).default(1e-15),
       })
       .strict()
-      .default({ loss: 'cispo', aggregation: 'token_mean', advantage: 'grpo', processRewardWeight: 1, lr: 1e-4, warmupSteps: 20, maxGradNorm: 1, miniBatches: 1, beta1: 0.9, beta2: 0.95, eps: 1e-15 }),
+      .default({
+        loss: 'cispo',
+        aggregation: 'token_mean',
+        advantage: 'grpo',
+        processRewardWeight: 1,
+        lr: 1e-4,
+        warmupSteps: 20,
+        lrSchedule: 'constant',
+        minLrFactor: 0.1,
+        maxGradNorm: 1,
+        miniBatches: 1,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-15,
+      }),
     budget: z
       .object({
         /** Train batches (optimizer steps with miniBatches 1) of RL. */
@@ -117,9 +137,15 @@ export const runConfigSchema = z
         /** Evaluate held-out tasks every this many policy versions (and before step 1 and at the end). */
         everyVersions: positiveInt().default(30),
         temperature: z.number().min(0).max(5).default(1),
+        /**
+         * Rollouts per held-out task in each evaluation. Every evaluation draws the same sampler seeds
+         * per (task, sample), so two versions are compared on paired samples; more samples per task
+         * shrink the noise of each figure (100 tasks x 1 sample at temperature 1: about ±5 points).
+         */
+        samplesPerTask: positiveInt().max(64).default(4),
       })
       .strict()
-      .default({ everyVersions: 30, temperature: 1 }),
+      .default({ everyVersions: 30, temperature: 1, samplesPerTask: 4 }),
     /** Full checkpoint (resume point) every this many batches. */
     checkpointEvery: positiveInt().default(30),
   })
