@@ -1,0 +1,70 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '@anvil/config';
+import { gatewayEnv } from '../../apps/gateway/src/config';
+import { inferenceProxyEnv } from '../../apps/inference-proxy/src/config';
+import { middlewareEnv } from '../../apps/middleware/src/config';
+import { rolloutManagerEnv } from '../../apps/rollout-manager/src/config';
+import { trainerEnv } from '../../apps/trainer/src/config';
+import { parseRunConfig } from '../embedded/run-config';
+import { APPS, serviceEnv, START_WAVES, STOP_WAVES, type RunWiring } from './service-env';
+
+const model = mkdtempSync(join(tmpdir(), 'anvil-stack-env-'));
+writeFileSync(join(model, 'config.json'), '{}');
+afterAll(() => rmSync(model, { recursive: true, force: true }));
+
+const wiring: RunWiring = {
+  runId: 'stack-run-1',
+  kafkaBrokers: '127.0.0.1:19092',
+  databaseUrl: 'postgres://anvil@127.0.0.1:15432/anvil_stack_run_1',
+  topicPrefix: 'stack-run-1.',
+  adminToken: 'a'.repeat(48),
+  initialCheckpointDir: model,
+  checkpointDir: join(model, 'checkpoints'),
+};
+const urls = { 'inference-proxy': 'http://127.0.0.1:1', gateway: 'http://127.0.0.1:2' };
+const schemas = { gateway: gatewayEnv, 'inference-proxy': inferenceProxyEnv, 'rollout-manager': rolloutManagerEnv, middleware: middlewareEnv, trainer: trainerEnv };
+
+describe('the services environments of a stack run', () => {
+  it("pass each service's own validation, for the defaults and for a configuration far from them", () => {
+    const configs = [
+      parseRunConfig({}),
+      parseRunConfig({
+        rollouts: { groupSize: 4, concurrency: 16, eta: 0 },
+        scheduler: { groupsPerBatch: 2, window: 'adaptive', dropZeroVariance: false },
+        algorithm: { loss: 'ppo', epsLow: 0.2, epsHigh: 0.28, advantage: 'rloo', processRewardWeight: 0, lr: 3e-4, miniBatches: 2 },
+        engineThreads: 2,
+      }),
+    ];
+    for (const cfg of configs) for (const app of APPS) expect(() => loadConfig(app, schemas[app], serviceEnv(app, cfg, wiring, urls)), app).not.toThrow();
+  });
+
+  it('carries the knobs to the service that owns them and shares what must agree', () => {
+    const cfg = parseRunConfig({ rollouts: { groupSize: 4, concurrency: 16, eta: 3 }, scheduler: { groupsPerBatch: 2, window: 5 }, budget: { steps: 12 } });
+    const env = Object.fromEntries(APPS.map((a) => [a, serviceEnv(a, cfg, wiring, urls)]));
+    expect([env.gateway.MAX_STALENESS, env['rollout-manager'].MAX_STALENESS]).toEqual(['3', '3']);
+    expect([env.middleware.DATA_POOL_RUN_ID, env.trainer.TRAINER_RUN_ID]).toEqual(['stack-run-1', 'stack-run-1']);
+    expect([env.gateway.GATEWAY_ADMIN_TOKEN, env['rollout-manager'].GATEWAY_ADMIN_TOKEN]).toEqual([wiring.adminToken, wiring.adminToken]);
+    expect(APPS.filter((a) => 'GATEWAY_ADMIN_TOKEN' in env[a])).toEqual(['gateway', 'rollout-manager']);
+    expect([env['inference-proxy'].EMBEDDED_CHECKPOINT_DIR, env.trainer.TRAINER_INITIAL_CHECKPOINT_DIR]).toEqual([model, model]);
+    expect(env.middleware).toMatchObject({ DATA_POOL_IN_FLIGHT: '16', DATA_POOL_BATCH_TRAJECTORIES: '8', DATA_POOL_WINDOW: '5' });
+    expect(env.trainer).toMatchObject({ TRAINER_MAX_BATCHES: '12', CHECKPOINT_DIR: wiring.checkpointDir });
+    expect(env['inference-proxy']).toMatchObject({ EMBEDDED_MAX_BATCH: '16', MAX_IN_FLIGHT_PER_REPLICA: '32' });
+    for (const app of APPS) expect(env[app]).toMatchObject({ KAFKA_TOPIC_PREFIX: 'stack-run-1.', PORT: '0', HOST: '127.0.0.1' });
+  });
+
+  it('starts each service after those whose address it needs, and stops every service once', () => {
+    expect(() => serviceEnv('gateway', parseRunConfig({}), wiring, {})).toThrow(/inference-proxy/);
+    const startedBefore = (app: string) =>
+      START_WAVES.slice(
+        0,
+        START_WAVES.findIndex((w) => w.includes(app as never)),
+      ).flat();
+    expect(startedBefore('gateway')).toContain('inference-proxy');
+    expect(startedBefore('rollout-manager')).toContain('gateway');
+    expect(START_WAVES.flat().sort()).toEqual([...APPS].sort());
+    expect(STOP_WAVES.flat().sort()).toEqual([...APPS].sort());
+  });
+});
