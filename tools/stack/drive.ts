@@ -101,7 +101,7 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
     }
   };
 
-  const samplesPerTask = (cfg.eval as { samplesPerTask?: number }).samplesPerTask ?? 1;
+  const samplesPerTask = cfg.eval.samplesPerTask;
   const evaluate = async (label: string): Promise<EvaluationCompletedV1> => {
     const { version } = await trainer.pause();
     const t0 = performance.now();

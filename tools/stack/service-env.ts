@@ -63,11 +63,9 @@ export function knobEnvs(cfg: RunConfig): Record<App, Env> {
     INITIAL_POLICY_VERSION: '0',
     ENGINE_THREADS: threads,
   };
-  // The lr schedule as the embedded host sets it: cosine decay over the whole step budget. Read
-  // loosely: configurations without the knobs (constant lr) leave the trainer's defaults.
-  const schedule = a as { lrSchedule?: 'constant' | 'cosine'; minLrFactor?: number };
-  trainer.TRAINER_LR_DECAY_STEPS = String(schedule.lrSchedule === 'cosine' ? cfg.budget.steps * a.miniBatches : 0);
-  trainer.TRAINER_LR_MIN_FACTOR = String(schedule.minLrFactor ?? 0.1);
+  // The lr schedule as the embedded host sets it: a cosine decay spans the whole step budget.
+  trainer.TRAINER_LR_DECAY_STEPS = String(a.lrSchedule === 'cosine' ? cfg.budget.steps * a.miniBatches : 0);
+  trainer.TRAINER_LR_MIN_FACTOR = String(a.minLrFactor);
   if (a.epsLow !== undefined) trainer.TRAINER_EPS_LOW = String(a.epsLow);
   if (a.epsHigh !== undefined) trainer.TRAINER_EPS_HIGH = String(a.epsHigh);
   return {
