@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { EVENTS, type EventType } from './events/registry';
 import { generateRequestSchema, generateResponseSchema } from './api/generate';
-import { createSessionRequestSchema, createSessionResponseSchema, sessionStateSchema } from './api/sessions';
+import { createSessionRequestSchema, createSessionResponseSchema, sessionCallsSchema, sessionStateSchema } from './api/sessions';
 
 /**
  * JSON Schema (draft 2020-12) of every event, generated from the same zod source, for
@@ -70,5 +70,6 @@ export function apiJsonSchemas(): Record<string, Record<string, unknown>> {
     'create-session-request': toJsonSchema(createSessionRequestSchema),
     'create-session-response': toJsonSchema(createSessionResponseSchema),
     'session-state': toJsonSchema(sessionStateSchema),
+    'session-calls': toJsonSchema(sessionCallsSchema),
   };
 }

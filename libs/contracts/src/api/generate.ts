@@ -1,6 +1,17 @@
 import { z } from 'zod';
 
 /**
+ * What a weight update does to a running generation (a session's or a request's choice):
+ *  - 'finish': it completes on the weights it started with (the swap waits for it, up to the
+ *    proxy's drain timeout), so each call's tokens carry one version;
+ *  - 'abort-and-resume': it is interrupted at a token boundary and resumed under the new weights
+ *    (prompt + its tokens so far), so a call's tokens carry the versions that produced them.
+ * A rollout continues across the update either way: its later calls run on the new weights.
+ */
+export const WEIGHT_SWAP_CHOICES = ['finish', 'abort-and-resume'] as const;
+export type WeightSwapChoice = (typeof WEIGHT_SWAP_CHOICES)[number];
+
+/**
  * The inference-proxy's token-level internal API: ids in, ids + logprobs + versions out.
  * POST /internal/v1/generate takes the request below as JSON; the answer is one JSON
  * response, or, with `stream: true`, NDJSON lines (`generateStreamLineSchema`): token
@@ -22,6 +33,8 @@ export const generateRequestSchema = z.object({
   stream: z.boolean().default(false),
   /** Alternatives per sampled token: the k most likely ids with their logprobs (0 = none; backends that cannot refuse k > 0 with 400). */
   topLogprobs: z.number().int().min(0).max(20).default(0),
+  /** What a weight update does to this generation while it runs (absent: the proxy's WEIGHT_SWAP_POLICY); see WEIGHT_SWAP_CHOICES. */
+  weightSwap: z.enum(WEIGHT_SWAP_CHOICES).optional(),
 });
 export type GenerateRequest = z.infer<typeof generateRequestSchema>;
 /** What a caller may send: fields with defaults are optional. */

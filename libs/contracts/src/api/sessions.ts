@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { WEIGHT_SWAP_CHOICES } from './generate';
 
 /**
  * Gateway admin API, called by the rollout manager with its own credential. A session is
@@ -12,6 +13,8 @@ export const createSessionRequestSchema = z.object({
   maxContextTokens: z.number().int().positive().optional(),
   /** Wall-clock deadline after which the session is closed (ms since epoch). */
   expiresAt: z.number().int().positive().optional(),
+  /** What a weight update does to this session's running generations (absent: the inference-proxy's WEIGHT_SWAP_POLICY); see WEIGHT_SWAP_CHOICES. */
+  weightSwap: z.enum(WEIGHT_SWAP_CHOICES).optional(),
 });
 export type CreateSessionRequest = z.infer<typeof createSessionRequestSchema>;
 
@@ -49,3 +52,23 @@ export const sessionStateSchema = z.object({
   closeReason: z.string().nullable(),
 });
 export type SessionState = z.infer<typeof sessionStateSchema>;
+
+/**
+ * GET /admin/v1/sessions/:id/calls answers this: the calls the session recorded, in turn order
+ * (each choice of an n > 1 request is a call), with the reply each one returned. A black-box
+ * agent's verifier scores these (process rewards, one per call) rather than the transcript the
+ * agent claims.
+ */
+export const sessionCallsSchema = z.object({
+  sessionId: z.string(),
+  calls: z.array(
+    z.object({
+      callId: z.string(),
+      turnIndex: z.number().int().nonnegative(),
+      branchId: z.string(),
+      /** The assistant message as the agent received it (role, content, tool_calls, ...). */
+      message: z.looseObject({ role: z.literal('assistant'), content: z.string().nullable() }),
+    }),
+  ),
+});
+export type SessionCalls = z.infer<typeof sessionCallsSchema>;
