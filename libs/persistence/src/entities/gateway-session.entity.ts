@@ -63,4 +63,8 @@ export class GatewaySession {
 
   @Column({ name: 'close_reason', type: 'varchar', length: 32, nullable: true })
   closeReason!: string | null;
+
+  /** What a weight update does to the session's running generations ('finish' | 'abort-and-resume'); null: the inference-proxy's policy. */
+  @Column({ name: 'weight_swap', type: 'varchar', length: 16, nullable: true })
+  weightSwap!: 'finish' | 'abort-and-resume' | null;
 }

@@ -9,6 +9,7 @@ import { RolloutManagerState1796600000000 } from './1796600000000-rollout-manage
 import { RolloutManagerAgentPid1796600000100 } from './1796600000100-rollout-manager-agent-pid';
 import { RolloutManagerQueueSequence1796600000200 } from './1796600000200-rollout-manager-queue-sequence';
 import { DataPoolSettledAt1796700000000 } from './1796700000000-data-pool-settled-at';
+import { GatewaySessionWeightSwap1796800000000 } from './1796800000000-gateway-session-weight-swap';
 
 /** Every migration, in order, registered explicitly (no globs: works from src and dist alike). */
 export const MIGRATIONS = [
@@ -23,4 +24,5 @@ export const MIGRATIONS = [
   RolloutManagerAgentPid1796600000100,
   RolloutManagerQueueSequence1796600000200,
   DataPoolSettledAt1796700000000,
+  GatewaySessionWeightSwap1796800000000,
 ];
