@@ -284,6 +284,8 @@ export class CallService {
         seed: call.sampling.seed === null ? null : call.sampling.seed + index,
         stopIds: call.model.format.stopTokenIds,
         ...(call.topLogprobs > 0 ? { topLogprobs: call.topLogprobs } : {}),
+        // The session's choice (its task set's): finish on the old weights or abort and resume under the new ones.
+        ...(call.session.weightSwap ? { weightSwap: call.session.weightSwap } : {}),
       };
       try {
         return await runGeneration({ client: this.d.client, request, tokenizer: call.model.format.tokenizer, stop: call.stop, signal, onText: opts.onText && ((t) => opts.onText?.(index, t)) });

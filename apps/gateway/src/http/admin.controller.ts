@@ -1,6 +1,6 @@
 import { Body, Controller, Get, HttpCode, Inject, Param, Post, Req } from '@nestjs/common';
 import type { FastifyRequest } from 'fastify';
-import { createSessionRequestSchema, type CreateSessionResponse, type SessionState } from '@anvil/contracts';
+import { createSessionRequestSchema, type CreateSessionResponse, type SessionCalls, type SessionState } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
 import { LOGGER } from '@anvil/service-kit';
 import { assertAdmin } from '../auth/admin-auth';
@@ -17,6 +17,7 @@ import { describeSchemaError } from '../openai/chat-request';
  *  POST /admin/v1/sessions            CreateSessionRequest -> {sessionId, apiKey, baseUrl} (201)
  *  POST /admin/v1/sessions/:id/close  -> SessionState (idempotent)
  *  GET  /admin/v1/sessions/:id        -> SessionState (status, call and branch counts, ...)
+ *  GET  /admin/v1/sessions/:id/calls  -> SessionCalls (the recorded calls in turn order, each with its reply)
  * The API key is shown once, here; only its sha256 is stored.
  */
 @Controller('admin/v1/sessions')
@@ -48,6 +49,7 @@ export class AdminController {
       model: r.model,
       maxContextTokens: r.maxContextTokens ? Math.min(r.maxContextTokens, model.maxContextTokens) : null,
       expiresAt: r.expiresAt ? new Date(r.expiresAt) : null,
+      weightSwap: r.weightSwap ?? null,
     });
     this.logger.info('session opened', { sessionId: key.sessionId, rolloutId: r.rolloutId });
     const base = (this.config.GATEWAY_PUBLIC_URL ?? `${req.protocol}://${req.headers.host ?? `${this.config.HOST}:${this.config.PORT}`}`).replace(/\/+$/, '');
@@ -61,6 +63,14 @@ export class AdminController {
     const session = await this.sessions.close(id, 'closed');
     if (!session) throw GatewayError.sessionNotFound();
     return sessionState(session);
+  }
+
+  @Get(':id/calls')
+  async calls(@Req() req: FastifyRequest, @Param('id') id: string): Promise<SessionCalls> {
+    assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
+    const session = await this.sessions.find(id);
+    if (!session) throw GatewayError.sessionNotFound();
+    return { sessionId: id, calls: await this.sessions.calls(id) };
   }
 
   @Get(':id')

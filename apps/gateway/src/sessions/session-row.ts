@@ -17,10 +17,11 @@ export interface SessionRow {
   created_at: Date;
   closed_at: Date | null;
   close_reason: string | null;
+  weight_swap: string | null;
 }
 
 export const SESSION_COLUMNS = `"id", "key_hash", "rollout_id", "group_id", "task_id", "model", "max_context_tokens", "status", "expires_at",
-  "policy_version_at_start", "call_count", "branch_count", "created_at", "closed_at", "close_reason"`;
+  "policy_version_at_start", "call_count", "branch_count", "created_at", "closed_at", "close_reason", "weight_swap"`;
 
 export const SESSION_SQL = `SELECT ${SESSION_COLUMNS} FROM "gateway_sessions" WHERE "id" = $1`;
 
@@ -41,5 +42,6 @@ export function toSession(r: SessionRow): GatewaySession {
     createdAt: r.created_at,
     closedAt: r.closed_at,
     closeReason: r.close_reason,
+    weightSwap: r.weight_swap === 'finish' || r.weight_swap === 'abort-and-resume' ? r.weight_swap : null,
   });
 }

@@ -1,5 +1,5 @@
 import type { DataSource, EntityManager } from 'typeorm';
-import type { SessionState } from '@anvil/contracts';
+import type { SessionCalls, SessionState } from '@anvil/contracts';
 import { GatewaySession } from '@anvil/persistence';
 import type { SqlClient } from '../db/sql-client';
 import { SESSION_SQL, toSession, type SessionRow } from './session-row';
@@ -13,6 +13,7 @@ export interface NewSession {
   model: string;
   maxContextTokens: number | null;
   expiresAt: Date | null;
+  weightSwap: 'finish' | 'abort-and-resume' | null;
 }
 
 /**
@@ -39,6 +40,16 @@ export class SessionStore {
   async find(id: string): Promise<GatewaySession | null> {
     const [r] = await this.sql.query<SessionRow>('gw_session_by_id', SESSION_SQL, [id]);
     return r ? toSession(r) : null;
+  }
+
+  /** The calls a session recorded, in turn order, with the reply each returned (GET /admin/v1/sessions/:id/calls). */
+  async calls(id: string): Promise<SessionCalls['calls']> {
+    const rows = await this.sql.query<{ id: string; turn_index: number; branch_id: string; assistant_message_json: string }>(
+      'gw_session_calls',
+      `SELECT "id", "turn_index", "branch_id", "assistant_message_json" FROM "gateway_calls" WHERE "session_id" = $1 ORDER BY "turn_index", "id"`,
+      [id],
+    );
+    return rows.map((r) => ({ callId: r.id, turnIndex: Number(r.turn_index), branchId: r.branch_id, message: JSON.parse(r.assistant_message_json) as SessionCalls['calls'][number]['message'] }));
   }
 
   /** Closes an open session (idempotent: a closed one keeps its first close time and reason). */

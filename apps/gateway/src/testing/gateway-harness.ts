@@ -48,7 +48,7 @@ export interface GatewayHarness {
   /** llm_call.recorded events published so far (read back from the bus). */
   records: RecordedCall[];
   createSession(
-    body?: Partial<{ rolloutId: string; groupId: string; taskId: string; model: string; expiresAt: number; maxContextTokens: number }>,
+    body?: Partial<{ rolloutId: string; groupId: string; taskId: string; model: string; expiresAt: number; maxContextTokens: number; weightSwap: 'finish' | 'abort-and-resume' }>,
   ): Promise<{ sessionId: string; apiKey: string; baseUrl: string }>;
   admin(path: string, init?: RequestInit): Promise<Response>;
   requestsFor(sessionId: string): GenerateRequest[];
