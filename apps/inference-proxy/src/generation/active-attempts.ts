@@ -1,14 +1,18 @@
+import type { WeightSwapChoice } from '@anvil/contracts';
+
 /** One generation attempt running on a replica right now. */
 export interface ActiveAttempt {
   readonly replicaId: string;
+  /** Its request's choice of what a weight swap does to it (absent: the deployment's policy). */
+  readonly weightSwap?: WeightSwapChoice;
   /** Stops the attempt at the next token boundary so it can resume under new weights. */
   interruptForSwap(): void;
 }
 
 /**
- * The attempts running on replicas. A weight swap waits for this to empty (drain) or
- * interrupts them all first (abort-and-resume): either way no token sampled from the old
- * weights arrives after the new ones start loading.
+ * The attempts running on replicas. A weight swap interrupts those that abort and resume, then
+ * waits for this to empty (the others finish on the old weights): either way no token sampled
+ * from the old weights arrives after the new ones start loading.
  */
 export class ActiveAttempts {
   private readonly attempts = new Set<ActiveAttempt>();
@@ -30,8 +34,18 @@ export class ActiveAttempts {
   }
 
   interruptAll(): number {
-    for (const a of this.attempts) a.interruptForSwap();
-    return this.attempts.size;
+    return this.interrupt(() => true);
+  }
+
+  /** Interrupts the attempts `which` picks; returns how many. */
+  interrupt(which: (a: ActiveAttempt) => boolean): number {
+    let n = 0;
+    for (const a of this.attempts) {
+      if (!which(a)) continue;
+      a.interruptForSwap();
+      n++;
+    }
+    return n;
   }
 
   /** Resolves when no attempt runs; false if timeoutMs passed first. */

@@ -127,6 +127,7 @@ export class GenerationService {
         let interrupted = false;
         const attempt: ActiveAttempt = {
           replicaId: replica.id,
+          weightSwap: req.weightSwap,
           interruptForSwap: () => {
             interrupted = true;
             attemptAbort.abort();

@@ -36,10 +36,14 @@ const valid: [string, unknown][] = [
   ['each default missing', without('temperature')],
   ['no stopIds', without('stopIds')],
   ['no seed', without('seed')],
+  ['weightSwap finish', withField('weightSwap', 'finish')],
+  ['weightSwap abort-and-resume', withField('weightSwap', 'abort-and-resume')],
 ];
 
 /** Bodies the schema refuses. */
 const invalid: [string, unknown][] = [
+  ['unknown weightSwap', withField('weightSwap', 'drain')],
+  ['weightSwap null', withField('weightSwap', null)],
   ['undefined', undefined],
   ['null', null],
   ['array', [base]],

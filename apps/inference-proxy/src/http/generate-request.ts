@@ -1,4 +1,4 @@
-import { generateRequestSchema, type GenerateRequest } from '@anvil/contracts';
+import { generateRequestSchema, WEIGHT_SWAP_CHOICES, type GenerateRequest } from '@anvil/contracts';
 import type { ZodError } from 'zod';
 
 /**
@@ -23,7 +23,7 @@ export function checkGenerateRequest(body: unknown): GenerateRequest | undefined
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined;
   const b = body as Record<string, unknown>;
   const { requestId, sessionId, promptIds, maxTokens } = b;
-  const { temperature = 1, topP = 1, topK = 0, seed = null, stopIds, stream = false, topLogprobs = 0 } = b;
+  const { temperature = 1, topP = 1, topK = 0, seed = null, stopIds, stream = false, topLogprobs = 0, weightSwap } = b;
   if (!isId(requestId) || !isId(sessionId)) return undefined;
   if (!isTokenIds(promptIds) || promptIds.length === 0) return undefined;
   if (!isSafeInt(maxTokens) || maxTokens <= 0) return undefined;
@@ -34,9 +34,12 @@ export function checkGenerateRequest(body: unknown): GenerateRequest | undefined
   if (stopIds !== undefined && !isTokenIds(stopIds)) return undefined;
   if (typeof stream !== 'boolean') return undefined;
   if (!isSafeInt(topLogprobs) || topLogprobs < 0 || topLogprobs > 20) return undefined;
+  if (weightSwap !== undefined && !(WEIGHT_SWAP_CHOICES as readonly unknown[]).includes(weightSwap)) return undefined;
   // The arrays are the body's own (zod would copy them): the body is parsed per request and
   // nothing else holds it. Keys in the schema's order, unknown ones dropped, like zod's output.
-  return { requestId, sessionId, promptIds, maxTokens, temperature, topP, topK, seed, stopIds: stopIds ?? [], stream, topLogprobs };
+  const parsed: GenerateRequest = { requestId, sessionId, promptIds, maxTokens, temperature, topP, topK, seed, stopIds: stopIds ?? [], stream, topLogprobs };
+  if (weightSwap !== undefined) parsed.weightSwap = weightSwap as GenerateRequest['weightSwap'];
+  return parsed;
 }
 
 /** z.string().min(1).max(128) */

@@ -1,3 +1,4 @@
+import type { WeightSwapChoice } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
 import type { ActiveAttempts } from '../generation/active-attempts';
 import type { InferenceMetrics } from '../metrics';
@@ -18,9 +19,11 @@ export type SwapOutcome = { status: 'activated'; loaded: string[]; failed: strin
 /**
  * Moves every replica to a new policy version:
  *  1. close the admission gate: new attempts WAIT (requests do not fail);
- *  2. drain-then-swap: wait until running attempts finish (past drainTimeoutMs, interrupt them);
- *     abort-and-resume: interrupt running attempts at a token boundary (they resume later from
- *     prompt + partial output; their tokens so far keep the old version and logprobs);
+ *  2. interrupt the running attempts that abort and resume at a token boundary (they resume
+ *     later from prompt + partial output; their tokens so far keep the old version and
+ *     logprobs) and wait until the others finish (past drainTimeoutMs, interrupt them too).
+ *     Which do is each request's `weightSwap` (its session's choice, per task set), else the
+ *     policy: abort-and-resume interrupts them all, drain-then-swap none;
  *  3. load the checkpoint on every routable replica in parallel;
  *  4. stamp the new version and open the gate.
  * A replica that fails the load (or is down) is marked stale and stays out of rotation until
@@ -64,17 +67,15 @@ export class WeightSwapper {
     this.swapping = true;
     this.gate.close(`loading policy version ${target.version}`);
     try {
-      if (this.options.policy === 'abort-and-resume') {
-        const n = this.active.interruptAll();
-        this.logger.info('weight swap: interrupted running generations', { version: target.version, interrupted: n });
+      // Each running generation's own choice (its session's, through the gateway), else the deployment's policy.
+      const fallback: WeightSwapChoice = this.options.policy === 'abort-and-resume' ? 'abort-and-resume' : 'finish';
+      const n = this.active.interrupt((a) => (a.weightSwap ?? fallback) === 'abort-and-resume');
+      if (n > 0) this.logger.info('weight swap: interrupted running generations', { version: target.version, interrupted: n });
+      const drained = await this.active.whenIdle(this.options.drainTimeoutMs > 0 ? this.options.drainTimeoutMs : undefined);
+      if (!drained) {
+        const rest = this.active.interruptAll();
+        this.logger.warn('weight swap: drain timed out; interrupting the rest', { version: target.version, interrupted: rest });
         await this.active.whenIdle();
-      } else {
-        const drained = await this.active.whenIdle(this.options.drainTimeoutMs > 0 ? this.options.drainTimeoutMs : undefined);
-        if (!drained) {
-          const n = this.active.interruptAll();
-          this.logger.warn('weight swap: drain timed out; interrupting the rest', { version: target.version, interrupted: n });
-          await this.active.whenIdle();
-        }
       }
       const targets = this.replicas().filter((r) => r.healthy);
       const results = await Promise.allSettled(targets.map((r) => r.backend.loadWeights(target)));
