@@ -24,6 +24,7 @@ import { RolloutRuntime } from '../../apps/rollout-manager/src/runtime';
 import { PostgresBatchSource } from '../../apps/trainer/src/batches/batch-source';
 import { CheckpointStore } from '../../apps/trainer/src/checkpoints/checkpoint-store';
 import { TrainerRuntime, type TrainerStepEvent } from '../../apps/trainer/src/runtime';
+import { knobEnvs } from '../stack/service-env';
 import type { RunConfig } from './run-config';
 
 export interface EmbeddedLoop {
@@ -150,18 +151,9 @@ export async function startEmbeddedLoop(
   }
 }
 
-/** The Data Pool's knobs for this run (its env schema validates them). */
+/** The Data Pool's knobs for this run, as the distributed stack sets them (its env schema validates them). */
 function dataPoolEnv(cfg: RunConfig, runId: string): Record<string, string> {
-  const out: Record<string, string> = {
-    DATA_POOL_RUN_ID: runId,
-    DATA_POOL_ESTIMATOR: cfg.algorithm.advantage,
-    DATA_POOL_PROCESS_REWARD_WEIGHT: String(cfg.algorithm.processRewardWeight),
-    DATA_POOL_IN_FLIGHT: String(cfg.rollouts.concurrency),
-    DATA_POOL_BATCH_TRAJECTORIES: String(cfg.scheduler.groupsPerBatch * cfg.rollouts.groupSize),
-    DATA_POOL_DROP_ZERO_VARIANCE: String(cfg.scheduler.dropZeroVariance),
-  };
-  if (cfg.scheduler.window !== undefined) out.DATA_POOL_WINDOW = String(cfg.scheduler.window);
-  return out;
+  return { DATA_POOL_RUN_ID: runId, ...knobEnvs(cfg).middleware };
 }
 
 async function waitReady(s: HostedService): Promise<void> {

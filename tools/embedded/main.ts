@@ -18,7 +18,8 @@ import { engineInfo, setThreads } from '@anvil/engine';
 import { startEmbeddedLoop } from './host';
 import { Progress } from './progress';
 import { chainAddConfigOf, loadRunConfigOrExit } from './run-config';
-import { writeRunReport, type EvalRow, type StepRow } from './rl-report';
+import { writeRunReport } from './rl-report';
+import { RunRecorder } from './run-recorder';
 import { warmStart } from './warm-start';
 
 const TASK_SET = 'chain-add';
@@ -44,20 +45,14 @@ async function main(): Promise<void> {
 
   // 2. The loop, in this process.
   const runId = `main-${new Date().toISOString().replace(/[:.]/g, '-')}-${randomUUID().slice(0, 6)}`;
-  const steps: StepRow[] = [];
-  const evals: EvalRow[] = [];
-  const staleness: number[] = [];
-  const mismatchSplits = new Map<string, { abs: number; kl: number; tokens: number }>();
-  const rolloutTimeline: Array<[number, number]> = [];
-  let rewardWindow: number[] = [];
-  let completedTrain = 0;
+  const rec = new RunRecorder();
   let lastStepAt = performance.now();
   let rlStoppedBy: 'steps' | 'seconds' | 'stall' = 'steps';
   let fatal: Error | null = null;
   let loopRef: { rollouts: { snapshot(): { running: number; queuedGroups: number } } } | null = null;
   const progress = new Progress(cfg.budget.steps, () => {
     const s = loopRef?.rollouts.snapshot();
-    return s ? `${s.running} rollouts running, ${completedTrain} finished, ${s.queuedGroups} groups queued` : '';
+    return s ? `${s.running} rollouts running, ${rec.completedTrain} finished, ${s.queuedGroups} groups queued` : '';
   });
   const loop = await startEmbeddedLoop(cfg, {
     checkpointDir: ws.dir,
@@ -66,58 +61,13 @@ async function main(): Promise<void> {
     splitOf: () => 'context=append_only agent=white-box',
     onStep: (e) => {
       lastStepAt = performance.now();
-      const r = e.reports[e.reports.length - 1];
-      const rewards = rewardWindow;
-      rewardWindow = [];
-      const reward = rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : null;
-      steps.push({
-        step: steps.length + 1,
-        version: e.version,
-        wallS: wall(),
-        reward,
-        loss: r.loss,
-        gradNorm: r.gradNorm,
-        ratioMean: r.stats?.ratioMean ?? NaN,
-        clipHighFrac: r.stats?.clipHighFrac ?? NaN,
-        entropy: r.stats?.entropyMean ?? null,
-        mismatchAbs: r.mismatch.meanAbsDeltaLogp,
-        mismatchKl: r.mismatch.klK3,
-        mismatchTokens: r.mismatch.tokens,
-        sharing: r.sharing,
-        uniqueTokens: e.reports.reduce((a, x) => a + x.uniqueTokens, 0),
-        totalTokens: e.reports.reduce((a, x) => a + x.totalTokens, 0),
-        trainSeconds: e.busyMs / 1000,
-        idleSeconds: e.idleMs / 1000,
-        stalenessMean: e.staleness.mean,
-        stalenessMax: e.staleness.max,
-        skipped: r.skipped,
-      });
-      for (const x of e.reports) {
-        for (const sp of x.mismatchBySplit) {
-          const m = mismatchSplits.get(sp.key) ?? { abs: 0, kl: 0, tokens: 0 };
-          m.abs += sp.meanAbsDeltaLogp * sp.tokens;
-          m.kl += sp.klK3 * sp.tokens;
-          m.tokens += sp.tokens;
-          mismatchSplits.set(sp.key, m);
-        }
-      }
-      for (const [lag, n] of e.stalenessHistogram.entries()) staleness[lag] = (staleness[lag] ?? 0) + n;
-      progress.step({
-        step: steps.length,
-        version: e.version,
-        reward,
-        staleness: e.staleness.mean,
-        tokensPerSec: steps[steps.length - 1].uniqueTokens / Math.max(1e-9, e.busyMs / 1000),
-        wallS: wall(),
-      });
+      const row = rec.step(e, wall());
+      progress.step({ step: row.step, version: e.version, reward: row.reward, staleness: e.staleness.mean, tokensPerSec: row.uniqueTokens / Math.max(1e-9, e.busyMs / 1000), wallS: wall() });
     },
   });
   loopRef = loop;
   loop.rollouts.onRolloutCompleted((o) => {
-    if (o.purpose !== 'train') return;
-    completedTrain++;
-    rolloutTimeline.push([wall(), completedTrain]);
-    if (o.outcomeReward !== null) rewardWindow.push(o.outcomeReward);
+    if (o.purpose === 'train') rec.trainRolloutCompleted(o.outcomeReward, wall());
   });
 
   const evalCount = cfg.task.evalTasks;
@@ -138,7 +88,7 @@ async function main(): Promise<void> {
     const version = loop.trainer.currentVersion;
     const t0 = performance.now();
     const r = await loop.rollouts.runEvaluation({ taskSetId: TASK_SET, version, samplesPerTask: cfg.eval.samplesPerTask, temperature: cfg.eval.temperature, evalId: `${runId}-${label}` });
-    evals.push({ version, step: steps.length, wallS: wall(), success: r.successRate, meanReward: r.meanReward, tasks: r.results.length, versionDrift: r.versionDrift });
+    rec.evaluated(r, wall());
     progress.evaluated(version, r.successRate, (performance.now() - t0) / 1000);
     loop.trainer.resume();
     return r;
@@ -179,7 +129,7 @@ async function main(): Promise<void> {
         progress.stop();
         const s = loop.rollouts.snapshot();
         console.log(
-          `\nno train batch for ${cfg.budget.stallSeconds} s (${completedTrain} train rollouts finished, ${s.running} running): the groups keep getting equal rewards and are dropped (zero variance). Ending RL at step ${steps.length} of ${cfg.budget.steps}.`,
+          `\nno train batch for ${cfg.budget.stallSeconds} s (${rec.completedTrain} train rollouts finished, ${s.running} running): the groups keep getting equal rewards and are dropped (zero variance). Ending RL at step ${rec.steps.length} of ${cfg.budget.steps}.`,
         );
         break;
       }
@@ -190,51 +140,30 @@ async function main(): Promise<void> {
     // The final evaluation runs before the rollout-manager stops: it waits for the last published
     // version to be activated (an event the stopped manager would never hear) and needs the
     // manager's admission loop to run its rollouts; it gates new train admissions meanwhile.
-    const final = loop.trainer.currentVersion === evals[evals.length - 1].version ? null : await evaluate('final');
+    const final = loop.trainer.currentVersion === rec.evals[rec.evals.length - 1].version ? null : await evaluate('final');
     await loop.rollouts.stop(0);
-    const last = evals[evals.length - 1];
-    const trained = steps.filter((s) => !s.skipped);
-    const splits = [...mismatchSplits.entries()].map(([key, m]) => ({ key, meanAbsDeltaLogp: m.abs / Math.max(1, m.tokens), klK3: m.kl / Math.max(1, m.tokens), tokens: m.tokens }));
-    const mismatchTokens = splits.reduce((a, s) => a + s.tokens, 0);
-    summaryOut = {
-      heldOutSuccess: { warmStart: warm.successRate, final: last.success },
-      heldOutGainPoints: Number(((last.success - warm.successRate) * 100).toFixed(1)),
+    const last = rec.evals[rec.evals.length - 1];
+    summaryOut = rec.summary({
       seed: cfg.seed,
-      wallClockSeconds: Number(wall().toFixed(1)),
-      warmStart: { cached: ws.cached, seconds: Number(ws.seconds.toFixed(1)), seed: cfg.warmStart.seed, sftSteps: ws.steps, demonstrations: ws.demonstrations },
-      rlSteps: trained.length,
-      rlStoppedBy,
+      wallClockSeconds: wall(),
       finalVersion: loop.trainer.currentVersion,
-      trainRollouts: completedTrain,
-      evaluations: evals.length,
-      meanSharing: trained.reduce((a, s) => a + s.sharing, 0) / Math.max(1, trained.length),
-      trainerIdleFraction:
-        trained.reduce((a, s) => a + s.idleSeconds, 0) /
-        Math.max(
-          1e-9,
-          trained.reduce((a, s) => a + s.idleSeconds + s.trainSeconds, 0),
-        ),
-      meanStalenessVersions: trained.reduce((a, s) => a + s.stalenessMean, 0) / Math.max(1, trained.length),
-      mismatch: {
-        meanAbsDeltaLogp: splits.reduce((a, s) => a + s.meanAbsDeltaLogp * s.tokens, 0) / Math.max(1, mismatchTokens),
-        klK3: splits.reduce((a, s) => a + s.klK3 * s.tokens, 0) / Math.max(1, mismatchTokens),
-        tokens: mismatchTokens,
-      },
-      skippedSteps: steps.length - trained.length,
-      evalVersionDrift: evals.reduce((a, e) => a + e.versionDrift, 0),
+      rlStoppedBy,
+      warmStart: { cached: ws.cached, seconds: Number(ws.seconds.toFixed(1)), seed: cfg.warmStart.seed, sftSteps: ws.steps, demonstrations: ws.demonstrations },
       finalEvalPinnedTo: final ? final.policyVersion : last.version,
-    };
+    });
     const report = writeRunReport(join(cfg.dataDir, 'reports', runId), {
       title: `Anvil embedded run ${runId}`,
       summary: summaryOut,
-      steps,
-      evals,
-      rolloutTimeline,
-      stalenessHistogram: Array.from(staleness, (v) => v ?? 0),
-      mismatchBySplit: splits,
+      steps: rec.steps,
+      evals: rec.evals,
+      rolloutTimeline: rec.rolloutTimeline,
+      stalenessHistogram: Array.from(rec.staleness, (v) => v ?? 0),
+      mismatchBySplit: rec.mismatchBySplit(),
       config: cfg,
     });
-    console.log(`\nheld-out success: warm start ${(warm.successRate * 100).toFixed(1)}% -> ${(last.success * 100).toFixed(1)}% after ${trained.length} RL steps (version ${last.version})`);
+    console.log(
+      `\nheld-out success: warm start ${(warm.successRate * 100).toFixed(1)}% -> ${(last.success * 100).toFixed(1)}% after ${summaryOut.rlSteps as number} RL steps (version ${last.version})`,
+    );
     console.log(`report: ${report}`);
     console.log(`checkpoints: ${join(loop.runDir, 'checkpoints')}`);
   } finally {

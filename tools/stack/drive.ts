@@ -14,7 +14,7 @@ import { Progress } from '../embedded/progress';
 import { writeRunReport } from '../embedded/rl-report';
 import { chainAddConfigOf, type RunConfig } from '../embedded/run-config';
 import type { RolloutManagerClient, RolloutState, TrainerClient } from './clients';
-import { RunRecorder } from './run-recorder';
+import { RunRecorder } from '../embedded/run-recorder';
 import { sleep } from './service-process';
 
 const TASK_SET = 'chain-add';

@@ -6,7 +6,7 @@
  */
 import type { EvaluationCompletedV1 } from '@anvil/contracts';
 import type { TrainerStepEvent } from '../../apps/trainer/src/runtime';
-import type { EvalRow, StepRow } from '../embedded/rl-report';
+import type { EvalRow, StepRow } from './rl-report';
 
 /** JSON has no NaN: the trainer's NaN (a skipped step's loss, a ratio with no tokens) arrives as null. */
 const num = (v: number | null | undefined): number => (typeof v === 'number' ? v : NaN);
