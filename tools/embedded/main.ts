@@ -21,6 +21,7 @@ import { chainAddConfigOf, loadRunConfigOrExit } from './run-config';
 import { writeRunReport } from './rl-report';
 import { RunRecorder } from './run-recorder';
 import { warmStart } from './warm-start';
+import { taskSetSpecSchema } from '../../apps/rollout-manager/src/tasks/task-set';
 
 const TASK_SET = 'chain-add';
 
@@ -45,6 +46,16 @@ async function main(): Promise<void> {
 
   // 2. The loop, in this process.
   const runId = `main-${new Date().toISOString().replace(/[:.]/g, '-')}-${randomUUID().slice(0, 6)}`;
+  const taskSet = {
+    id: TASK_SET,
+    name: 'chain-add (built in)',
+    env: 'chain-add',
+    envConfig: taskConfig,
+    groupSize: cfg.rollouts.groupSize,
+    sampling: { temperature: cfg.rollouts.temperature, maxTokens: cfg.rollouts.maxTokensPerCall },
+  };
+  const spec = taskSetSpecSchema.parse(taskSet);
+  const mismatchSplit = `context=${spec.context.kind} agent=${spec.agent.kind}`;
   const rec = new RunRecorder();
   let lastStepAt = performance.now();
   let rlStoppedBy: 'steps' | 'seconds' | 'stall' = 'steps';
@@ -58,7 +69,8 @@ async function main(): Promise<void> {
     checkpointDir: ws.dir,
     runId,
     onFatal: (e) => (fatal = e),
-    splitOf: () => 'context=append_only agent=white-box',
+    // Every rollout of this run comes from the one task set: its context manager and agent kind name the mismatch split.
+    splitOf: () => mismatchSplit,
     onStep: (e) => {
       lastStepAt = performance.now();
       const row = rec.step(e, wall());
@@ -71,17 +83,7 @@ async function main(): Promise<void> {
   });
 
   const evalCount = cfg.task.evalTasks;
-  await loop.rollouts.loadBuiltin({
-    id: TASK_SET,
-    name: 'chain-add (built in)',
-    env: 'chain-add',
-    envConfig: taskConfig,
-    groupSize: cfg.rollouts.groupSize,
-    sampling: { temperature: cfg.rollouts.temperature, maxTokens: cfg.rollouts.maxTokensPerCall },
-    seed: cfg.seed,
-    trainCount: 400,
-    evalCount,
-  });
+  await loop.rollouts.loadBuiltin({ ...taskSet, seed: cfg.seed, trainCount: 400, evalCount });
 
   const evaluate = async (label: string) => {
     await loop.trainer.pause();
