@@ -1,21 +1,8 @@
 import { In, IsNull, type DataSource, type EntityManager } from 'typeorm';
 import { llmCallV1ToV2, type AnyEventEnvelope, type EventEnvelope, type LlmCallRecordedV1, type TrainBatchV1 } from '@anvil/contracts';
-import {
-  Checkpoint,
-  LlmCall,
-  PolicyActivation,
-  PolicyVersion,
-  Reward,
-  Rollout,
-  RolloutGroup,
-  Task,
-  TaskSet,
-  TrainBatch,
-  Trajectory,
-  inTransaction,
-  insertIgnoringDuplicates,
-} from '@anvil/persistence';
+import { Checkpoint, PolicyActivation, PolicyVersion, Reward, Rollout, RolloutGroup, Task, TaskSet, TrainBatch, Trajectory, inTransaction, insertIgnoringDuplicates } from '@anvil/persistence';
 import { UnknownRolloutError } from './errors';
+import { insertLlmCalls, type LlmCallRow } from './llm-call-insert';
 
 const at = (ms: number) => new Date(ms);
 
@@ -29,7 +16,7 @@ const MAX_INSERT_BYTES = 8 * 1024 * 1024;
  * A call row stores only what its event carries after the reused prefix (v2; a v1 event is cut
  * to the same delta): `prompt_prefix_tokens` leading ids are the parent's prompt + output ids.
  */
-function llmCallRow(event: LlmCallEnvelope | LlmCallV1Envelope): Partial<LlmCall> {
+function llmCallRow(event: LlmCallEnvelope | LlmCallV1Envelope): LlmCallRow {
   const p = event.version === 1 ? llmCallV1ToV2((event as LlmCallV1Envelope).payload) : (event as LlmCallEnvelope).payload;
   return {
     id: p.callId,
@@ -99,7 +86,7 @@ export class EventStore {
   }
 
   async recordLlmCall(event: EventEnvelope<'llm_call.recorded'>, manager?: EntityManager): Promise<boolean> {
-    return (await insertIgnoringDuplicates(manager ?? this.ds.manager, LlmCall, llmCallRow(event))) > 0;
+    return (await insertLlmCalls(manager ?? this.ds.manager, [llmCallRow(event)])) > 0;
   }
 
   /**
@@ -113,7 +100,7 @@ export class EventStore {
     let run: LlmCallEnvelope[] = [];
     let runBytes = 0;
     const flush = async () => {
-      if (run.length) changed += await insertIgnoringDuplicates(manager, LlmCall, run.map(llmCallRow));
+      if (run.length) changed += await insertLlmCalls(manager, run.map(llmCallRow));
       run = [];
       runBytes = 0;
     };
