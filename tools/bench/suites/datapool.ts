@@ -8,7 +8,15 @@
  * output token. The same sessions as v1 events (whole prompts) are published in the same run
  * for the comparison. Targets: >= 2,000 calls/s; p99 < 100 ms at 1k calls/s; ratio <= 1.2.
  * BENCH_SCALE (default 1) scales the session counts.
+ *
+ * The calls come from BENCH_PRODUCERS (default 4) publishers, as from that many gateways: each bus
+ * has one idempotent producer with one request in flight (acks=all), which on this machine caps near
+ * 1.2-1.5k calls/s of these ~6 KB events whatever the consumer does, so one publisher measured the
+ * publisher (and its queueing showed up as "latency") rather than the Data Pool.
  */
+import { readdirSync, readFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
+import { join } from 'node:path';
 import { encodeEvent, TOPICS, type AnyEventEnvelope } from '@anvil/contracts';
 import { createBus, type MessageBus } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
@@ -24,6 +32,7 @@ process.env.ANVIL_INFRA_QUIET ??= '1';
 const MB = 1024 * 1024;
 const PARTITIONS = Number(process.env.BENCH_PARTITIONS ?? 3);
 const SCALE = Number(process.env.BENCH_SCALE ?? 1);
+const PRODUCERS = Number(process.env.BENCH_PRODUCERS ?? 4);
 
 interface Session {
   rolloutId: string;
@@ -73,6 +82,44 @@ function sessions(count: number, seed: number, tag: string): Session[] {
   });
 }
 
+/** CPU seconds used so far: this process, the PostgreSQL cluster (postmaster and backends, exited ones included) and the Kafka broker. Linux /proc; null where it cannot be read. */
+function cpuSeconds(pgDataDir: string, kafkaPid: number | undefined): { node: number; postgres: number | null; kafka: number | null } {
+  const u = process.cpuUsage();
+  const node = (u.user + u.system) / 1e6;
+  const stat = (pid: number) => {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
+    // utime, stime, cutime, cstime (children it waited for: backends that exited) in clock ticks
+    return { ppid: Number(f[1]), cpu: (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / 100 };
+  };
+  let postgres: number | null = null;
+  let kafka: number | null = null;
+  try {
+    const postmaster = Number(readFileSync(join(pgDataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    postgres = 0;
+    for (const d of readdirSync('/proc')) {
+      const pid = Number(d);
+      if (!pid) continue;
+      try {
+        const st = stat(pid);
+        if (pid === postmaster || st.ppid === postmaster) postgres += st.cpu;
+      } catch {
+        // exited meanwhile
+      }
+    }
+  } catch {
+    postgres = null;
+  }
+  try {
+    kafka = kafkaPid ? stat(kafkaPid).cpu : null;
+  } catch {
+    kafka = null;
+  }
+  return { node, postgres, kafka };
+}
+
+type Cpu = ReturnType<typeof cpuSeconds>;
+
 interface Phase {
   name: string;
   calls: number;
@@ -82,9 +129,21 @@ interface Phase {
   p50ms: number;
   p99ms: number;
   kafkaBytes: number;
+  /** CPU ms per call of this process (publishers and Data Pool), PostgreSQL and the broker over the phase. */
+  cpuMsPerCall: { node: number; postgres: number | null; kafka: number | null };
 }
 
-async function ingestPhase(bus: MessageBus, ds: DataSource, group: string, name: string, ss: Session[], which: 'v1' | 'v2', pace: { perSecond?: number; batch: number }): Promise<Phase> {
+async function ingestPhase(
+  bus: MessageBus,
+  publishers: MessageBus[],
+  ds: DataSource,
+  group: string,
+  name: string,
+  ss: Session[],
+  which: 'v1' | 'v2',
+  pace: { perSecond?: number; batch: number },
+  cpu: () => Cpu,
+): Promise<Phase> {
   const ingestion = new DataPoolIngestion(ds, group);
   const events = ss.flatMap((s) => s[which]);
   const publishedAt = new Map<string, number>();
@@ -116,6 +175,7 @@ async function ingestPhase(bus: MessageBus, ds: DataSource, group: string, name:
       now(items.map((i) => i.event));
     },
   });
+  const c0 = cpu();
   const t0 = performance.now();
   const inflight: Promise<void>[] = [];
   for (let i = 0; i < events.length; i += pace.batch) {
@@ -126,12 +186,14 @@ async function ingestPhase(bus: MessageBus, ds: DataSource, group: string, name:
     }
     const t = performance.now();
     for (const e of batch) publishedAt.set(e.id, t);
-    inflight.push(bus.publish(batch));
+    inflight.push(publishers[(i / pace.batch) % publishers.length].publish(batch));
     if (inflight.length >= 8) await inflight.shift();
   }
   await Promise.all(inflight);
   await Promise.race([done, sleep(300_000).then(() => Promise.reject(new Error(`${name}: only ${persisted}/${events.length} persisted after 300 s`)))]);
   const seconds = (performance.now() - t0) / 1000;
+  const c1 = cpu();
+  const perCall = (a: number | null, b: number | null) => (a === null || b === null ? null : (1000 * (b - a)) / events.length);
   await sub.stop();
   latencies.sort((a, b) => a - b);
   const unique = ss.reduce((a, s) => a + 4 * (s.unique - s.outputs) + 12 * s.outputs, 0);
@@ -144,6 +206,7 @@ async function ingestPhase(bus: MessageBus, ds: DataSource, group: string, name:
     p50ms: percentile(latencies, 50),
     p99ms: percentile(latencies, 99),
     kafkaBytes: events.reduce((a, e) => a + encodeEvent(e).length, 0),
+    cpuMsPerCall: { node: perCall(c0.node, c1.node) ?? 0, postgres: perCall(c0.postgres, c1.postgres), kafka: perCall(c0.kafka, c1.kafka) },
   };
 }
 
@@ -151,18 +214,25 @@ async function main() {
   const { startStack, stopStack } = await import('../../infra/lib.mjs');
   const stack = await startStack({ fresh: true });
   const ds = createDataSource({ url: stack.url, poolSize: 16 });
-  const bus = createBus({ kind: 'kafka', brokers: [stack.brokers], clientId: 'bench-datapool', topicPrefix: `benchdp${Date.now()}.`, partitions: PARTITIONS });
+  const { postgresStatus, kafkaStatus } = await import('../../infra/lib.mjs');
+  const pgDataDir = postgresStatus({ port: Number(process.env.PG_PORT) }).dataDir;
+  const kafkaPid = kafkaStatus({ port: Number(process.env.KAFKA_PORT) }).pid ?? undefined;
+  const cpu = () => cpuSeconds(pgDataDir, kafkaPid);
+  const topicPrefix = `benchdp${Date.now()}.`;
+  const bus = createBus({ kind: 'kafka', brokers: [stack.brokers], clientId: 'bench-datapool', topicPrefix, partitions: PARTITIONS });
+  const publishers = Array.from({ length: PRODUCERS }, (_, k) => createBus({ kind: 'kafka', brokers: [stack.brokers], clientId: `bench-gateway-${k}`, topicPrefix, partitions: PARTITIONS }));
   try {
     await ds.initialize();
     await runMigrations(ds);
-    await ingestPhase(bus, ds, 'bench.warm', 'warm-up', sessions(4, 1, 'warm'), 'v2', { batch: 20 });
+    // warm-up: enough calls that the broker's JIT and the database's caches are warm before anything is timed
+    await ingestPhase(bus, publishers, ds, 'bench.warm', 'warm-up', sessions(16, 1, 'warm'), 'v2', { batch: 50 }, cpu);
     const sustained = sessions(Math.round(40 * SCALE), 2, 'sus');
     const paced = sessions(Math.round(60 * SCALE), 3, 'lat');
     const legacy = sessions(Math.round(12 * SCALE), 4, 'v1');
     const phases: Phase[] = [];
-    phases.push(await ingestPhase(bus, ds, 'bench.dp.sustained', 'sustained (v2 deltas)', sustained, 'v2', { batch: 50 }));
-    phases.push(await ingestPhase(bus, ds, 'bench.dp.latency', 'latency @1k calls/s (v2)', paced, 'v2', { perSecond: 1000, batch: 5 }));
-    phases.push(await ingestPhase(bus, ds, 'bench.dp.v1', 'sustained (v1 whole prompts)', legacy, 'v1', { batch: 10 }));
+    phases.push(await ingestPhase(bus, publishers, ds, 'bench.dp.sustained', 'sustained (v2 deltas)', sustained, 'v2', { batch: 50 }, cpu));
+    phases.push(await ingestPhase(bus, publishers, ds, 'bench.dp.latency', 'latency @1k calls/s (v2)', paced, 'v2', { perSecond: 1000, batch: 5 }, cpu));
+    phases.push(await ingestPhase(bus, publishers, ds, 'bench.dp.v1', 'sustained (v1 whole prompts)', legacy, 'v1', { batch: 10 }, cpu));
 
     // stored bytes per unique token (v2 sessions): token bytea of the call rows
     const ids = [...sustained, ...paced].map((s) => s.rolloutId);
@@ -208,6 +278,7 @@ async function main() {
         'p50 ms': p.p50ms,
         'p99 ms': p.p99ms,
         'Kafka bytes/call': Math.round(p.kafkaBytes / p.calls),
+        'CPU ms/call node+pg+kafka': [p.cpuMsPerCall.node, p.cpuMsPerCall.postgres, p.cpuMsPerCall.kafka].map((x) => (x === null ? '?' : x.toFixed(2))).join(' + '),
       })),
     );
     printTable('Linear in unique tokens, assembly and batches', [
@@ -242,10 +313,15 @@ async function main() {
         v2: { kafkaBytesPerUniqueToken: sus.kafkaBytes / sustained.reduce((a, s) => a + s.unique, 0) },
         trajectoriesPerSec: sustained.length / assembleS,
         batchesPerSec: batchIds.length / assembleS,
+        publishers: PRODUCERS,
+        // CPU per call of the sustained phase: on a machine shared with other work, the CPU-bound capacity is cores / their sum
+        cpuMsPerCall: sus.cpuMsPerCall,
+        loadAverage1m: loadavg()[0],
         targets: { callsPerSecMin: 2000, p99MsMax: 100, ratioMax: 1.2 },
       }),
     );
   } finally {
+    for (const p of publishers) await p.close().catch(() => undefined);
     await bus.close().catch(() => undefined);
     if (ds.isInitialized) await ds.destroy().catch(() => undefined);
     await stopStack();
