@@ -1,7 +1,16 @@
 import { z } from 'zod';
 import { EVENTS, type EventType } from './events/registry';
 import { generateRequestSchema, generateResponseSchema } from './api/generate';
-import { createSessionRequestSchema, createSessionResponseSchema, sessionCallsSchema, sessionStateSchema } from './api/sessions';
+import {
+  closeSessionsRequestSchema,
+  closeSessionsResponseSchema,
+  createSessionRequestSchema,
+  createSessionResponseSchema,
+  createSessionsRequestSchema,
+  createSessionsResponseSchema,
+  sessionCallsSchema,
+  sessionStateSchema,
+} from './api/sessions';
 
 /**
  * JSON Schema (draft 2020-12) of every event, generated from the same zod source, for
@@ -71,5 +80,9 @@ export function apiJsonSchemas(): Record<string, Record<string, unknown>> {
     'create-session-response': toJsonSchema(createSessionResponseSchema),
     'session-state': toJsonSchema(sessionStateSchema),
     'session-calls': toJsonSchema(sessionCallsSchema),
+    'create-sessions-request': toJsonSchema(createSessionsRequestSchema),
+    'create-sessions-response': toJsonSchema(createSessionsResponseSchema),
+    'close-sessions-request': toJsonSchema(closeSessionsRequestSchema),
+    'close-sessions-response': toJsonSchema(closeSessionsResponseSchema),
   };
 }

@@ -1,13 +1,23 @@
 import { Body, Controller, Get, HttpCode, Inject, Param, Post, Req } from '@nestjs/common';
 import type { FastifyRequest } from 'fastify';
-import { createSessionRequestSchema, type CreateSessionResponse, type SessionCalls, type SessionState } from '@anvil/contracts';
+import {
+  closeSessionsRequestSchema,
+  createSessionRequestSchema,
+  createSessionsRequestSchema,
+  type CloseSessionsResponse,
+  type CreateSessionRequest,
+  type CreateSessionResponse,
+  type CreateSessionsResponse,
+  type SessionCalls,
+  type SessionState,
+} from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
 import { LOGGER } from '@anvil/service-kit';
 import { assertAdmin } from '../auth/admin-auth';
 import { issueKey } from '../auth/api-key';
 import type { GatewayConfig } from '../config';
 import type { ModelRegistry } from '../models/model-registry';
-import { sessionState, type SessionStore } from '../sessions/session-store';
+import { sessionState, type NewSession, type SessionStore } from '../sessions/session-store';
 import { GATEWAY_CONFIG, MODEL_REGISTRY, SESSION_STORE } from '../tokens';
 import { GatewayError } from '../errors';
 import { describeSchemaError } from '../openai/chat-request';
@@ -15,6 +25,8 @@ import { describeSchemaError } from '../openai/chat-request';
 /**
  * The admin API the rollout manager uses (credential: GATEWAY_ADMIN_TOKEN as a Bearer token).
  *  POST /admin/v1/sessions            CreateSessionRequest -> {sessionId, apiKey, baseUrl} (201)
+ *  POST /admin/v1/sessions/batch      {sessions: CreateSessionRequest[]} -> {sessions: [...]} (201, in order, all or none)
+ *  POST /admin/v1/sessions/batch/close {sessionIds} -> {sessions: SessionState[]} (idempotent; unknown ids left out)
  *  POST /admin/v1/sessions/:id/close  -> SessionState (idempotent)
  *  GET  /admin/v1/sessions/:id        -> SessionState (status, call and branch counts, ...)
  *  GET  /admin/v1/sessions/:id/calls  -> SessionCalls (the recorded calls in turn order, each with its reply)
@@ -35,12 +47,42 @@ export class AdminController {
     assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
     const parsed = createSessionRequestSchema.safeParse(body);
     if (!parsed.success) throw describeSchemaError(parsed.error);
-    const r = parsed.data;
+    const { session, response } = this.newSession(req, parsed.data);
+    await this.sessions.create(session);
+    this.logger.info('session opened', { sessionId: session.id, rolloutId: session.rolloutId });
+    return response;
+  }
+
+  /** Many sessions at once, in one statement, answered in order (all or none). */
+  @Post('batch')
+  @HttpCode(201)
+  async createMany(@Req() req: FastifyRequest, @Body() body: unknown): Promise<CreateSessionsResponse> {
+    assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
+    const parsed = createSessionsRequestSchema.safeParse(body);
+    if (!parsed.success) throw describeSchemaError(parsed.error);
+    const made = parsed.data.sessions.map((r) => this.newSession(req, r));
+    await this.sessions.createMany(made.map((m) => m.session));
+    this.logger.debug('sessions opened', { count: made.length });
+    return { sessions: made.map((m) => m.response) };
+  }
+
+  /** Closes many (idempotent); answers the state of each session the gateway knows. */
+  @Post('batch/close')
+  @HttpCode(200)
+  async closeMany(@Req() req: FastifyRequest, @Body() body: unknown): Promise<CloseSessionsResponse> {
+    assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
+    const parsed = closeSessionsRequestSchema.safeParse(body);
+    if (!parsed.success) throw describeSchemaError(parsed.error);
+    return { sessions: (await this.sessions.closeMany(parsed.data.sessionIds)).map(sessionState) };
+  }
+
+  /** A checked request's row and its answer (the key, shown once). */
+  private newSession(req: FastifyRequest, r: CreateSessionRequest): { session: NewSession; response: CreateSessionResponse } {
     const model = this.registry.get(r.model);
     if (!model) throw GatewayError.modelNotFound(r.model);
     if (r.expiresAt !== undefined && r.expiresAt <= Date.now()) throw GatewayError.invalid('expiresAt is in the past', 'expiresAt');
     const key = issueKey();
-    await this.sessions.create({
+    const session: NewSession = {
       id: key.sessionId,
       keyHash: key.keyHash,
       rolloutId: r.rolloutId,
@@ -50,10 +92,9 @@ export class AdminController {
       maxContextTokens: r.maxContextTokens ? Math.min(r.maxContextTokens, model.maxContextTokens) : null,
       expiresAt: r.expiresAt ? new Date(r.expiresAt) : null,
       weightSwap: r.weightSwap ?? null,
-    });
-    this.logger.info('session opened', { sessionId: key.sessionId, rolloutId: r.rolloutId });
+    };
     const base = (this.config.GATEWAY_PUBLIC_URL ?? `${req.protocol}://${req.headers.host ?? `${this.config.HOST}:${this.config.PORT}`}`).replace(/\/+$/, '');
-    return { sessionId: key.sessionId, apiKey: key.apiKey, baseUrl: `${base}/sessions/${key.apiKey}/v1` };
+    return { session, response: { sessionId: key.sessionId, apiKey: key.apiKey, baseUrl: `${base}/sessions/${key.apiKey}/v1` } };
   }
 
   @Post(':id/close')

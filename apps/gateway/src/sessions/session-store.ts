@@ -2,7 +2,7 @@ import type { DataSource, EntityManager } from 'typeorm';
 import type { SessionCalls, SessionState } from '@anvil/contracts';
 import { GatewaySession } from '@anvil/persistence';
 import type { SqlClient } from '../db/sql-client';
-import { SESSION_SQL, toSession, type SessionRow } from './session-row';
+import { SESSION_COLUMNS, SESSION_SQL, toSession, type SessionRow } from './session-row';
 
 export interface NewSession {
   id: string;
@@ -34,6 +34,39 @@ export class SessionStore {
   async create(s: NewSession): Promise<GatewaySession> {
     const row = this.repo().create({ ...s, status: 'open', policyVersionAtStart: null, callCount: 0, branchCount: 0, closedAt: null, closeReason: null });
     return this.repo().save(row);
+  }
+
+  /** Many sessions in one statement (the admin batch route): all are written or none. */
+  async createMany(all: readonly NewSession[]): Promise<void> {
+    await this.sql.query(
+      'gw_sessions_create_many',
+      `INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "max_context_tokens", "status", "expires_at", "weight_swap")
+       SELECT "id", "key_hash", "rollout_id", "group_id", "task_id", "model", "max_context_tokens", 'open', "expires_at", "weight_swap"
+       FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::varchar[], $5::varchar[], $6::text[], $7::int[], $8::timestamptz[], $9::varchar[])
+         AS t("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "max_context_tokens", "expires_at", "weight_swap")`,
+      [
+        all.map((s) => s.id),
+        all.map((s) => s.keyHash),
+        all.map((s) => s.rolloutId),
+        all.map((s) => s.groupId),
+        all.map((s) => s.taskId),
+        all.map((s) => s.model),
+        all.map((s) => s.maxContextTokens),
+        all.map((s) => s.expiresAt?.toISOString() ?? null),
+        all.map((s) => s.weightSwap),
+      ],
+    );
+  }
+
+  /** Closes the open ones among `ids` (idempotent) and returns every one that exists. */
+  async closeMany(ids: readonly string[]): Promise<GatewaySession[]> {
+    await this.sql.query(
+      'gw_sessions_close_many',
+      `UPDATE "gateway_sessions" SET "status" = 'closed', "closed_at" = now(), "close_reason" = 'closed' WHERE "id" = ANY($1::varchar[]) AND "status" = 'open'`,
+      [ids],
+    );
+    const rows = await this.sql.query<SessionRow>('gw_sessions_by_ids', `SELECT ${SESSION_COLUMNS} FROM "gateway_sessions" WHERE "id" = ANY($1::varchar[])`, [ids]);
+    return rows.map(toSession);
   }
 
   /** The session row (every call reads it: a named statement, no entity hydration). */

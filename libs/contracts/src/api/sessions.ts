@@ -27,6 +27,16 @@ export const createSessionResponseSchema = z.object({
 });
 export type CreateSessionResponse = z.infer<typeof createSessionResponseSchema>;
 
+/**
+ * POST /admin/v1/sessions/batch: many sessions in one request (answered in the same order, all
+ * or none), so a manager opening hundreds at once costs the gateway one statement, not hundreds
+ * of requests queued behind its agents' calls.
+ */
+export const createSessionsRequestSchema = z.object({ sessions: z.array(createSessionRequestSchema).min(1).max(1000) });
+export type CreateSessionsRequest = z.infer<typeof createSessionsRequestSchema>;
+export const createSessionsResponseSchema = z.object({ sessions: z.array(createSessionResponseSchema) });
+export type CreateSessionsResponse = z.infer<typeof createSessionsResponseSchema>;
+
 export const SESSION_STATES = ['open', 'closed'] as const;
 
 /**
@@ -52,6 +62,12 @@ export const sessionStateSchema = z.object({
   closeReason: z.string().nullable(),
 });
 export type SessionState = z.infer<typeof sessionStateSchema>;
+
+/** POST /admin/v1/sessions/batch/close: closes many (idempotent) and answers the state of each one the gateway knows (unknown ids are left out). */
+export const closeSessionsRequestSchema = z.object({ sessionIds: z.array(z.string().min(1).max(128)).min(1).max(1000) });
+export type CloseSessionsRequest = z.infer<typeof closeSessionsRequestSchema>;
+export const closeSessionsResponseSchema = z.object({ sessions: z.array(sessionStateSchema) });
+export type CloseSessionsResponse = z.infer<typeof closeSessionsResponseSchema>;
 
 /**
  * GET /admin/v1/sessions/:id/calls answers this: the calls the session recorded, in turn order
