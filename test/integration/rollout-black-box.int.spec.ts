@@ -27,7 +27,13 @@ beforeAll(async () => {
     bus: stack.bus,
     dataSource: stack.ds,
     config: { concurrency: 4, eta: 4, groupsPerStep: 8, admissionPollMs: 100, consumerGroup: `it.rm.blackbox.${Date.now()}`, repoRoot: root },
-    verifiers: { hangs: () => new Promise(() => undefined) },
+    verifiers: {
+      hangs: () => new Promise(() => undefined),
+      throws: () => {
+        throw new Error('verifier crashed');
+      },
+      garbage: () => ({ outcomeReward: Number.NaN }) as never,
+    },
   });
   runtime.onRolloutCompleted((o) => outcomes.push(o));
   await runtime.start();
@@ -37,6 +43,18 @@ afterAll(async () => {
   await runtime?.stop();
   await stack?.close();
 });
+
+/** The call ids the gateway recorded for a rollout's session, in turn order. */
+async function recordedCalls(rolloutId: string): Promise<string[]> {
+  const rows = (await stack.ds.query(`SELECT c.id FROM gateway_calls c JOIN gateway_sessions s ON s.id = c.session_id WHERE s.rollout_id = $1 ORDER BY c.turn_index`, [rolloutId])) as { id: string }[];
+  return rows.map((r) => r.id);
+}
+
+/** The process rewards its rollout.completed carried (in Kafka). */
+async function processRewardsOf(rolloutId: string): Promise<unknown[]> {
+  const e = await until(`${rolloutId} rollout.completed`, () => stack.of('rollout.completed').find((x) => (x.payload as { rolloutId: string }).rolloutId === rolloutId));
+  return (e.payload as { processRewards: unknown[] }).processRewards;
+}
 
 const calculatorTasks = [
   { id: 'calc-1', prompt: 'What is 17*23+4? Use the calculator.', data: { answer: 395 }, split: 'train' },
@@ -123,7 +141,47 @@ describe('black-box rollouts', () => {
       expect(o.outcomeReward).toBe(1);
       expect(o.numCalls).toBe(3);
       expect(o.blackBox!.messages!.filter((m) => m.role === 'tool')).toHaveLength(2);
+      // Its process rewards (one per call: two right tool calls, the right answer) land on the calls the gateway recorded, in order.
+      expect(await processRewardsOf(o.rolloutId)).toEqual((await recordedCalls(o.rolloutId)).map((callId) => ({ callId, value: 1 })));
     }
+  });
+
+  it("black-box process rewards: a command verifier scores each call the gateway recorded (not the agent's claim); more values than recorded calls is garbage", async () => {
+    // Scores each recorded call from the reply the agent got: 0.5 for a tool call, 1 for an answer; `extra` values beyond the calls when EXTRA is set.
+    const score = (extra: number) =>
+      `let t='';process.stdin.on('data',d=>t+=d).on('end',()=>{const {calls}=JSON.parse(t);const v=calls.map(c=>c.message.tool_calls&&c.message.tool_calls.length?0.5:1);for(let i=0;i<${extra};i++)v.push(0);console.log(JSON.stringify({outcomeReward:1,processRewards:v}))})`;
+    for (const [id, extra] of [
+      ['py-scored', 0],
+      ['py-scored-garbage', 1],
+    ] as const) {
+      await runtime.loadBuiltin({
+        id,
+        env: 'chain-add',
+        envConfig: { k: 3 },
+        seed: 12,
+        trainCount: 1,
+        evalCount: 0,
+        agent: { kind: 'black-box', name: 'python-openai', command: ['python3', 'examples/python-agent/agent.py'] },
+        verifier: { kind: 'command', command: ['node', '-e', score(extra)], mode: 'json' },
+        limits: { timeoutMs: 60_000 },
+      });
+    }
+    const ok = await runtime.submit({ taskSetId: 'py-scored', groupSize: 1 });
+    const bad = await runtime.submit({ taskSetId: 'py-scored-garbage', groupSize: 1 });
+    const [o, g] = await until(
+      'both scored',
+      () => {
+        const a = outcomes.find((x) => x.rolloutId === ok.rolloutIds[0]);
+        const b = outcomes.find((x) => x.rolloutId === bad.rolloutIds[0]);
+        return a && b ? [a, b] : undefined;
+      },
+      120_000,
+    );
+    expect(o, `${o.error} ${o.blackBox?.stderr}`).toMatchObject({ finishReason: 'completed', outcomeReward: 1, numCalls: 3 });
+    expect(await processRewardsOf(o.rolloutId)).toEqual((await recordedCalls(o.rolloutId)).map((callId, i) => ({ callId, value: i < 2 ? 0.5 : 1 })));
+    expect(g).toMatchObject({ finishReason: 'env_error', outcomeReward: null });
+    expect(g.error).toMatch(/4 process rewards for 3 recorded calls/);
+    expect(await processRewardsOf(g.rolloutId)).toEqual([]);
   });
 
   it('timeout kills the agent process group (no orphan) and ends the rollout as timeout with its session closed', async () => {
@@ -152,51 +210,104 @@ describe('black-box rollouts', () => {
     expect(ev.payload).toMatchObject({ finishReason: 'timeout', numCalls: 0 });
   });
 
-  it('an agent that exits non-zero, floods stdout or never calls the gateway ends with a reason and disturbs no other rollout; a hanging verifier ends as env_error', async () => {
+  it('an agent that exits non-zero, prints gigabytes, forks a child or never calls the gateway ends with a reason and disturbs no other rollout; a verifier that hangs, throws or answers garbage ends it as env_error', async () => {
+    const forkPid = join(tmpdir(), `rm-it-fork-${process.pid}-${Date.now()}`);
     await runtime.loadTaskSet(
       {
         id: 'bad-agents',
         agent: {
           kind: 'black-box',
           name: 'bad',
-          command: ['sh', '-c', 'case "$(cat)" in *crash*) echo dying >&2; exit 7;; *flood*) head -c 20000000 /dev/zero; echo; echo 1;; *) echo 1;; esac'],
+          command: [
+            'sh',
+            '-c',
+            'case "$(cat)" in *crash*) echo dying >&2; exit 7;; *flood*) head -c 2147483648 /dev/zero; echo; echo 1;; *fork*) sleep 300 & echo $! > "$FORK_PID"; echo 1;; *) echo 1;; esac',
+          ],
+          env: { FORK_PID: forkPid },
           outputCapBytes: 4096,
         },
         verifier: { kind: 'function', name: 'final-answer' },
-        limits: { timeoutMs: 20_000 },
+        limits: { timeoutMs: 60_000 },
       },
       [
         { id: 'crash', env: null, messages: [{ role: 'user', content: 'crash' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
         { id: 'flood', env: null, messages: [{ role: 'user', content: 'flood' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
+        { id: 'fork', env: null, messages: [{ role: 'user', content: 'fork' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
         { id: 'quiet', env: null, messages: [{ role: 'user', content: 'quiet' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
-        {
-          id: 'hang',
+        ...(['hangs', 'throws', 'garbage'] as const).map((name) => ({
+          id: `verifier-${name}`,
           env: null,
-          messages: [{ role: 'user', content: 'quiet too' }],
+          messages: [{ role: 'user' as const, content: 'quiet too' }],
           tools: [],
-          split: 'train',
+          split: 'train' as const,
           difficulty: 0,
           data: { answer: 1 },
-          verifier: { kind: 'function', name: 'hangs', timeoutMs: 300 },
-        },
+          verifier: { kind: 'function' as const, name, timeoutMs: 300 },
+        })),
       ],
     );
     const { rolloutIds } = await runtime.submit({ taskSetId: 'bad-agents', groupSize: 1 });
-    const got = await until('four outcomes', () => {
-      const os = rolloutIds.map((id) => outcomes.find((o) => o.rolloutId === id));
-      return os.every(Boolean) ? (os as RolloutOutcome[]) : undefined;
-    });
+    const got = await until(
+      'seven outcomes',
+      () => {
+        const os = rolloutIds.map((id) => outcomes.find((o) => o.rolloutId === id));
+        return os.every(Boolean) ? (os as RolloutOutcome[]) : undefined;
+      },
+      90_000,
+    );
     const by = Object.fromEntries(got.map((o) => [o.taskId.split('/')[1], o]));
     expect(by.crash).toMatchObject({ finishReason: 'env_error', outcomeReward: null });
     expect(by.crash.error).toMatch(/exited with 7: dying/);
+    // Two GiB on stdout: counted, 4 KiB kept, the answer (the last line) still read.
     expect(by.flood, by.flood.error ?? '').toMatchObject({ finishReason: 'completed', outcomeReward: 1 });
-    expect(by.flood.blackBox!.stdoutBytes).toBeGreaterThan(20_000_000);
+    expect(by.flood.blackBox!.stdoutBytes).toBeGreaterThan(2 ** 31);
     expect(by.flood.blackBox!.stdout.length).toBe(4096);
+    // A child forked into the background dies with the agent that exited.
+    expect(by.fork).toMatchObject({ finishReason: 'completed', outcomeReward: 1 });
+    const child = Number(readFileSync(forkPid, 'utf8').trim());
+    rmSync(forkPid, { force: true });
+    await until('the forked child gone', () => !existsSync(`/proc/${child}/stat`) || /\) [ZX] /.test(readFileSync(`/proc/${child}/stat`, 'utf8')) || undefined, 5_000);
     expect(by.quiet).toMatchObject({ finishReason: 'completed', outcomeReward: 1, numCalls: 0 });
-    expect(by.hang).toMatchObject({ finishReason: 'env_error', outcomeReward: null });
-    expect(by.hang.error).toMatch(/within 300 ms/);
+    expect(by['verifier-hangs']).toMatchObject({ finishReason: 'env_error', outcomeReward: null });
+    expect(by['verifier-hangs'].error).toMatch(/within 300 ms/);
+    expect(by['verifier-throws']).toMatchObject({ finishReason: 'env_error', outcomeReward: null });
+    expect(by['verifier-throws'].error).toMatch(/verifier crashed/);
+    expect(by['verifier-garbage']).toMatchObject({ finishReason: 'env_error', outcomeReward: null });
+    expect(by['verifier-garbage'].error).toMatch(/answered garbage/);
     const sessions = await stack.ds.manager.find(GatewaySession);
     expect(sessions.filter((s) => rolloutIds.includes(s.rolloutId)).every((s) => s.status === 'closed')).toBe(true);
+    // Every one of them reported once, with its reason.
+    const completed = stack.of('rollout.completed').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId));
+    expect(completed).toHaveLength(rolloutIds.length);
+  });
+
+  it('an agent flooding the gateway with concurrent calls is stopped at its timeout with its session closed; a rollout beside it completes as usual', async () => {
+    const flood = `for i in $(seq 1 40); do (while true; do curl -s -m 5 -X POST -H 'content-type: application/json' -d '{"model":"anvil-tiny","messages":[{"role":"user","content":"flood"}],"max_tokens":4}' "$OPENAI_BASE_URL/chat/completions" >/dev/null; done) & done; wait`;
+    await runtime.loadTaskSet(
+      { id: 'flooder', agent: { kind: 'black-box', name: 'flooder', command: ['sh', '-c', flood] }, verifier: { kind: 'function', name: 'final-answer' }, limits: { timeoutMs: 3_000 } },
+      [{ id: 't', env: null, messages: [{ role: 'user', content: 'flood' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } }],
+    );
+    const f = await runtime.submit({ taskSetId: 'flooder', groupSize: 1 });
+    const calm = await runtime.submit({ taskSetId: 'calc', groupSize: 1, taskIds: ['calc/calc-2'] });
+    const [fo, co] = await until(
+      'both outcomes',
+      () => {
+        const a = outcomes.find((o) => o.rolloutId === f.rolloutIds[0]);
+        const b = outcomes.find((o) => o.rolloutId === calm.rolloutIds[0]);
+        return a && b ? [a, b] : undefined;
+      },
+      60_000,
+    );
+    expect(fo.finishReason).toBe('timeout');
+    expect(fo.numCalls).toBeGreaterThan(40);
+    expect(co).toMatchObject({ finishReason: 'completed', outcomeReward: 1, numCalls: 3 });
+    const session = await stack.ds.manager.findOneByOrFail(GatewaySession, { rolloutId: f.rolloutIds[0] });
+    expect(session.status).toBe('closed');
+    // Nothing was recorded after the close: the count it reported is the count the gateway holds.
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect((await stack.ds.manager.findOneByOrFail(GatewaySession, { rolloutId: f.rolloutIds[0] })).callCount).toBe(fo.numCalls);
+    const ev = await until('flooder rollout.completed', () => stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === f.rolloutIds[0]));
+    expect(ev.payload).toMatchObject({ finishReason: 'timeout', numCalls: fo.numCalls });
   });
 
   it('refuses a malformed task file whole (every bad line named, nothing stored), re-loads idempotently, refuses unknown verifiers and agents', async () => {

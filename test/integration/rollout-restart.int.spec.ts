@@ -63,6 +63,12 @@ describe('rollout manager killed mid-run', () => {
     // Every running rollout has an open session.
     const openBefore = await stack.ds.manager.find(GatewaySession);
     expect(ids.running.every((id) => openBefore.some((s) => s.rolloutId === id && s.status === 'open'))).toBe(true);
+    // The next rollout to start already has its session, opened ahead while it waits for a slot.
+    const prepared = (await stack.ds.query(`SELECT id, session_id FROM rm_rollouts WHERE id = ANY($1) AND status = 'queued' AND session_id IS NOT NULL`, [ids.queued])) as {
+      id: string;
+      session_id: string;
+    }[];
+    expect(prepared.length).toBeGreaterThan(0);
     // The hard way: the whole process tree of the runner (npx → tsx → node), not its agents (own groups).
     process.kill(-child.pid!, 'SIGKILL');
     await new Promise((r) => child.once('exit', r));
@@ -92,6 +98,11 @@ describe('rollout manager killed mid-run', () => {
     await until('the queued group done', () => ids.queued.every((id) => outcomes.some((o) => o.rolloutId === id)) || undefined, 60_000);
     for (const id of ids.queued) expect(outcomes.find((o) => o.rolloutId === id)).toMatchObject({ finishReason: 'completed', outcomeReward: 1 });
     await second.stop();
+    // None left open: the sessions opened ahead for rollouts that had not started were closed too (and recorded nothing).
+    const all = await stack.ds.manager.find(GatewaySession);
+    const ours = all.filter((x) => [...ids.running, ...ids.queued].includes(x.rolloutId));
+    expect(ours.filter((x) => x.status !== 'closed').map((x) => x.rolloutId)).toEqual([]);
+    for (const p of prepared) expect(all.find((x) => x.id === p.session_id)).toMatchObject({ status: 'closed', callCount: 0 });
 
     // A third start finds nothing left to report.
     const before = stack.of('rollout.completed').length;

@@ -163,6 +163,23 @@ describe('evaluation rollouts', () => {
   });
 });
 
+describe('partial rollouts: what a weight update does is chosen per task set', () => {
+  it("a task set's weightSwap is its sessions' and reaches every generate request; without one the inference-proxy's policy decides", async () => {
+    for (const choice of ['abort-and-resume', 'finish', undefined] as const) {
+      const id = `ws-${choice ?? 'proxy'}`;
+      await runtime.loadBuiltin({ id, env: 'chain-add', envConfig: { k: 3 }, seed: 9, trainCount: 1, evalCount: 0, ...(choice ? { weightSwap: choice } : {}) });
+      const { rolloutIds } = await runtime.submit({ taskSetId: id, groupSize: 1 });
+      const o = await until(`${id} outcome`, () => outcomes.find((x) => x.rolloutId === rolloutIds[0]), 60_000);
+      expect(o).toMatchObject({ finishReason: 'completed', outcomeReward: 1, numCalls: 3 });
+      const session = await stack.ds.manager.findOneByOrFail(GatewaySession, { rolloutId: o.rolloutId });
+      expect(session.weightSwap).toBe(choice ?? null);
+      const reqs = await proxyRequestsOf(o.rolloutId);
+      expect(reqs).toHaveLength(3);
+      for (const r of reqs) expect(r.weightSwap).toBe(choice);
+    }
+  });
+});
+
 describe('staleness admission', () => {
   it('η = 1: a group is admitted at current − oldest = 1 and refused at 2 until the oldest finishes (fails if the bound is off by one)', async () => {
     const eta1 = new RolloutRuntime({
@@ -204,7 +221,8 @@ describe('staleness admission', () => {
       expect(eta1.snapshot().queuedGroups).toBe(1);
       writeFileSync(file('A'), '');
       await until('C admitted once A finished (2 − 1 = η)', () => startedIds().includes(c.rolloutIds[0]) || undefined, 15_000);
-      const aOut = mine.find((o) => o.rolloutId === a.rolloutIds[0])!;
+      // Its capacity is released once rollout.completed is durable; listeners hear of it after its session is closed.
+      const aOut = await until('A outcome', () => mine.find((o) => o.rolloutId === a.rolloutIds[0]));
       expect(aOut.versionsSpanned).toBe(3);
       writeFileSync(file('B'), '');
       await until('all done', () => mine.length >= 3 || undefined, 15_000);

@@ -25,6 +25,8 @@ export const rolloutManagerEnv = z.object({
   INITIAL_POLICY_VERSION: z.coerce.number().int().nonnegative().default(0),
   ROLLOUT_CONSUMER_GROUP: z.string().min(1).default('anvil.rollout-manager'),
   ADMISSION_POLL_MS: positiveInt(500),
+  /** Rollouts, the next to start, whose gateway sessions are opened while they wait for a slot (default ⌈N/4⌉; 0 = none). */
+  ROLLOUT_SESSION_LOOKAHEAD: z.coerce.number().int().nonnegative().optional(),
   GATEWAY_REQUEST_TIMEOUT_MS: positiveInt(120_000),
   /** Apply committed migrations (under the shared advisory lock) at start: rm_groups / rm_rollouts must exist. */
   DB_MIGRATE_ON_START: flag('true'),

@@ -1,4 +1,16 @@
-import { createSessionResponseSchema, sessionStateSchema, type CreateSessionRequest, type CreateSessionResponse, type SessionState } from '@anvil/contracts';
+import {
+  closeSessionsResponseSchema,
+  createSessionResponseSchema,
+  createSessionsResponseSchema,
+  sessionCallsSchema,
+  sessionStateSchema,
+  type CreateSessionRequest,
+  type CreateSessionResponse,
+  type SessionCalls,
+  type SessionState,
+} from '@anvil/contracts';
+import { Coalescer } from './coalescer';
+import { HttpPoster } from './http-post';
 import type { ChatMessage, ToolSpec } from './environments/types';
 
 export class GatewayError extends Error {
@@ -36,11 +48,45 @@ export interface ChatRequest {
  * black-box agent uses, so what is recorded is exactly what the policy saw).
  */
 export class GatewayClient {
+  private readonly opening = new Coalescer<CreateSessionRequest, CreateSessionResponse>((reqs) => this.createSessions(reqs));
+  private readonly poster = new HttpPoster();
+  private readonly closing = new Coalescer<string, SessionState | null>(async (ids) => (await this.closeSessions(ids)).map((value) => ({ status: 'fulfilled', value })));
+
   constructor(
     readonly url: string,
     private readonly adminToken: string,
     private readonly opts: { requestTimeoutMs: number; model: string } = { requestTimeoutMs: 120_000, model: 'anvil-tiny' },
   ) {}
+
+  /** Opens a session together with the others asked for in the same tick (one admin request, one statement at the gateway). */
+  openSession(req: CreateSessionRequest): Promise<CreateSessionResponse> {
+    return this.opening.push(req);
+  }
+
+  /** Closes a session together with the others in the same tick; its final state, or null when the gateway does not know it. */
+  closeSessionBatched(sessionId: string): Promise<SessionState | null> {
+    return this.closing.push(sessionId);
+  }
+
+  /** Many sessions in one request, answered in order. A refused batch (4xx: a bad entry) is opened one by one, so only the bad ones fail. */
+  async createSessions(reqs: CreateSessionRequest[]): Promise<PromiseSettledResult<CreateSessionResponse>[]> {
+    if (reqs.length > 1) {
+      try {
+        const { sessions } = createSessionsResponseSchema.parse(await this.admin('/admin/v1/sessions/batch', { method: 'POST', body: JSON.stringify({ sessions: reqs }) }));
+        return sessions.map((value) => ({ status: 'fulfilled', value }));
+      } catch (err) {
+        if (!(err instanceof GatewayError) || err.status >= 500) throw err;
+      }
+    }
+    return Promise.allSettled(reqs.map((r) => this.createSession(r)));
+  }
+
+  /** Closes many (idempotent); the state of each, null for ids the gateway does not know. */
+  async closeSessions(ids: string[]): Promise<(SessionState | null)[]> {
+    const { sessions } = closeSessionsResponseSchema.parse(await this.admin('/admin/v1/sessions/batch/close', { method: 'POST', body: JSON.stringify({ sessionIds: ids }) }));
+    const byId = new Map(sessions.map((s) => [s.sessionId, s]));
+    return ids.map((id) => byId.get(id) ?? null);
+  }
 
   get model(): string {
     return this.opts.model;
@@ -66,6 +112,11 @@ export class GatewayClient {
     return sessionStateSchema.parse(await this.admin(`/admin/v1/sessions/${encodeURIComponent(sessionId)}/close`, { method: 'POST', body: '{}' }));
   }
 
+  /** The calls the session recorded, in turn order, with the reply each returned. */
+  async sessionCalls(sessionId: string): Promise<SessionCalls['calls']> {
+    return sessionCallsSchema.parse(await this.admin(`/admin/v1/sessions/${encodeURIComponent(sessionId)}/calls`, { method: 'GET' })).calls;
+  }
+
   async session(sessionId: string): Promise<SessionState> {
     return sessionStateSchema.parse(await this.admin(`/admin/v1/sessions/${encodeURIComponent(sessionId)}`, { method: 'GET' }));
   }
@@ -77,21 +128,21 @@ export class GatewayClient {
     if (req.maxTokens !== undefined) body.max_tokens = req.maxTokens;
     if (req.temperature !== undefined) body.temperature = req.temperature;
     if (req.seed !== undefined) body.seed = req.seed;
-    const res = await fetch(`${baseUrl}/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: 'Bearer session-url' },
-      body: JSON.stringify(body),
-      signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(this.opts.requestTimeoutMs)]) : AbortSignal.timeout(this.opts.requestTimeoutMs),
-    });
-    const text = await res.text();
-    if (!res.ok) {
+    const res = await this.poster.post(
+      `${baseUrl}/chat/completions`,
+      JSON.stringify(body),
+      { 'content-type': 'application/json', authorization: 'Bearer session-url' },
+      { timeoutMs: this.opts.requestTimeoutMs, signal },
+    );
+    const text = res.text;
+    if (res.status < 200 || res.status >= 300) {
       let code: string | null = null;
       try {
         code = (JSON.parse(text) as { error?: { code?: string } }).error?.code ?? null;
       } catch {
         /* not JSON */
       }
-      const ra = Number(res.headers.get('retry-after'));
+      const ra = Number(res.headers['retry-after']);
       throw new GatewayError(`chat: ${res.status} ${text.slice(0, 500)}`, res.status, code, Number.isFinite(ra) && ra > 0 ? ra * 1000 : null);
     }
     const json = JSON.parse(text) as {
@@ -105,10 +156,14 @@ export class GatewayClient {
     return {
       message,
       finishReason: choice.finish_reason,
-      callId: res.headers.get('x-anvil-call-ids')?.split(',')[0] ?? null,
-      capture: res.headers.get('x-anvil-capture'),
+      callId: header(res.headers['x-anvil-call-ids'])?.split(',')[0] ?? null,
+      capture: header(res.headers['x-anvil-capture']),
       promptTokens: json.usage?.prompt_tokens ?? 0,
       completionTokens: json.usage?.completion_tokens ?? 0,
     };
   }
+}
+
+function header(v: string | string[] | undefined): string | null {
+  return v === undefined ? null : Array.isArray(v) ? v.join(',') : v;
 }

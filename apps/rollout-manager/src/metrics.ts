@@ -10,6 +10,8 @@ export class RolloutMetrics {
   readonly admissionRefusals;
   readonly agentSeconds;
   readonly envRetries;
+  readonly overheadSeconds;
+  readonly sessionsAhead;
 
   constructor(m: ServiceMetrics) {
     this.inFlight = m.gauge('rollouts_in_flight', 'Rollouts running (agent started, not yet completed)');
@@ -20,5 +22,12 @@ export class RolloutMetrics {
     this.admissionRefusals = m.counter('rollout_admission_refusals_total', 'Admission attempts the staleness controller refused, by reason', ['reason']);
     this.agentSeconds = m.histogram('rollout_agent_seconds', 'Agent wall time per rollout, by agent kind', ['agent'], [0.05, 0.25, 1, 5, 15, 60, 300, 1800]);
     this.envRetries = m.counter('rollout_env_retries_total', 'Rollout attempts retried after an environment failure');
+    this.overheadSeconds = m.histogram(
+      'rollout_overhead_seconds',
+      "What the manager adds to a rollout: its wall time (slot to durable rollout.completed) minus the agent's own",
+      ['agent'],
+      [0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 30],
+    );
+    this.sessionsAhead = m.gauge('rollout_sessions_ahead', 'Gateway sessions opening or open for rollouts still waiting for a slot');
   }
 }

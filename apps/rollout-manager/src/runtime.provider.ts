@@ -31,6 +31,7 @@ export const runtimeProvider = {
         consumerGroup: config.ROLLOUT_CONSUMER_GROUP,
         admissionPollMs: config.ADMISSION_POLL_MS,
         requestTimeoutMs: config.GATEWAY_REQUEST_TIMEOUT_MS,
+        sessionLookahead: config.ROLLOUT_SESSION_LOOKAHEAD,
       },
     }),
 };

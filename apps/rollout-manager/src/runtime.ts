@@ -1,21 +1,24 @@
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
-import { createEvent, TOPICS, type AnyEventEnvelope, type EvaluationCompletedV1, type RolloutFinishReason } from '@anvil/contracts';
+import { createEvent, TOPICS, type AnyEventEnvelope, type EvaluationCompletedV1 } from '@anvil/contracts';
 import type { MessageBus, Subscription } from '@anvil/messaging';
 import { createLogger, ServiceMetrics, type Logger } from '@anvil/observability';
 import { StalenessController } from '@anvil/rl';
-import { checkAgentEnv, killLeftoverAgent, runBlackBox, type BlackBoxResult } from './agents/black-box';
-import { MemoryStore, runWhiteBoxLoop, type LoopResult } from './agents/white-box';
+import { checkAgentEnv } from './agents/black-box';
 import { BUILTIN_ENVIRONMENTS, type EnvironmentFactory } from './environments/registry';
-import { EnvironmentError, type Environment, type Episode, type Transcript, type VerifyResult } from './environments/types';
-import { GatewayClient, GatewayError } from './gateway-client';
+import type { Environment } from './environments/types';
 import { EventBatcher } from './event-batcher';
+import { GatewayClient } from './gateway-client';
 import { RolloutMetrics } from './metrics';
-import { RolloutStateStore, type GroupRow, type RolloutRow } from './state-store';
+import { RolloutExecutor, type ExecutedRollout, type RolloutOutcome } from './rollouts/executor';
+import type { GroupState, LoadedTaskSet } from './rollouts/group-state';
+import { recoverGroups } from './rollouts/recovery';
+import { SessionLookahead, type LookaheadCandidate } from './rollouts/session-lookahead';
+import { RolloutStateStore, type GroupRow, type GroupStatus, type RolloutRow } from './state-store';
 import { parseTaskJsonl, type StoredTask } from './tasks/jsonl';
-import { taskSetSpecSchema, type TaskSetSpec, type TaskSetSpecInput, type VerifierSpec } from './tasks/task-set';
+import { taskSetSpecSchema, type TaskSetSpec, type TaskSetSpecInput } from './tasks/task-set';
 import { RolloutTaskStore } from './tasks/task-store';
-import { checkVerifier, runVerifier, VerifierError, type VerifierFn } from './verifiers/verifiers';
+import { checkVerifier, type VerifierFn } from './verifiers/verifiers';
 
 export interface RolloutRuntimeConfig {
   /** Producer name on the events. */
@@ -40,6 +43,10 @@ export interface RolloutRuntimeConfig {
   stopGraceMs: number;
   /** cwd of black-box agents without their own. */
   repoRoot: string;
+  /** Rollouts, the next to start, whose gateway sessions are opened while they wait for a slot (see SessionLookahead); default ⌈N/4⌉, 0 = none. */
+  sessionLookahead?: number;
+  /** How much longer than its rollout's timeout a session opened ahead lives (it may wait that long for its slot; older ones are replaced at the start). */
+  sessionLookaheadTtlMs: number;
 }
 
 export const RUNTIME_DEFAULTS: RolloutRuntimeConfig = {
@@ -55,6 +62,7 @@ export const RUNTIME_DEFAULTS: RolloutRuntimeConfig = {
   requestTimeoutMs: 120_000,
   stopGraceMs: 0,
   repoRoot: process.cwd(),
+  sessionLookaheadTtlMs: 600_000,
 };
 
 export interface RolloutRuntimeOptions {
@@ -71,41 +79,10 @@ export interface RolloutRuntimeOptions {
   metrics?: ServiceMetrics;
 }
 
-/** What one finished rollout reported (also handed to `onRolloutCompleted` listeners). */
-export interface RolloutOutcome {
-  rolloutId: string;
-  groupId: string;
-  taskId: string;
-  purpose: 'train' | 'eval';
-  finishReason: RolloutFinishReason;
-  outcomeReward: number | null;
-  success: boolean | null;
-  numCalls: number;
-  error: string | null;
-  versionsSpanned: number;
-  /** From the slot being taken to the outcome (sessions, events, agent, verifier: everything). */
-  wallMs: number;
-  /** The agent's own time: the white-box loop (policy calls and tools) or the black-box process, start to exit. */
-  agentMs: number;
-  /** White-box only: the loop's record (messages sent per call, call ids). */
-  loop?: LoopResult;
-  blackBox?: Omit<BlackBoxResult, 'cleanup'>;
-}
+export type { RolloutOutcome };
 
 export class EvaluationError extends Error {
   override readonly name = 'EvaluationError';
-}
-
-interface GroupState {
-  row: GroupRow;
-  task: StoredTask;
-  spec: TaskSetSpec;
-  members: RolloutRow[];
-  pending: number;
-  submittedAt: number;
-  evalVersion?: number;
-  /** An evaluation's sampling temperature, when it differs from the task set's. */
-  evalTemperature?: number;
 }
 
 interface Running {
@@ -140,7 +117,11 @@ export class RolloutRuntime {
   private readonly evalQueue: GroupState[] = [];
   private readonly ready: { group: GroupState; rollout: RolloutRow }[] = [];
   private readonly running = new Map<string, Running>();
-  private readonly specs = new Map<string, { spec: TaskSetSpec; env: Environment | null }>();
+  private readonly specs = new Map<string, LoadedTaskSet>();
+  private readonly executor: RolloutExecutor;
+  private readonly lookahead: SessionLookahead;
+  /** Rollouts whose outcome is out and whose cleanup (session close, state writes, listeners) still runs. */
+  private readonly finishing = new Set<Promise<void>>();
   private readonly listeners: ((o: RolloutOutcome) => void)[] = [];
   private readonly idleWaiters: (() => void)[] = [];
   private readonly evalGates = new Set<string>();
@@ -165,6 +146,21 @@ export class RolloutRuntime {
     this.verifierFns = { ...opts.verifiers };
     this.controller = new StalenessController({ eta: this.config.eta, groupsPerStep: this.config.groupsPerStep });
     this.currentVersion = this.config.initialPolicyVersion;
+    this.lookahead = new SessionLookahead(this.config.sessionLookahead ?? Math.ceil(this.config.concurrency / 4), (rolloutId, err) =>
+      this.logger.warn('opening a session ahead failed; the rollout opens its own', { rolloutId, err }),
+    );
+    this.executor = new RolloutExecutor({
+      config: this.config,
+      gateway: this.gateway,
+      state: this.state,
+      events: this.events,
+      metrics: this.metrics,
+      logger: this.logger,
+      lookahead: this.lookahead,
+      version: () => this.currentVersion,
+      taskSet: (id) => this.taskSet(id),
+      verifierDeps: (spec, env) => this.verifierDeps(spec, env),
+    });
   }
 
   get policyVersion(): number {
@@ -212,6 +208,14 @@ export class RolloutRuntime {
     if (graceMs > 0) await Promise.race([Promise.all(all.map((r) => r.done)), new Promise((r) => setTimeout(r, graceMs))]);
     for (const r of this.running.values()) r.abort.abort('aborted');
     await Promise.all([...this.running.values()].map((r) => r.done));
+    await Promise.all([...this.finishing]);
+    // Sessions opened for rollouts that never started (a restart would close them too).
+    await Promise.all(
+      this.lookahead.drain().map(async (p) => {
+        const opened = await p;
+        if (opened) await this.executor.closeSession(opened.sessionId);
+      }),
+    );
     for (const s of this.subscriptions) await s.stop().catch(() => undefined);
     this.subscriptions = [];
   }
@@ -235,11 +239,16 @@ export class RolloutRuntime {
       running: this.running.size,
       staleness: this.controller.snapshot(),
       evaluationsRunning: this.evalGates.size,
+      sessionsAhead: this.lookahead.size,
     };
   }
 
   private isIdle(): boolean {
-    return this.queue.length === 0 && this.evalQueue.length === 0 && this.ready.length === 0 && this.running.size === 0;
+    return this.queue.length === 0 && this.evalQueue.length === 0 && this.ready.length === 0 && this.running.size === 0 && this.finishing.size === 0;
+  }
+
+  private wakeIdle(): void {
+    if (this.isIdle()) for (const w of this.idleWaiters.splice(0)) w();
   }
 
   // ---------------------------------------------------------------- task sets
@@ -288,7 +297,7 @@ export class RolloutRuntime {
     return this.loadTaskSet(input, tasks);
   }
 
-  private async taskSet(taskSetId: string): Promise<{ spec: TaskSetSpec; env: Environment | null }> {
+  private async taskSet(taskSetId: string): Promise<LoadedTaskSet> {
     let s = this.specs.get(taskSetId);
     if (!s) {
       const spec = await this.tasks.spec(taskSetId);
@@ -314,38 +323,40 @@ export class RolloutRuntime {
     const G = req.groupSize ?? spec.groupSize ?? this.config.groupSize;
     const groupIds: string[] = [];
     const rolloutIds: string[] = [];
-    for (let rep = 0; rep < (req.repeat ?? 1); rep++) {
-      for (const task of chosen) {
-        const g = await this.newGroup(spec, task, G, 'train', null);
-        groupIds.push(g.row.id);
-        rolloutIds.push(...g.members.map((m) => m.id));
-        this.queue.push(g);
-      }
+    const tasks = Array.from({ length: req.repeat ?? 1 }, () => chosen).flat();
+    // All at once (one statement per table): groups written one by one trickled into the queue and started a few at a time.
+    for (const g of await this.newGroups(spec, tasks, G, 'train', null)) {
+      groupIds.push(g.row.id);
+      rolloutIds.push(...g.members.map((m) => m.id));
+      this.queue.push(g);
     }
     this.metrics.queued.set(this.queuedCount());
     this.pump();
     return { groupIds, rolloutIds };
   }
 
-  private async newGroup(spec: TaskSetSpec, task: StoredTask, G: number, purpose: 'train' | 'eval', evalId: string | null): Promise<GroupState> {
-    const groupId = `${purpose === 'eval' ? 'eval:' : ''}${randomUUID()}`;
-    const row: GroupRow = { id: groupId, taskId: task.id, taskSetId: spec.id, groupSize: G, purpose, evalId, status: 'queued', startVersion: null };
-    const positions = await this.state.queuePositions(G);
-    const members: RolloutRow[] = Array.from({ length: G }, (_, i) => ({
-      id: `${groupId}.${i}`,
-      groupId,
-      taskId: task.id,
-      sampleIndex: i,
-      queuePosition: positions[i],
-      status: 'queued',
-      sessionId: null,
-      policyVersionAtStart: null,
-      attempts: 0,
-    }));
-    await this.state.insertGroup(row, members);
-    const g: GroupState = { row, task, spec, members, pending: G, submittedAt: Date.now() };
-    this.groups.set(groupId, g);
-    return g;
+  /** One group of G per task, in order, with queue positions in that order; written in one transaction. */
+  private async newGroups(spec: TaskSetSpec, tasks: StoredTask[], G: number, purpose: 'train' | 'eval', evalId: string | null): Promise<GroupState[]> {
+    const positions = await this.state.queuePositions(tasks.length * G);
+    const groups = tasks.map((task, t): GroupState => {
+      const groupId = `${purpose === 'eval' ? 'eval:' : ''}${randomUUID()}`;
+      const row: GroupRow = { id: groupId, taskId: task.id, taskSetId: spec.id, groupSize: G, purpose, evalId, status: 'queued', startVersion: null };
+      const members: RolloutRow[] = Array.from({ length: G }, (_, i) => ({
+        id: `${groupId}.${i}`,
+        groupId,
+        taskId: task.id,
+        sampleIndex: i,
+        queuePosition: positions[t * G + i],
+        status: 'queued',
+        sessionId: null,
+        policyVersionAtStart: null,
+        attempts: 0,
+      }));
+      return { row, task, spec, members, pending: G, submittedAt: Date.now() };
+    });
+    await this.state.insertGroups(groups.map((g) => ({ group: g.row, rollouts: g.members })));
+    for (const g of groups) this.groups.set(g.row.id, g);
+    return groups;
   }
 
   private queuedCount(): number {
@@ -379,12 +390,10 @@ export class RolloutRuntime {
     const startedAt = Date.now();
     this.evalGates.add(evalId);
     try {
-      const groups: GroupState[] = [];
-      for (const task of tasks) {
-        const g = await this.newGroup(spec, task, req.samplesPerTask ?? 1, 'eval', evalId);
+      const groups = await this.newGroups(spec, tasks, req.samplesPerTask ?? 1, 'eval', evalId);
+      for (const g of groups) {
         g.evalVersion = req.version;
         if (req.temperature !== undefined) g.evalTemperature = req.temperature;
-        groups.push(g);
       }
       const outcomes = new Map<string, RolloutOutcome>();
       const ids = new Set(groups.flatMap((g) => g.members.map((m) => m.id)));
@@ -459,15 +468,25 @@ export class RolloutRuntime {
       this.metrics.admissionWaitSeconds.observe((Date.now() - head.submittedAt) / 1000);
       this.admit(head);
     }
+    this.lookahead.fill(this.upcoming());
+    this.metrics.sessionsAhead.set(this.lookahead.size);
     this.metrics.queued.set(this.queuedCount());
-    if (this.isIdle()) for (const w of this.idleWaiters.splice(0)) w();
+    this.wakeIdle();
   }
 
   private admit(g: GroupState): void {
     g.row.status = 'running';
     g.row.startVersion = this.currentVersion;
-    void this.state.setGroup(g.row.id, 'running', this.currentVersion).catch((err: unknown) => this.logger.error('group state write failed', { groupId: g.row.id, err }));
+    void this.writeGroup(g, 'running', this.currentVersion).catch(() => undefined);
     for (const m of g.members) if (m.status === 'queued') this.ready.push({ group: g, rollout: m });
+  }
+
+  /** The rollouts that will start next, in the order they will (ready, then eval groups, then train groups). */
+  private *upcoming(): Generator<LookaheadCandidate> {
+    const life = (g: GroupState) => g.spec.limits.timeoutMs + 60_000 + this.config.sessionLookaheadTtlMs;
+    const candidate = (g: GroupState, r: RolloutRow): LookaheadCandidate => ({ rolloutId: r.id, open: () => this.executor.openSession(g, r, life(g)) });
+    for (const { group, rollout } of this.ready) yield candidate(group, rollout);
+    for (const g of [...this.evalQueue, ...this.queue]) for (const m of g.members) if (m.status === 'queued') yield candidate(g, m);
   }
 
   // ---------------------------------------------------------------- events in
@@ -503,7 +522,7 @@ export class RolloutRuntime {
           g.members.push(...retries);
           g.pending += retries.length;
           g.row.status = 'queued';
-          await this.state.setGroup(g.row.id, 'queued');
+          await this.writeGroup(g, 'queued');
           this.queue.push(g);
           this.pump();
           return;
@@ -512,7 +531,7 @@ export class RolloutRuntime {
       if (p.status === 'dropped') {
         this.controller.dropped(g.row.id);
         g.row.status = 'dropped';
-        await this.state.setGroup(g.row.id, 'dropped');
+        await this.writeGroup(g, 'dropped');
         this.groups.delete(g.row.id);
         this.pump();
       }
@@ -541,7 +560,7 @@ export class RolloutRuntime {
           continue;
         }
         g.row.status = 'trained';
-        await this.state.setGroup(id, 'trained');
+        await this.writeGroup(g, 'trained');
         this.groups.delete(id);
       }
       this.pump();
@@ -551,57 +570,20 @@ export class RolloutRuntime {
   // ---------------------------------------------------------------- recovery
 
   private async recover(): Promise<void> {
-    const open = await this.state.openGroups();
-    const rows = await this.state.rolloutsOfGroups(open.map((g) => g.id));
-    const inFlight: { groupId: string; startVersion: number }[] = [];
-    const untrained: string[] = [];
-    for (const row of open) {
-      const { spec } = await this.taskSet(row.taskSetId);
-      const task = (await this.tasks.tasks(row.taskSetId)).find((t) => t.id === row.taskId);
-      if (!task) {
-        this.logger.error('recovery: task of an open group is gone', { groupId: row.id, taskId: row.taskId });
-        continue;
-      }
-      const members = rows.filter((r) => r.groupId === row.id);
-      // Rollouts that were running when the previous manager died: sessions closed, ended as aborted (once: deterministic event id).
-      for (const m of members.filter((r) => r.status === 'running')) {
-        if (m.agentPgid && killLeftoverAgent(m.agentPgid)) this.logger.warn('killed a black-box agent left by the previous process', { rolloutId: m.id, pgid: m.agentPgid });
-        if (m.sessionId) await this.closeSession(m.sessionId);
-        await this.publishCompleted({
-          rolloutId: m.id,
-          groupId: row.id,
-          taskId: row.taskId,
-          finishReason: 'aborted',
-          outcomeReward: null,
-          processRewards: [],
-          numCalls: 0,
-          error: 'rollout manager restarted while the rollout ran',
-          versionAtStart: m.policyVersionAtStart ?? this.currentVersion,
-          success: null,
-        });
-        await this.state.rolloutCompleted(m.id, 'aborted');
-        m.status = 'completed';
-      }
-      const g: GroupState = { row, task, spec, members, pending: members.filter((m) => m.status !== 'completed').length, submittedAt: Date.now() };
-      this.groups.set(row.id, g);
-      if (row.purpose === 'eval') {
-        // An evaluation's caller is gone with the old process: its remaining rollouts are not re-run.
-        for (const m of members.filter((r) => r.status === 'queued')) await this.state.rolloutCompleted(m.id, 'aborted');
-        await this.state.setGroup(row.id, 'dropped');
-        this.groups.delete(row.id);
-        continue;
-      }
-      if (row.status === 'queued') this.queue.push(g);
-      else if (g.pending > 0) {
-        inFlight.push({ groupId: row.id, startVersion: row.startVersion ?? this.currentVersion });
-        for (const m of members.filter((r) => r.status === 'queued')) this.ready.push({ group: g, rollout: m });
-      } else {
-        if (row.status === 'running') await this.state.setGroup(row.id, 'finished');
-        g.row.status = 'finished';
-        untrained.push(row.id);
-      }
-    }
-    this.controller = StalenessController.restore({ eta: this.config.eta, groupsPerStep: this.config.groupsPerStep }, { inFlight, untrained });
+    const rec = await recoverGroups({
+      state: this.state,
+      tasks: this.tasks,
+      gateway: this.gateway,
+      executor: this.executor,
+      logger: this.logger,
+      producer: this.config.producer,
+      version: () => this.currentVersion,
+      taskSet: (id) => this.taskSet(id),
+    });
+    for (const g of rec.groups) this.groups.set(g.row.id, g);
+    this.queue.push(...rec.queued);
+    this.ready.push(...rec.ready);
+    this.controller = StalenessController.restore({ eta: this.config.eta, groupsPerStep: this.config.groupsPerStep }, { inFlight: rec.inFlight, untrained: rec.untrained });
   }
 
   // ---------------------------------------------------------------- running a rollout
@@ -609,8 +591,12 @@ export class RolloutRuntime {
   private launch(g: GroupState, r: RolloutRow): void {
     const abort = new AbortController();
     r.status = 'running';
-    const done = this.execute(g, r, abort.signal)
-      .catch((err: unknown) => this.logger.error('rollout bookkeeping failed', { rolloutId: r.id, err }))
+    const done = this.executor
+      .run(g, r, abort.signal)
+      .then(
+        ({ outcome, cleanup }) => this.finished(g, r, outcome, cleanup),
+        (err: unknown) => this.logger.error('rollout bookkeeping failed', { rolloutId: r.id, err }),
+      )
       .finally(() => {
         this.running.delete(r.id);
         this.metrics.inFlight.set(this.running.size);
@@ -620,313 +606,48 @@ export class RolloutRuntime {
     this.metrics.inFlight.set(this.running.size);
   }
 
-  private async closeSession(sessionId: string): Promise<boolean> {
-    for (let attempt = 0; attempt < 3; attempt++) {
-      try {
-        await this.gateway.closeSession(sessionId);
-        return true;
-      } catch (err) {
-        if (err instanceof GatewayError && err.status === 404) return true;
-        await new Promise((res) => setTimeout(res, 200 * 2 ** attempt));
-        if (attempt === 2) this.logger.error('session close failed', { sessionId, err });
-      }
-    }
-    return false;
-  }
-
-  private async publishCompleted(o: {
-    rolloutId: string;
-    groupId: string;
-    taskId: string;
-    finishReason: RolloutFinishReason;
-    outcomeReward: number | null;
-    processRewards: { callId: string; value: number }[];
-    numCalls: number;
-    error: string | null;
-    versionAtStart: number;
-    success: boolean | null;
-  }): Promise<void> {
-    const event = createEvent(
-      'rollout.completed',
-      {
-        rolloutId: o.rolloutId,
-        groupId: o.groupId,
-        taskId: o.taskId,
-        finishReason: o.finishReason,
-        outcomeReward: o.outcomeReward,
-        processRewards: o.processRewards,
-        numCalls: o.numCalls,
-        error: o.error === null ? null : o.error.slice(0, 10_000),
-        completedAt: Date.now(),
-        policyVersionAtEnd: this.currentVersion,
-        versionsSpanned: Math.max(1, this.currentVersion - o.versionAtStart + 1),
-        success: o.success,
-      },
-      { key: o.rolloutId, producer: this.config.producer, id: `${o.rolloutId}:completed` },
-    );
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await this.events.publish(event);
-        return;
-      } catch (err) {
-        if (attempt >= 5) throw err;
-        await new Promise((res) => setTimeout(res, 200 * 2 ** attempt));
-      }
-    }
-  }
-
-  private async execute(g: GroupState, r: RolloutRow, stopSignal: AbortSignal): Promise<void> {
-    const { spec, task } = g;
-    const { env } = await this.taskSet(spec.id);
+  /**
+   * A rollout's outcome is out (rollout.completed durable): its slot and its group's staleness
+   * capacity are released now; its session close and state writes finish in the background, and
+   * listeners hear of it once they have (its session is then closed).
+   */
+  private finished(g: GroupState, r: RolloutRow, outcome: ExecutedRollout['outcome'], cleanup: Promise<number>): void {
     const purpose = g.row.purpose;
-    const t0 = performance.now();
-    const versionAtStart = this.currentVersion;
-    const limits = spec.limits;
-    const maxSteps = limits.maxSteps ?? env?.limits(task).maxSteps ?? 16;
-    const verifier: VerifierSpec = task.verifier ?? spec.verifier ?? { kind: 'env' };
-    let finishReason: RolloutFinishReason = 'completed';
-    let outcomeReward: number | null = null;
-    let success: boolean | null = null;
-    let error: string | null = null;
-    let numCalls = 0;
-    let processRewards: { callId: string; value: number }[] = [];
-    let loop: LoopResult | undefined;
-    let blackBox: BlackBoxResult | undefined;
-    let sessionId: string | null = null;
-    let startedPublished = false;
-    let agentMs = 0;
-    const seed = samplerSeed(g.row.purpose, task.id, r);
-
-    for (let attempt = 0; ; attempt++) {
-      const timeout = new AbortController();
-      const timer = setTimeout(() => timeout.abort('timeout'), limits.timeoutMs);
-      const signal = AbortSignal.any([stopSignal, timeout.signal]);
-      let episode: Episode | null = null;
-      let retry = false;
-      try {
-        const session = await this.gateway.createSession({
-          rolloutId: r.id,
-          groupId: g.row.id,
-          taskId: task.id,
-          model: this.config.model,
-          ...(limits.maxContextTokens ? { maxContextTokens: limits.maxContextTokens } : {}),
-          expiresAt: Date.now() + limits.timeoutMs + 60_000,
-        });
-        sessionId = session.sessionId;
-        // The state write and the started event travel together; both are awaited before the agent starts.
-        const running = this.state.rolloutRunning(r.id, session.sessionId, versionAtStart, attempt + 1).then(
-          () => null,
-          (err: unknown) => err as Error,
-        );
-        if (!startedPublished) {
-          await this.events.publish(
-            createEvent(
-              'rollout.started',
-              {
-                rolloutId: r.id,
-                groupId: g.row.id,
-                taskId: task.id,
-                taskSetId: spec.id,
-                sampleIndex: r.sampleIndex,
-                groupSize: g.row.groupSize,
-                agent: { kind: spec.agent.kind, name: spec.agent.name },
-                policyVersionAtStart: versionAtStart,
-                startedAt: Date.now(),
-                queuePosition: r.queuePosition,
-                purpose,
-                ...(g.row.evalId ? { evalId: g.row.evalId } : {}),
-              },
-              { key: r.id, producer: this.config.producer, id: `${r.id}:started` },
-            ),
-          );
-          startedPublished = true;
-          this.metrics.started.inc({ purpose, agent: spec.agent.kind });
-        }
-        const writeFailed = await running;
-        if (writeFailed) throw writeFailed;
-        episode = env ? env.reset(task, { rolloutId: r.id, seed, signal }) : noToolsEpisode();
-        let transcript: Transcript;
-        let agentInfo: Parameters<typeof runVerifier>[2]['agent'];
-        if (spec.agent.kind === 'white-box') {
-          const a0 = performance.now();
-          loop = await runWhiteBoxLoop(
-            { gateway: this.gateway, baseUrl: session.baseUrl, episode, signal },
-            {
-              opening: task.messages,
-              tools: task.tools,
-              context: spec.context,
-              maxSteps,
-              maxContextTokens: limits.maxContextTokens,
-              temperature: g.evalTemperature ?? spec.sampling.temperature,
-              maxTokens: spec.sampling.maxTokens,
-              builtinTools: spec.builtinTools,
-              memory: new MemoryStore(),
-              seed: seed % 1_000_000,
-            },
-          );
-          agentMs += performance.now() - a0;
-          numCalls = loop.callIds.length;
-          finishReason = loop.finish === 'aborted' && stopSignal.aborted ? 'aborted' : loop.finish === 'aborted' ? 'aborted' : loop.finish;
-          transcript = { messages: loop.messages, finalAnswer: loop.finalAnswer };
-        } else {
-          blackBox = await runBlackBox(spec.agent, task, session, {
-            timeoutMs: limits.timeoutMs,
-            signal: stopSignal,
-            repoRoot: this.config.repoRoot,
-            onSpawn: (pgid) => void this.state.setAgentPgid(r.id, pgid).catch((err: unknown) => this.logger.warn('agent pgid write failed', { rolloutId: r.id, err })),
-          });
-          agentMs += blackBox.wallMs;
-          const st = await this.gateway.session(session.sessionId).catch(() => null);
-          numCalls = st?.callCount ?? 0;
-          if (blackBox.timedOut) finishReason = 'timeout';
-          else if (blackBox.aborted) finishReason = 'aborted';
-          else if (blackBox.signal === 'spawn-error') throw new EnvironmentError(`agent ${spec.agent.name}: ${blackBox.stderr.trim().slice(0, 500)}`);
-          else if (blackBox.exitCode !== 0) {
-            finishReason = 'env_error';
-            error = `agent ${spec.agent.name} exited with ${blackBox.exitCode ?? blackBox.signal}: ${blackBox.stderr.trim().slice(-2000)}`;
-          }
-          transcript = { messages: blackBox.messages ?? task.messages, finalAnswer: blackBox.finalAnswer };
-          agentInfo = { exitCode: blackBox.exitCode, stdout: blackBox.stdout, stderr: blackBox.stderr, answerFile: blackBox.answerFile, workspace: blackBox.workspace };
-        }
-        if (finishReason !== 'aborted' && finishReason !== 'env_error') {
-          try {
-            const v: VerifyResult = await runVerifier(verifier, spec.env, { task, transcript, agent: agentInfo }, this.verifierDeps(spec, env), stopSignal);
-            outcomeReward = v.outcomeReward;
-            success = v.success;
-            if (v.processRewards && loop) {
-              processRewards = v.processRewards.flatMap((value, i) => {
-                const callId = loop?.stepCallIds[i];
-                return callId ? [{ callId, value }] : [];
-              });
-            }
-          } catch (err) {
-            finishReason = 'env_error';
-            error = (err as Error).message;
-            outcomeReward = null;
-            success = null;
-          }
-        }
-      } catch (err) {
-        const calls = sessionId ? ((await this.gateway.session(sessionId).catch(() => null))?.callCount ?? numCalls) : 0;
-        if (stopSignal.aborted) {
-          finishReason = 'aborted';
-        } else if (timeout.signal.aborted) {
-          finishReason = 'timeout';
-        } else if (err instanceof EnvironmentError && calls === 0 && attempt < limits.maxEnvRetries) {
-          // Nothing was recorded under this rollout id yet: run it again.
-          retry = true;
-          this.metrics.envRetries.inc();
-        } else {
-          finishReason = 'env_error';
-        }
-        numCalls = calls;
-        error = `${(err as Error).name}: ${(err as Error).message}`;
-        if (err instanceof VerifierError) finishReason = 'env_error';
-      } finally {
-        clearTimeout(timer);
-        await Promise.resolve(episode?.close?.()).catch(() => undefined);
-        void blackBox?.cleanup();
-      }
-      if (!retry) break;
-      // The failed attempt's session is closed before the next attempt opens its own.
-      if (sessionId) await this.closeSession(sessionId);
-      sessionId = null;
-      error = null;
-    }
-
-    this.metrics.agentSeconds.observe({ agent: spec.agent.kind }, agentMs / 1000);
-    // The session is closed whatever the ending, alongside the completion (not after it).
-    const closing = sessionId ? this.closeSession(sessionId) : Promise.resolve(true);
-    if (startedPublished) {
-      await Promise.all([
-        closing,
-        this.publishCompleted({ rolloutId: r.id, groupId: g.row.id, taskId: task.id, finishReason, outcomeReward, processRewards, numCalls, error, versionAtStart, success }),
-      ]);
-    } else {
-      await closing;
-      // Never started (the gateway refused the session, or we were stopped first): report it anyway so the group completes.
-      finishReason = stopSignal.aborted ? 'aborted' : 'env_error';
-      await this.events.publish(
-        createEvent(
-          'rollout.started',
-          {
-            rolloutId: r.id,
-            groupId: g.row.id,
-            taskId: task.id,
-            taskSetId: spec.id,
-            sampleIndex: r.sampleIndex,
-            groupSize: g.row.groupSize,
-            agent: { kind: spec.agent.kind, name: spec.agent.name },
-            policyVersionAtStart: versionAtStart,
-            startedAt: Date.now(),
-            queuePosition: r.queuePosition,
-            purpose,
-            ...(g.row.evalId ? { evalId: g.row.evalId } : {}),
-          },
-          { key: r.id, producer: this.config.producer, id: `${r.id}:started` },
-        ),
-      );
-      await this.publishCompleted({ rolloutId: r.id, groupId: g.row.id, taskId: task.id, finishReason, outcomeReward: null, processRewards: [], numCalls: 0, error, versionAtStart, success: null });
-    }
-    await this.state.rolloutCompleted(r.id, finishReason);
-    const wallMs = performance.now() - t0;
     r.status = 'completed';
-    this.metrics.completed.inc({ finish_reason: finishReason, purpose });
+    this.metrics.completed.inc({ finish_reason: outcome.finishReason, purpose });
     g.pending--;
-    if (g.pending === 0 && g.row.status === 'running') {
+    const groupDone = g.pending === 0 && g.row.status === 'running';
+    if (groupDone) {
       g.row.status = 'finished';
       if (purpose === 'train') this.controller.finished(g.row.id);
-      await this.state.setGroup(g.row.id, purpose === 'eval' ? 'dropped' : 'finished');
-      if (purpose === 'eval') this.groups.delete(g.row.id);
+      else this.groups.delete(g.row.id);
     }
-    const { cleanup: _cleanup, ...bb } = blackBox ?? ({} as Partial<BlackBoxResult>);
-    const outcome: RolloutOutcome = {
-      rolloutId: r.id,
-      groupId: g.row.id,
-      taskId: task.id,
-      purpose,
-      finishReason,
-      outcomeReward,
-      success,
-      numCalls,
-      error,
-      versionsSpanned: Math.max(1, this.currentVersion - versionAtStart + 1),
-      wallMs,
-      agentMs,
-      loop,
-      blackBox: blackBox ? (bb as Omit<BlackBoxResult, 'cleanup'>) : undefined,
-    };
-    for (const l of [...this.listeners]) {
-      try {
-        l(outcome);
-      } catch (err) {
-        this.logger.warn('rollout listener threw', { err });
-      }
-    }
+    const after = cleanup
+      .then(async (cleanupMs) => {
+        if (groupDone) await this.writeGroup(g, purpose === 'eval' ? 'dropped' : 'finished');
+        const full: RolloutOutcome = { ...outcome, cleanupMs };
+        for (const l of [...this.listeners]) {
+          try {
+            l(full);
+          } catch (err) {
+            this.logger.warn('rollout listener threw', { err });
+          }
+        }
+      })
+      .catch((err: unknown) => this.logger.error('rollout cleanup failed', { rolloutId: r.id, err }))
+      .finally(() => {
+        this.finishing.delete(after);
+        this.wakeIdle();
+      });
+    this.finishing.add(after);
+  }
+
+  /** Group state writes in order per group (admission, finish, trained may follow each other closely). */
+  private writeGroup(g: GroupState, status: GroupStatus, startVersion?: number): Promise<void> {
+    const next = (g.writes ?? Promise.resolve()).then(() => this.state.setGroup(g.row.id, status, startVersion));
+    g.writes = next.catch((err: unknown) => this.logger.error('group state write failed', { groupId: g.row.id, status, err }));
+    return next;
   }
 }
 
-function noToolsEpisode(): Episode {
-  return { executeTool: async (call) => ({ content: `error: unknown tool ${call.name}` }) };
-}
-
-/**
- * The seed of a rollout's sampler and environment. A train rollout's comes from its own id. An
- * evaluation rollout's comes from (task, sample index) alone, so every evaluation of a task set
- * draws the same random numbers for the same task and sample: two versions' success rates are a
- * paired comparison (common random numbers), and the run-to-run noise of an evaluation (±5 points
- * on 100 tasks at temperature 1) mostly cancels out of the gain between two of them. Each
- * evaluation on its own is still an unbiased draw of its policy at the sampling temperature.
- */
-export function samplerSeed(purpose: 'train' | 'eval', taskId: string, r: Pick<RolloutRow, 'id' | 'sampleIndex'>): number {
-  return hashSeed(purpose === 'eval' ? `eval:${taskId}:${r.sampleIndex}` : r.id);
-}
-
-function hashSeed(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h;
-}
+export { samplerSeed } from './rollouts/sampler-seed';

@@ -1,4 +1,5 @@
 import type { DataSource } from 'typeorm';
+import { Coalescer } from './coalescer';
 
 export type GroupStatus = 'queued' | 'running' | 'finished' | 'trained' | 'dropped';
 export type RolloutRowStatus = 'queued' | 'running' | 'completed';
@@ -27,8 +28,38 @@ export interface RolloutRow {
   agentPgid?: number | null;
 }
 
-/** The manager's durable state (migration 1796600000000-rollout-manager-state), raw SQL. */
+const done = <T>(items: T[]): PromiseSettledResult<void>[] => items.map(() => ({ status: 'fulfilled', value: undefined }));
+
+/**
+ * The manager's durable state (migration 1796600000000-rollout-manager-state), raw SQL. The
+ * per-rollout writes of many rollouts at once (session opened, running, completed) go out as one
+ * statement per tick each: written one by one, hundreds of rollouts starting together queued
+ * behind each other on the connection pool.
+ */
 export class RolloutStateStore {
+  private readonly sessionWrites = new Coalescer<{ id: string; sessionId: string }, void>(async (rows) => {
+    await this.ds.query(`UPDATE "rm_rollouts" r SET "session_id" = v."sid", "updated_at" = now() FROM unnest($1::varchar[], $2::varchar[]) AS v("id", "sid") WHERE r."id" = v."id"`, [
+      rows.map((x) => x.id),
+      rows.map((x) => x.sessionId),
+    ]);
+    return done(rows);
+  });
+  private readonly runningWrites = new Coalescer<{ id: string; sessionId: string; version: number; attempts: number }, void>(async (rows) => {
+    await this.ds.query(
+      `UPDATE "rm_rollouts" r SET "status" = 'running', "session_id" = v."sid", "policy_version_at_start" = v."ver", "attempts" = v."att", "updated_at" = now()
+       FROM unnest($1::varchar[], $2::varchar[], $3::int[], $4::int[]) AS v("id", "sid", "ver", "att") WHERE r."id" = v."id"`,
+      [rows.map((x) => x.id), rows.map((x) => x.sessionId), rows.map((x) => x.version), rows.map((x) => x.attempts)],
+    );
+    return done(rows);
+  });
+  private readonly completedWrites = new Coalescer<{ id: string; finishReason: string }, void>(async (rows) => {
+    await this.ds.query(
+      `UPDATE "rm_rollouts" r SET "status" = 'completed', "finish_reason" = v."fr", "updated_at" = now() FROM unnest($1::varchar[], $2::varchar[]) AS v("id", "fr") WHERE r."id" = v."id"`,
+      [rows.map((x) => x.id), rows.map((x) => x.finishReason)],
+    );
+    return done(rows);
+  });
+
   /** `manager`: this instance's identity (its consumer group); groups are recovered by the instance that created them. */
   constructor(
     private readonly ds: DataSource,
@@ -42,26 +73,42 @@ export class RolloutStateStore {
     return rows.map((r) => Number(r.n)).sort((a, b) => a - b);
   }
 
-  async insertGroup(g: GroupRow, rollouts: RolloutRow[]): Promise<void> {
+  /** Groups and their rollouts in one transaction (a statement per table). */
+  async insertGroups(all: { group: GroupRow; rollouts: RolloutRow[] }[]): Promise<void> {
+    if (all.length === 0) return;
+    const gs = all.map((a) => a.group);
     await this.ds.transaction(async (m) => {
       await m.query(
-        `INSERT INTO "rm_groups" ("id","task_id","task_set_id","group_size","purpose","eval_id","status","start_version","manager") VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT ("id") DO NOTHING`,
-        [g.id, g.taskId, g.taskSetId, g.groupSize, g.purpose, g.evalId, g.status, g.startVersion, this.manager],
+        `INSERT INTO "rm_groups" ("id","task_id","task_set_id","group_size","purpose","eval_id","status","start_version","manager")
+         SELECT v.*, $9::varchar FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::int[], $5::varchar[], $6::varchar[], $7::varchar[], $8::int[]) AS v
+         ON CONFLICT ("id") DO NOTHING`,
+        [
+          gs.map((g) => g.id),
+          gs.map((g) => g.taskId),
+          gs.map((g) => g.taskSetId),
+          gs.map((g) => g.groupSize),
+          gs.map((g) => g.purpose),
+          gs.map((g) => g.evalId),
+          gs.map((g) => g.status),
+          gs.map((g) => g.startVersion),
+          this.manager,
+        ],
       );
-      await this.insertRollouts(rollouts, m);
+      await this.insertRollouts(
+        all.flatMap((a) => a.rollouts),
+        m,
+      );
     });
   }
 
   async insertRollouts(rollouts: RolloutRow[], m: { query: DataSource['query'] } = this.ds): Promise<void> {
-    for (const r of rollouts) {
-      await m.query(`INSERT INTO "rm_rollouts" ("id","group_id","task_id","sample_index","queue_position","status") VALUES ($1,$2,$3,$4,$5,'queued') ON CONFLICT ("id") DO NOTHING`, [
-        r.id,
-        r.groupId,
-        r.taskId,
-        r.sampleIndex,
-        r.queuePosition,
-      ]);
-    }
+    if (rollouts.length === 0) return;
+    await m.query(
+      `INSERT INTO "rm_rollouts" ("id","group_id","task_id","sample_index","queue_position","status")
+       SELECT v.*, 'queued' FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::int[], $5::bigint[]) AS v
+       ON CONFLICT ("id") DO NOTHING`,
+      [rollouts.map((r) => r.id), rollouts.map((r) => r.groupId), rollouts.map((r) => r.taskId), rollouts.map((r) => r.sampleIndex), rollouts.map((r) => r.queuePosition)],
+    );
   }
 
   async setGroup(id: string, status: GroupStatus, startVersion?: number): Promise<void> {
@@ -69,21 +116,26 @@ export class RolloutStateStore {
     else await this.ds.query(`UPDATE "rm_groups" SET "status" = $2, "start_version" = $3, "updated_at" = now() WHERE "id" = $1`, [id, status, startVersion]);
   }
 
-  async rolloutRunning(id: string, sessionId: string, version: number, attempts: number): Promise<void> {
-    await this.ds.query(`UPDATE "rm_rollouts" SET "status" = 'running', "session_id" = $2, "policy_version_at_start" = $3, "attempts" = $4, "updated_at" = now() WHERE "id" = $1`, [
-      id,
-      sessionId,
-      version,
-      attempts,
-    ]);
+  /** The rollout's session is open: its id is recorded before any agent gets the key, so a restart can close it. */
+  sessionOpened(id: string, sessionId: string): Promise<void> {
+    return this.sessionWrites.push({ id, sessionId });
+  }
+
+  /** Forgets a session a restart closed before any call was recorded in it (the rollout runs again with a new one). */
+  async clearSession(id: string): Promise<void> {
+    await this.ds.query(`UPDATE "rm_rollouts" SET "session_id" = NULL, "agent_pgid" = NULL, "updated_at" = now() WHERE "id" = $1`, [id]);
+  }
+
+  rolloutRunning(id: string, sessionId: string, version: number, attempts: number): Promise<void> {
+    return this.runningWrites.push({ id, sessionId, version, attempts });
   }
 
   async setAgentPgid(id: string, pgid: number): Promise<void> {
     await this.ds.query(`UPDATE "rm_rollouts" SET "agent_pgid" = $2 WHERE "id" = $1`, [id, pgid]);
   }
 
-  async rolloutCompleted(id: string, finishReason: string): Promise<void> {
-    await this.ds.query(`UPDATE "rm_rollouts" SET "status" = 'completed', "finish_reason" = $2, "updated_at" = now() WHERE "id" = $1`, [id, finishReason]);
+  rolloutCompleted(id: string, finishReason: string): Promise<void> {
+    return this.completedWrites.push({ id, finishReason });
   }
 
   async evaluationKnown(evalId: string): Promise<boolean> {

@@ -13,8 +13,12 @@
  *  - Per run: rollouts/s, agent calls/s, manager CPU per rollout (this process: manager AND the
  *    white-box loops, which live in it; black-box agents are other processes), and the overhead
  *    Σ(rollout wall − agent time) / Σ agent time, where rollout wall runs from the slot being taken
- *    to the outcome (session create/close, events, verifier) and agent time is the loop or the
- *    process from start to exit. overheadAt1024 is the white-box run at 1024.
+ *    to rollout.completed being durable (session, events, verifier: whatever of it is on the
+ *    rollout's path) and agent time is the loop or the process from start to exit.
+ *    overheadAt1024 is the white-box run at 1024. Also reported, because they are the manager's
+ *    work off that path: how long opening a session took (sessionMs) and the share opened ahead
+ *    while the rollout waited for a slot (aheadShare), and the cleanup after the outcome (session
+ *    close, state write: cleanupMs).
  * Uses KAFKA_BROKERS / DATABASE_URL when set (a running stack), else starts its own.
  * Prints a table, then ONE JSON object as the last line of stdout.
  */
@@ -26,8 +30,13 @@ import { join } from 'node:path';
 const LATENCY_MS = Number(process.env.BENCH_RM_LATENCY_MS ?? 50);
 const CAPTURE = process.env.BENCH_RM_CAPTURE ?? 'on';
 const ADMIN = 'bench-rollouts-admin-token-0123456789abcdefghij';
-const WHITE = (process.env.BENCH_RM_WHITE ?? '64,256,1024').split(',').map(Number);
-const BLACK = (process.env.BENCH_RM_BLACK ?? '64,256').split(',').map(Number);
+const list = (v: string) =>
+  v
+    .split(',')
+    .filter((x) => x.trim() !== '')
+    .map(Number);
+const WHITE = list(process.env.BENCH_RM_WHITE ?? '64,256,1024');
+const BLACK = list(process.env.BENCH_RM_BLACK ?? '64,256');
 /** Rollouts per run: ROUNDS × concurrency. */
 const ROUNDS = Number(process.env.BENCH_RM_ROUNDS ?? 2);
 
@@ -152,6 +161,9 @@ interface Row {
   overhead: number;
   meanAgentMs: number;
   meanRolloutMs: number;
+  meanSessionMs: number;
+  aheadShare: number;
+  meanCleanupMs: number;
   failed: number;
 }
 
@@ -242,7 +254,7 @@ async function main(): Promise<void> {
           tasks,
         );
       }
-      const outcomes: { wallMs: number; agentMs: number; numCalls: number; finishReason: string }[] = [];
+      const outcomes: { wallMs: number; agentMs: number; numCalls: number; finishReason: string; sessionMs: number; sessionOpenedAhead: boolean; cleanupMs: number }[] = [];
       rt.onRolloutCompleted((o) => outcomes.push(o));
       const cpu0 = process.cpuUsage();
       const t0 = performance.now();
@@ -267,6 +279,9 @@ async function main(): Promise<void> {
         overhead: Number(((wall - agent) / agent).toFixed(4)),
         meanAgentMs: Number((agent / Math.max(1, ok.length)).toFixed(1)),
         meanRolloutMs: Number((wall / Math.max(1, ok.length)).toFixed(1)),
+        meanSessionMs: Number((ok.reduce((s, o) => s + o.sessionMs, 0) / Math.max(1, ok.length)).toFixed(1)),
+        aheadShare: Number((ok.filter((o) => o.sessionOpenedAhead).length / Math.max(1, ok.length)).toFixed(3)),
+        meanCleanupMs: Number((ok.reduce((s, o) => s + o.cleanupMs, 0) / Math.max(1, ok.length)).toFixed(1)),
         failed: outcomes.length - ok.length,
       });
       console.error(`${run.agents} ×${run.n}: ${JSON.stringify(rows.at(-1))}`);

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { WEIGHT_SWAP_CHOICES } from '@anvil/contracts';
 
 /** How a rollout's reward is computed (pluggable three ways, plus the environment's own). */
 export const verifierSpecSchema = z.discriminatedUnion('kind', [
@@ -84,6 +85,13 @@ export const taskSetSpecSchema = z.object({
   sampling: z.object({ temperature: z.number().min(0).max(5).default(1), maxTokens: z.number().int().positive().default(64) }).default({ temperature: 1, maxTokens: 64 }),
   /** Tools of the white-box loop beyond the environment's: memory (key-value) and delegate (sub-agent). */
   builtinTools: z.array(z.enum(['memory', 'delegate'])).default([]),
+  /**
+   * Partial rollouts: what a weight update does to this task set's running generations (its
+   * sessions' choice, forwarded to the inference-proxy): 'finish' on the weights they started
+   * with, or 'abort-and-resume' under the new ones (a call's tokens then carry two versions).
+   * Either way the rollout continues; absent: the inference-proxy's WEIGHT_SWAP_POLICY.
+   */
+  weightSwap: z.enum(WEIGHT_SWAP_CHOICES).optional(),
 });
 export type TaskSetSpec = z.infer<typeof taskSetSpecSchema>;
 export type TaskSetSpecInput = z.input<typeof taskSetSpecSchema>;

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { z } from 'zod';
-import type { Environment, EnvTask, Transcript, VerifyResult } from '../environments/types';
+import type { ChatMessage, Environment, EnvTask, Transcript, VerifyResult } from '../environments/types';
 import type { VerifierSpec } from '../tasks/task-set';
 
 /** What every verifier gets: the task and what the agent did. */
@@ -9,6 +9,12 @@ export interface VerifierInput {
   transcript: Transcript;
   /** Black-box agents: exit code, captured output, the answer file's text. */
   agent?: { exitCode: number | null; stdout: string; stderr: string; answerFile: string | null; workspace: string | null };
+  /**
+   * Black-box agents: the calls the gateway recorded for the session, in order, with the reply
+   * each returned. Process rewards of a black-box rollout are per entry of this list (the i-th
+   * value goes to calls[i]), since the agent's own transcript is only its claim.
+   */
+  calls?: { callId: string; message: ChatMessage }[];
 }
 
 export type VerifierFn = (input: VerifierInput) => VerifyResult | Promise<VerifyResult>;
@@ -119,7 +125,7 @@ async function httpVerifier(spec: Extract<VerifierSpec, { kind: 'http' }>, input
       const res = await fetch(spec.url, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ task: input.task, transcript: input.transcript, agent: input.agent ?? null }),
+        body: JSON.stringify({ task: input.task, transcript: input.transcript, agent: input.agent ?? null, calls: input.calls ?? null }),
         signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(spec.timeoutMs)]) : AbortSignal.timeout(spec.timeoutMs),
       });
       const text = await res.text();
@@ -197,6 +203,6 @@ function commandVerifier(spec: Extract<VerifierSpec, { kind: 'command' }>, input
       }
     });
     child.stdin.on('error', () => undefined);
-    child.stdin.end(JSON.stringify({ task: input.task, transcript: input.transcript, agent: input.agent ?? null }));
+    child.stdin.end(JSON.stringify({ task: input.task, transcript: input.transcript, agent: input.agent ?? null, calls: input.calls ?? null }));
   });
 }
