@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { loadRunConfig, parseRunConfig, RunConfigError } from './run-config';
+import { lossConfig } from '@anvil/rl';
+import { loadRunConfig, lossConfigOf, parseRunConfig, RunConfigError } from './run-config';
 
 describe('run config', () => {
   it('fills the demo defaults', () => {
@@ -36,5 +37,26 @@ describe('run config', () => {
     expect(() => loadRunConfig(['--steps', '5'], {})).toThrow(/unknown argument/);
     expect(() => loadRunConfig(['--config', '/nonexistent/run.json'], {})).toThrow(/--config \/nonexistent\/run.json/);
     expect(() => loadRunConfig([], { ANVIL_SEED: 'x' })).toThrow(/ANVIL_SEED=x is not a number/);
+  });
+
+  it('builds the trainer loss from the algorithm knobs: the default is what the host always built, corrections and a constant normaliser when asked', () => {
+    expect(lossConfigOf(parseRunConfig({}))).toEqual(lossConfig({ kind: 'cispo', aggregation: 'token_mean' }));
+    expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', epsHigh: 0.3, tokenTisCap: 2 } }))).toMatchObject({ kind: 'ppo', epsLow: 0.2, epsHigh: 0.3, correction: { tokenTis: { cap: 2 } } });
+    expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', seqTisCap: 5 } }))).toMatchObject({ kind: 'ppo', correction: { seqTis: { cap: 5 } } });
+    expect(() => parseRunConfig({ algorithm: { seqTisCap: 5 } })).toThrow(/algorithm\.seqTisCap: correction\.seqTis: CISPO is anchored on the behaviour logprobs/);
+    expect(() => parseRunConfig({ algorithm: { loss: 'ppo', tokenTisCap: 2, seqTisCap: 5 } })).toThrow(/algorithm\.seqTisCap: correction\.seqTis: token-level and sequence-level TIS together/);
+    expect(lossConfigOf(parseRunConfig({ algorithm: { aggregation: 'constant', constantNormalizer: 4096 } }))).toMatchObject({ aggregation: 'constant', constantNormalizer: 4096 });
+    expect(() => parseRunConfig({ algorithm: { aggregation: 'constant' } })).toThrow(/algorithm\.constantNormalizer: is required with aggregation 'constant'/);
+    expect(() => parseRunConfig({ algorithm: { constantNormalizer: 10 } })).toThrow(/only used with aggregation 'constant'/);
+    expect(() => parseRunConfig({ algorithm: { tokenTisCap: 0, weightDecay: 2, packTokens: 0 } })).toThrow(/tokenTisCap[\s\S]*weightDecay[\s\S]*packTokens/);
+  });
+
+  it('lists each problem on its own for callers that add more (a user run adds its files)', () => {
+    try {
+      parseRunConfig({ seed: -1, budget: { steps: 0 } });
+      expect.unreachable();
+    } catch (e) {
+      expect((e as RunConfigError).issues).toEqual([expect.stringMatching(/^seed: /), expect.stringMatching(/^budget\.steps: /)]);
+    }
   });
 });

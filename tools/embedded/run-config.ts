@@ -5,10 +5,31 @@
  * environment for quick experiments (ANVIL_SEED, ANVIL_MAIN_STEPS, ANVIL_DATA_DIR).
  */
 import { readFileSync } from 'node:fs';
+import { dirname, isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
+import { WEIGHT_SWAP_CHOICES } from '@anvil/contracts';
+import { lossConfig, LossConfigError } from '@anvil/rl';
+import { agentSpecSchema, contextSpecSchema, limitsSchema, verifierSpecSchema } from '../../apps/rollout-manager/src/tasks/task-set';
 
 const positiveInt = () => z.number().int().positive();
 const nonNegInt = () => z.number().int().nonnegative();
+
+// The task set's parts a user run declares: the rollout-manager's own schemas (its task-set spec),
+// made strict so a misspelt field is refused rather than dropped.
+const [whiteBoxAgent, blackBoxAgent] = agentSpecSchema.options;
+const strictAgent = z.discriminatedUnion('kind', [whiteBoxAgent.strict(), blackBoxAgent.strict()]);
+const [envVerifier, functionVerifier, httpVerifier, commandVerifier] = verifierSpecSchema.options;
+const strictVerifier = z.discriminatedUnion('kind', [envVerifier.strict(), functionVerifier.strict(), httpVerifier.strict(), commandVerifier.strict()]);
+const [appendOnly, slidingWindow, summarize] = contextSpecSchema.options;
+const strictContext = z.discriminatedUnion('kind', [appendOnly.strict(), slidingWindow.strict(), summarize.strict()]);
+const ms = () => z.number().min(0).max(3_600_000);
+/** chain-add's tool execution time per call (apps/rollout-manager/src/environments/tool-delay.ts), bounded to an hour. */
+const toolDelaySchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('none') }).strict(),
+  z.object({ kind: z.literal('fixed'), ms: ms() }).strict(),
+  z.object({ kind: z.literal('pareto'), scaleMs: ms().positive(), alpha: z.number().positive().max(100), capMs: ms().positive() }).strict(),
+  z.object({ kind: z.literal('lognormal'), medianMs: ms().positive(), sigma: z.number().min(0).max(10), capMs: ms().positive() }).strict(),
+]);
 
 export const runConfigSchema = z
   .object({
@@ -18,6 +39,8 @@ export const runConfigSchema = z
     dataDir: z.string().min(1).default('.anvil'),
     /** 'tiny' (the built-in Llama-family model over the byte tokenizer) or a Hugging Face model directory. */
     model: z.string().min(1).default('tiny'),
+    /** The name the gateway serves the model under (what a black-box agent's requests must name); absent: 'anvil-tiny' for the tiny model, else the model directory's name. */
+    servedModelName: z.string().min(1).max(128).optional(),
     /** Engine threads per engine call (generation and training run side by side, so 1 each fills 2 cores). */
     engineThreads: positiveInt().default(1),
     task: z
@@ -30,13 +53,32 @@ export const runConfigSchema = z
         maxOperand: z.number().int().min(1).max(100_000).default(9),
         /** 'compact' (no system message, the tool by name) or 'full' (instruction + the tool's JSON schema). */
         prompt: z.enum(['compact', 'full']).default('compact'),
-        /** Held-out tasks per evaluation. */
+        /** Held-out tasks per evaluation (a task JSONL: its first evalTasks lines of split eval). */
         evalTasks: positiveInt().max(10_000).default(100),
+        /** chain-add: the time each tool call takes (environment dynamics; absent = none): fixed, pareto or lognormal, capped. */
+        toolDelay: toolDelaySchema.optional(),
+        /** Who runs a rollout: the built-in white-box loop ({kind: 'white-box'}) or a black-box command ({kind: 'black-box', name, command, ...}); absent: white-box. */
+        agent: strictAgent.optional(),
+        /** The verifier of tasks that name none: env | function (e.g. 'final-answer') | http | command; absent: the built-in environment's. */
+        verifier: strictVerifier.optional(),
+        /** White-box context management: append_only (absent), sliding_window, summarize. */
+        context: strictContext.optional(),
+        /** Per-rollout limits: maxSteps, maxContextTokens, timeoutMs, maxEnvRetries. */
+        limits: limitsSchema.strict().optional(),
+        /** A task JSONL: the built-in environment ('chain-add', 'long-horizon') that serves its tools and the env verifier, and its config; absent: none. */
+        env: z.string().min(1).optional(),
+        envConfig: z.record(z.string(), z.unknown()).optional(),
+        /** White-box tools beyond the environment's: memory, delegate. */
+        builtinTools: z.array(z.enum(['memory', 'delegate'])).optional(),
+        /** What a weight update does to running generations: 'finish' or 'abort-and-resume'; absent: the inference-proxy's default. */
+        weightSwap: z.enum(WEIGHT_SWAP_CHOICES).optional(),
       })
       .strict()
       .default({ set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact', evalTasks: 100 }),
     warmStart: z
       .object({
+        /** Build (or reuse) the warm start before RL; absent: yes for the tiny model, no for a model directory (RL starts from its weights as given). Needs task.set 'chain-add' (its demonstrations). */
+        enabled: z.boolean().optional(),
         /** Supervised steps on generated demonstrations at most; the lr schedule spans them (0 = start RL from the model as given). */
         steps: nonNegInt().max(100_000).default(1200),
         tasksPerStep: positiveInt().max(4096).default(8),
@@ -90,6 +132,11 @@ export const runConfigSchema = z
         epsLow: z.number().min(0).max(1).optional(),
         epsHigh: z.number().min(0).max(100).optional(),
         aggregation: z.enum(['token_mean', 'trajectory', 'group', 'seq_mean_token_mean', 'constant']).default('token_mean'),
+        /** With aggregation 'constant' (required there): the loss is divided by this (Dr. GRPO: max tokens × samples). */
+        constantNormalizer: z.number().positive().max(1e12).optional(),
+        /** Truncated importance sampling against the train/inference mismatch: per-token ratio cap, per-sequence ratio cap (absent: off; reinforce_tis turns the token cap on). */
+        tokenTisCap: z.number().positive().max(1e6).optional(),
+        seqTisCap: z.number().positive().max(1e6).optional(),
         advantage: z.enum(['grpo', 'dr_grpo', 'rloo', 'reinforce_pp']).default('grpo'),
         /** λ of the process-reward rule: a call's advantage = its rollout's + λ · its normalised process reward (0 = outcome only). */
         processRewardWeight: z.number().min(0).max(100).default(1),
@@ -104,6 +151,10 @@ export const runConfigSchema = z
         beta1: z.number().min(0).lt(1).default(0.9),
         beta2: z.number().min(0).lt(1).default(0.95),
         eps: z.number().min(0).default(1e-15),
+        /** AdamW decoupled weight decay (absent: 0). */
+        weightDecay: z.number().min(0).max(1).optional(),
+        /** Tokens per packed forward/backward of the trainer (absent: 65,536); a large-vocabulary model may need fewer. */
+        packTokens: positiveInt().max(16_777_216).optional(),
       })
       .strict()
       .default({
@@ -156,26 +207,63 @@ export const runConfigSchema = z
       ctx.addIssue({ code: 'custom', path: ['rollouts', 'concurrency'], message: `must be >= rollouts.groupSize (${c.rollouts.groupSize}): a group runs at once` });
     if (typeof c.scheduler.window === 'number' && c.scheduler.window > c.rollouts.concurrency)
       ctx.addIssue({ code: 'custom', path: ['scheduler', 'window'], message: `must be <= rollouts.concurrency (${c.rollouts.concurrency})` });
+    if (c.algorithm.aggregation === 'constant' && c.algorithm.constantNormalizer === undefined)
+      ctx.addIssue({ code: 'custom', path: ['algorithm', 'constantNormalizer'], message: "is required with aggregation 'constant'" });
+    if (c.algorithm.constantNormalizer !== undefined && c.algorithm.aggregation !== 'constant')
+      ctx.addIssue({ code: 'custom', path: ['algorithm', 'constantNormalizer'], message: "is only used with aggregation 'constant'" });
+    try {
+      lossConfigOf(c);
+    } catch (e) {
+      if (!(e instanceof LossConfigError)) throw e;
+      // libs/rl names its own fields; the knob is what the user wrote
+      const knob: Record<string, string> = { kind: 'loss', 'correction.tokenTis': 'tokenTisCap', 'correction.seqTis': 'seqTisCap' };
+      const field = knob[e.field] ?? e.field.split('.')[0];
+      ctx.addIssue({ code: 'custom', path: ['algorithm', field], message: e.message });
+    }
+    const builtin = c.task.set === 'chain-add';
+    if (c.warmStart.enabled === true && !builtin) ctx.addIssue({ code: 'custom', path: ['warmStart', 'enabled'], message: "needs task.set 'chain-add' (the warm start trains on its demonstrations)" });
+    if (builtin && c.task.env !== undefined) ctx.addIssue({ code: 'custom', path: ['task', 'env'], message: "is for a task JSONL (task.set 'chain-add' is its own environment)" });
+    if (c.task.envConfig !== undefined && c.task.env === undefined) ctx.addIssue({ code: 'custom', path: ['task', 'envConfig'], message: 'needs task.env' });
+    if (!builtin && c.task.toolDelay !== undefined) ctx.addIssue({ code: 'custom', path: ['task', 'toolDelay'], message: "is chain-add's (a JSONL's environment takes it in task.envConfig)" });
+    if (!builtin && c.task.env === undefined && c.task.verifier?.kind === 'env')
+      ctx.addIssue({ code: 'custom', path: ['task', 'verifier'], message: 'kind env needs a built-in environment (task.env)' });
   });
 
 export type RunConfig = z.infer<typeof runConfigSchema>;
 
 export class RunConfigError extends Error {
   override name = 'RunConfigError';
+  constructor(
+    message: string,
+    /** Each problem on its own ('path: what is wrong'). */
+    readonly issues: string[] = [message],
+  ) {
+    super(message);
+  }
 }
 
 /** Parses a run config (a JSON value), listing every problem at once. */
 export function parseRunConfig(input: unknown): RunConfig {
   const r = runConfigSchema.safeParse(input ?? {});
   if (!r.success) {
-    const lines = r.error.issues.map((i) => `  ${i.path.join('.') || '(root)'}: ${i.message}`);
-    throw new RunConfigError(`invalid run config:\n${lines.join('\n')}`);
+    const issues = r.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`);
+    throw new RunConfigError(`invalid run config:\n${issues.map((l) => `  ${l}`).join('\n')}`, issues);
   }
   return r.data;
 }
 
 /** argv (--config FILE) + environment overrides -> a validated RunConfig. */
 export function loadRunConfig(argv: readonly string[], env: NodeJS.ProcessEnv): RunConfig {
+  return parseRunConfig(runConfigInput(argv, env));
+}
+
+/**
+ * argv (--config FILE) + environment overrides -> the raw run config, before validation (a user
+ * run checks its files even when a knob is refused, so every problem is listed at once). A model
+ * directory, a task JSONL and an agent's cwd given as relative paths are taken relative to the
+ * config file.
+ */
+export function runConfigInput(argv: readonly string[], env: NodeJS.ProcessEnv): Record<string, unknown> {
   let raw: Record<string, unknown> = {};
   const at = argv.indexOf('--config');
   if (at >= 0) {
@@ -185,6 +273,19 @@ export function loadRunConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
       raw = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
     } catch (e) {
       throw new RunConfigError(`--config ${file}: ${(e as Error).message}`);
+    }
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new RunConfigError(`--config ${file}: must hold a JSON object`);
+    const base = dirname(resolve(file));
+    const rel = (p: unknown, builtin: string) => (typeof p === 'string' && p !== builtin && p !== '' && !isAbsolute(p) ? resolve(base, p) : p);
+    if (raw.model !== undefined) raw.model = rel(raw.model, 'tiny');
+    const task = raw.task as Record<string, unknown> | undefined;
+    if (task && typeof task === 'object') {
+      const agent = task.agent as Record<string, unknown> | undefined;
+      raw.task = {
+        ...task,
+        ...(task.set !== undefined ? { set: rel(task.set, 'chain-add') } : {}),
+        ...(agent && typeof agent === 'object' && agent.cwd !== undefined ? { agent: { ...agent, cwd: rel(agent.cwd, '') } } : {}),
+      };
     }
   }
   const unknownArgs = argv.filter((a, i) => a.startsWith('--') && a !== '--config' && argv[i - 1] !== '--config');
@@ -201,7 +302,7 @@ export function loadRunConfig(argv: readonly string[], env: NodeJS.ProcessEnv): 
   if (seed !== undefined) raw.seed = seed;
   if (env.ANVIL_DATA_DIR) raw.dataDir = env.ANVIL_DATA_DIR;
   if (steps !== undefined) raw.budget = { ...(raw.budget as object), steps };
-  return parseRunConfig(raw);
+  return raw;
 }
 
 /** loadRunConfig for a command line: a bad config prints every problem and exits 78. */
@@ -219,5 +320,22 @@ export function loadRunConfigOrExit(argv: readonly string[], env: NodeJS.Process
 
 /** The chain-add environment config a run asks for. */
 export function chainAddConfigOf(cfg: RunConfig) {
-  return { k: { min: cfg.task.kMin, max: cfg.task.kMax }, maxOperand: cfg.task.maxOperand, prompt: cfg.task.prompt };
+  return { k: { min: cfg.task.kMin, max: cfg.task.kMax }, maxOperand: cfg.task.maxOperand, prompt: cfg.task.prompt, ...(cfg.task.toolDelay ? { toolDelay: cfg.task.toolDelay } : {}) };
+}
+
+/** The trainer's loss for a run's algorithm knobs (libs/rl validates the combination). */
+export function lossConfigOf(cfg: RunConfig) {
+  const a = cfg.algorithm;
+  const correction = {
+    ...(a.tokenTisCap !== undefined ? { tokenTis: { cap: a.tokenTisCap } } : {}),
+    ...(a.seqTisCap !== undefined ? { seqTis: { cap: a.seqTisCap } } : {}),
+  };
+  return lossConfig({
+    kind: a.loss,
+    aggregation: a.aggregation,
+    ...(a.epsLow !== undefined ? { epsLow: a.epsLow } : {}),
+    ...(a.epsHigh !== undefined ? { epsHigh: a.epsHigh } : {}),
+    ...(a.constantNormalizer !== undefined ? { constantNormalizer: a.constantNormalizer } : {}),
+    ...(Object.keys(correction).length ? { correction } : {}),
+  });
 }
