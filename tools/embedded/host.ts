@@ -13,7 +13,6 @@ import { join } from 'node:path';
 import { Model } from '@anvil/engine';
 import { createLogger, type Logger } from '@anvil/observability';
 import { createSharedInfra, hostedServiceContext, startHostedService, type HostedService, type SharedInfra } from '@anvil/service-kit';
-import { lossConfig } from '@anvil/rl';
 import { GatewayModule } from '../../apps/gateway/src/app.module';
 import { gatewayEnv } from '../../apps/gateway/src/config';
 import { InferenceProxyModule } from '../../apps/inference-proxy/src/app.module';
@@ -25,7 +24,7 @@ import { PostgresBatchSource } from '../../apps/trainer/src/batches/batch-source
 import { CheckpointStore } from '../../apps/trainer/src/checkpoints/checkpoint-store';
 import { TrainerRuntime, type TrainerStepEvent } from '../../apps/trainer/src/runtime';
 import { knobEnvs } from '../stack/service-env';
-import type { RunConfig } from './run-config';
+import { lossConfigOf, type RunConfig } from './run-config';
 
 export interface EmbeddedLoop {
   infra: SharedInfra;
@@ -37,16 +36,29 @@ export interface EmbeddedLoop {
   model: Model;
   runId: string;
   runDir: string;
+  /** Where the trainer writes every published version (Hugging Face directories, the tokenizer files copied in for a user's model). */
+  checkpointsDir: string;
   close(): Promise<void>;
+}
+
+/** The starting weights of a run and how the gateway serves them. */
+export interface LoopModel {
+  /** A Hugging Face checkpoint directory (config.json + safetensors): the proxy serves it, the trainer starts from it. */
+  checkpointDir: string;
+  /** The directory of its tokenizer.json and chat template (a user's model), or null for the tiny model's byte tokenizer and ChatML template. */
+  chatFormatDir: string | null;
+  /** The model name the gateway serves (what agents' requests name). */
+  servedName: string;
 }
 
 export async function startEmbeddedLoop(
   cfg: RunConfig,
-  opts: { checkpointDir: string; runId: string; logLevel?: 'error' | 'warn' | 'info'; onStep?: (e: TrainerStepEvent) => void; onFatal?: (e: Error) => void; splitOf?: () => string },
+  opts: { model: LoopModel; runId: string; logLevel?: 'error' | 'warn' | 'info'; onStep?: (e: TrainerStepEvent) => void; onFatal?: (e: Error) => void; splitOf?: () => string },
 ): Promise<EmbeddedLoop> {
   const logLevel = opts.logLevel ?? 'error';
   const logger: Logger = createLogger({ service: 'main', level: logLevel });
   const runDir = join(cfg.dataDir, 'runs', opts.runId);
+  const checkpointsDir = join(runDir, 'checkpoints');
   mkdirSync(runDir, { recursive: true });
   const infra = await createSharedInfra({ databaseUrl: `pglite://${join(runDir, 'db')}` });
   const started: HostedService[] = [];
@@ -58,7 +70,7 @@ export async function startEmbeddedLoop(
       inferenceProxyEnv,
       env({
         INFERENCE_BACKEND: 'embedded',
-        EMBEDDED_CHECKPOINT_DIR: opts.checkpointDir,
+        EMBEDDED_CHECKPOINT_DIR: opts.model.checkpointDir,
         DEPLOYMENT_NAME: 'embedded',
         EMBEDDED_MAX_BATCH: String(cfg.rollouts.concurrency),
         MAX_IN_FLIGHT_PER_REPLICA: String(cfg.rollouts.concurrency * 2),
@@ -70,25 +82,31 @@ export async function startEmbeddedLoop(
     const poolCtx = hostedServiceContext('middleware', middlewareEnv, env(dataPoolEnv(cfg, opts.runId)), infra);
     const dataPool = await startHostedService(poolCtx, MiddlewareModule.forRoot(poolCtx));
     started.push(dataPool);
-    const gatewayCtx = hostedServiceContext('gateway', gatewayEnv, env({ GATEWAY_ADMIN_TOKEN: adminToken, INFERENCE_PROXY_URL: proxy.url, MAX_STALENESS: String(cfg.rollouts.eta) }), infra);
+    const chatFormat: Record<string, string> = opts.model.chatFormatDir ? { GATEWAY_CHAT_FORMAT: 'hf', GATEWAY_TOKENIZER_DIR: opts.model.chatFormatDir } : {};
+    const gatewayCtx = hostedServiceContext(
+      'gateway',
+      gatewayEnv,
+      env({ GATEWAY_ADMIN_TOKEN: adminToken, INFERENCE_PROXY_URL: proxy.url, MAX_STALENESS: String(cfg.rollouts.eta), GATEWAY_MODEL_NAME: opts.model.servedName, ...chatFormat }),
+      infra,
+    );
     const gateway = await startHostedService(gatewayCtx, GatewayModule.forRoot(gatewayCtx), { bodyLimitBytes: gatewayCtx.config.MAX_REQUEST_BYTES });
     started.push(gateway);
     for (const s of started) await waitReady(s);
 
-    const model = await Model.load(opts.checkpointDir);
+    const model = await Model.load(opts.model.checkpointDir);
     const a = cfg.algorithm;
-    model.configureOptimizer({ beta1: a.beta1, beta2: a.beta2, eps: a.eps, weightDecay: 0 });
+    model.configureOptimizer({ beta1: a.beta1, beta2: a.beta2, eps: a.eps, weightDecay: a.weightDecay ?? 0 });
     const trainer = new TrainerRuntime(
       {
         runId: opts.runId,
         settings: {
-          loss: lossConfig({ kind: a.loss, aggregation: a.aggregation, ...(a.epsLow !== undefined ? { epsLow: a.epsLow } : {}), ...(a.epsHigh !== undefined ? { epsHigh: a.epsHigh } : {}) }),
+          loss: lossConfigOf(cfg),
           lr: a.lr,
           warmupSteps: a.warmupSteps,
           decaySteps: a.lrSchedule === 'cosine' ? cfg.budget.steps * a.miniBatches : 0,
           minLrFactor: a.minLrFactor,
           maxGradNorm: a.maxGradNorm,
-          packTokens: 65_536,
+          packTokens: a.packTokens ?? 65_536,
           miniBatches: a.miniBatches,
         },
         publishEvery: 1,
@@ -101,7 +119,7 @@ export async function startEmbeddedLoop(
       {
         bus: infra.bus,
         model,
-        store: new CheckpointStore(join(runDir, 'checkpoints')),
+        store: new CheckpointStore(checkpointsDir, opts.model.chatFormatDir ? { tokenizerDir: opts.model.chatFormatDir } : {}),
         batches: new PostgresBatchSource(infra.dataSource),
         logger: logger.child({ component: 'trainer' }),
         onStep: opts.onStep,
@@ -136,6 +154,7 @@ export async function startEmbeddedLoop(
       model,
       runId: opts.runId,
       runDir,
+      checkpointsDir,
       async close() {
         await rollouts.stop(0).catch((e: unknown) => logger.warn('rollout-manager stop failed', { err: e }));
         await trainer.stop().catch((e: unknown) => logger.warn('trainer stop failed', { err: e }));

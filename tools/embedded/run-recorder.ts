@@ -79,16 +79,17 @@ export class RunRecorder {
   }
 
   /** The embedded job's summary fields (tools/embedded/main.ts) for this run. */
-  summary(o: { seed: number; wallClockSeconds: number; finalVersion: number; rlStoppedBy: string; warmStart: Record<string, unknown>; finalEvalPinnedTo: number }): Record<string, unknown> {
-    const warm = this.evals[0];
-    const last = this.evals[this.evals.length - 1];
+  summary(o: { seed: number; wallClockSeconds: number; finalVersion: number; rlStoppedBy: string; warmStart: Record<string, unknown>; finalEvalPinnedTo: number | null }): Record<string, unknown> {
+    // A user's task set without held-out tasks has no evaluation: held-out success is null, not made up.
+    const warm = this.evals[0] as EvalRow | undefined;
+    const last = this.evals[this.evals.length - 1] as EvalRow | undefined;
     const trained = this.steps.filter((s) => !s.skipped);
     const splits = this.mismatchBySplit();
     const mismatchTokens = splits.reduce((a, s) => a + s.tokens, 0);
     const busy = trained.reduce((a, s) => a + s.idleSeconds + s.trainSeconds, 0);
     return {
-      heldOutSuccess: { warmStart: warm.success, final: last.success },
-      heldOutGainPoints: Number(((last.success - warm.success) * 100).toFixed(1)),
+      heldOutSuccess: warm && last ? { warmStart: warm.success, final: last.success } : null,
+      heldOutGainPoints: warm && last ? Number(((last.success - warm.success) * 100).toFixed(1)) : null,
       seed: o.seed,
       wallClockSeconds: Number(o.wallClockSeconds.toFixed(1)),
       warmStart: o.warmStart,

@@ -16,11 +16,11 @@
  *   npm run warm-start            # builds (or finds) the cached checkpoint and prints its path
  */
 import { createHash } from 'node:crypto';
-import { existsSync, promises as fsp } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readdirSync, readFileSync, statSync, promises as fsp } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { getThreads, Model, setThreads, tinyConfig, type ModelConfig } from '@anvil/engine';
 import { packSamples, type PackSample } from '@anvil/rl';
-import { tinyChatFormat, type ChatFormat } from '@anvil/tokenizer';
+import { loadChatFormat, tinyChatFormat, type ChatFormat } from '@anvil/tokenizer';
 import { ChainAddEnvironment, type ChainAddConfig } from '../../apps/rollout-manager/src/environments/chain-add';
 import { passRate } from './sft-validation';
 import type { ChatMessage, EnvTask } from '../../apps/rollout-manager/src/environments/types';
@@ -67,6 +67,12 @@ export interface WarmStartOptions {
   seed: number;
   task: Partial<ChainAddConfig>;
   model?: Partial<ModelConfig>;
+  /**
+   * A Hugging Face model directory to fine-tune instead of the built-in tiny model (a user's run
+   * that asks for a warm start): its weights, its tokenizer and chat template. The result carries
+   * its tokenizer files, so it is a complete model directory too.
+   */
+  base?: string;
   dataDir: string;
   /** The environment to demonstrate (default: chain-add with `task`). */
   env?: ChainAddEnvironment;
@@ -104,8 +110,29 @@ export function sftSamples(format: ChatFormat, task: EnvTask, messages: ChatMess
   return out;
 }
 
+/** Files of a model directory that make it a servable Hugging Face model besides its weights. */
+const MODEL_DIR_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json', 'chat_template.jinja', 'chat_template.json'];
+
+/** What identifies a base model directory without reading its weights: its path, config, tokenizer files, and each weight file's size and mtime. */
+function baseIdentity(dir: string) {
+  const files = readdirSync(dir)
+    .filter((f) => f.endsWith('.safetensors') || f.endsWith('.safetensors.index.json'))
+    .sort()
+    .map((f) => {
+      const st = statSync(join(dir, f));
+      return [f, st.size, st.mtimeMs];
+    });
+  const text = (f: string) =>
+    existsSync(join(dir, f))
+      ? createHash('sha256')
+          .update(readFileSync(join(dir, f)))
+          .digest('hex')
+      : null;
+  return { dir: resolve(dir), config: text('config.json'), files, tokenizer: MODEL_DIR_FILES.map(text) };
+}
+
 export function warmStartKey(o: WarmStartOptions): string {
-  const cfg = tinyConfig({ vocabSize: 272, ...o.model });
+  const cfg = o.base ? baseIdentity(o.base) : tinyConfig({ vocabSize: 272, ...o.model });
   const env = new ChainAddEnvironment(o.task).config;
   const probe = (o.env ?? new ChainAddEnvironment(o.task)).generate({ seed: 0, count: 1, split: 'train' })[0];
   const h = createHash('sha256').update(
@@ -148,9 +175,9 @@ export async function warmStart(o: WarmStartOptions, log: (line: string) => void
 }
 
 async function build(o: WarmStartOptions, dir: string, started: number, log: (line: string) => void): Promise<WarmStart> {
-  const format = tinyChatFormat();
+  const format = o.base ? loadChatFormat(o.base) : tinyChatFormat();
   const env = o.env ?? new ChainAddEnvironment(o.task);
-  const model = Model.tiny({ seed: o.seed, config: { vocabSize: 272, ...o.model } });
+  const model = o.base ? await Model.load(o.base) : Model.tiny({ seed: o.seed, config: { vocabSize: 272, ...o.model } });
   model.configureOptimizer({ beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0 });
   let finalLoss: number | null = null;
   // validation tasks: a fixed draw of train-split tasks, never demonstrated
@@ -207,6 +234,7 @@ async function build(o: WarmStartOptions, dir: string, started: number, log: (li
   await fsp.rm(tmp, { recursive: true, force: true });
   await model.save(tmp);
   model.dispose();
+  if (o.base) for (const f of MODEL_DIR_FILES) if (existsSync(join(o.base, f))) await fsp.copyFile(join(o.base, f), join(tmp, f));
   const meta: WarmStart = { dir, cached: false, seconds: (performance.now() - started) / 1000, steps: step, demonstrations: step * o.tasksPerStep, finalLoss, validation: curve, stoppedBy };
   await fsp.writeFile(join(tmp, 'warm-start.json'), JSON.stringify({ ...meta, recipe: RECIPE, options: { ...o, dataDir: undefined } }, null, 2) + '\n');
   await fsp.mkdir(join(o.dataDir, 'warm-start'), { recursive: true });
