@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GatewayCall, GatewaySession } from '@anvil/persistence';
 import { RolloutRuntime, type RolloutOutcome } from '../../apps/rollout-manager/src/runtime';
+import { ChainAddEnvironment } from '../../apps/rollout-manager/src/environments/chain-add';
 import { TaskFileError } from '../../apps/rollout-manager/src/tasks/jsonl';
 import { ADMIN_TOKEN, oraclePolicy, startRolloutStack, until, type RolloutStack } from './fixtures/rollout-stack';
 
@@ -143,6 +144,50 @@ describe('black-box rollouts', () => {
       expect(o.blackBox!.messages!.filter((m) => m.role === 'tool')).toHaveLength(2);
       // Its process rewards (one per call: two right tool calls, the right answer) land on the calls the gateway recorded, in order.
       expect(await processRewardsOf(o.rolloutId)).toEqual((await recordedCalls(o.rolloutId)).map((callId) => ({ callId, value: 1 })));
+    }
+  });
+
+  it('runs a third-party agent program from PyPI (the llm CLI, its own tool-calling loop, unchanged) on chain-add tasks, scored by the environment verifier from its answer', async () => {
+    const probe = spawnSync('llm', ['--version'], { encoding: 'utf8' });
+    if (probe.status !== 0)
+      throw new Error(`this test runs the llm CLI from PyPI: pip install -r examples/llm-cli-agent/requirements.txt (npm test does) (${probe.stderr?.trim() ?? probe.error?.message})`);
+    const envConfig = { k: 3 };
+    await runtime.loadBuiltin({
+      id: 'llm-chain',
+      env: 'chain-add',
+      envConfig,
+      seed: 13,
+      trainCount: 2,
+      evalCount: 0,
+      agent: { kind: 'black-box', name: 'llm-cli', command: ['sh', 'examples/llm-cli-agent/run.sh', '{prompt}'], taskInput: 'file' },
+      limits: { timeoutMs: 60_000 },
+    });
+    const { rolloutIds } = await runtime.submit({ taskSetId: 'llm-chain', groupSize: 2 });
+    const got = await until(
+      'four llm rollouts',
+      () => {
+        const os = rolloutIds.map((id) => outcomes.find((o) => o.rolloutId === id));
+        return os.every(Boolean) ? (os as RolloutOutcome[]) : undefined;
+      },
+      120_000,
+    );
+    const env = new ChainAddEnvironment(envConfig);
+    const tasks = await runtime.tasks.tasks('llm-chain');
+    for (const o of got) {
+      expect(o.finishReason, `${o.error} ${o.blackBox?.stderr}`).toBe('completed');
+      // llm's loop: two tool calls (add, which it executed itself) and the answer, through the gateway.
+      expect(o.numCalls).toBe(3);
+      const replies = (await stack.ds.query(`SELECT c.assistant_message_json AS m FROM gateway_calls c JOIN gateway_sessions s ON s.id = c.session_id WHERE s.rollout_id = $1 ORDER BY c.turn_index`, [
+        o.rolloutId,
+      ])) as { m: string }[];
+      expect(replies.map((r) => (JSON.parse(r.m) as { tool_calls?: unknown[] }).tool_calls?.length ?? 0)).toEqual([1, 1, 0]);
+      const task = tasks.find((t) => t.id === o.taskId)!;
+      const answer = o.blackBox!.finalAnswer;
+      expect(answer).toBe(String(task.data.total));
+      // The reward is the environment verifier's on what the agent left (its answer; no transcript): no process rewards can be placed.
+      const expected = env.verify(task, { messages: [...task.messages, { role: 'assistant', content: answer }], finalAnswer: answer });
+      expect(o.outcomeReward).toBe(expected.outcomeReward);
+      expect(await processRewardsOf(o.rolloutId)).toEqual([]);
     }
   });
 

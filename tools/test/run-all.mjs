@@ -69,12 +69,21 @@ try {
   step('lint', 'node', ['tools/build/lint.mjs']);
   step('build', 'node', ['tools/build/build.mjs']);
   mkdirSync(join(root, '.cache'), { recursive: true });
-  // The black-box tests run a real third-party agent: a Python program on the official openai
-  // package (examples/python-agent). It goes into a venv of the project's own (PyPI), first on
-  // the tests' PATH, so a fresh machine needs nothing installed by hand.
+  // The black-box tests run Python agents: ours on the official openai package
+  // (examples/python-agent) and a third-party agent program, the llm CLI (examples/llm-cli-agent).
+  // They go into a venv of the project's own (PyPI), first on the tests' PATH, so a fresh machine
+  // needs nothing installed by hand.
   const venv = join(root, '.cache', 'python-agents');
   if (!existsSync(join(venv, 'bin', 'python3'))) step('python venv', 'python3', ['-m', 'venv', venv]);
-  step('python agents', join(venv, 'bin', 'pip'), ['install', '--quiet', '--disable-pip-version-check', '-r', 'examples/python-agent/requirements.txt']);
+  step('python agents', join(venv, 'bin', 'pip'), [
+    'install',
+    '--quiet',
+    '--disable-pip-version-check',
+    '-r',
+    'examples/python-agent/requirements.txt',
+    '-r',
+    'examples/llm-cli-agent/requirements.txt',
+  ]);
   env.PATH = `${join(venv, 'bin')}:${process.env.PATH ?? ''}`;
   const report = join(root, '.cache', 'vitest-report.json');
   step('tests', 'npx', ['vitest', 'run', '--project', 'unit', '--project', 'integration', '--project', 'e2e', '--reporter=default', '--reporter=json', `--outputFile.json=${report}`, ...only], env);

@@ -234,7 +234,7 @@ export class RolloutExecutor {
             const v = await runVerifier(verifier, spec.env, { task, transcript, agent: agentInfo, ...(calls ? { calls } : {}) }, this.d.verifierDeps(spec, env), stopSignal);
             res.outcomeReward = v.outcomeReward;
             res.success = v.success;
-            res.processRewards = v.processRewards ? attachProcessRewards(v.processRewards, loop, calls ?? []) : [];
+            res.processRewards = v.processRewards ? attachProcessRewards(v.processRewards, loop, calls ?? [], verifier.kind === 'env') : [];
           } catch (err) {
             res.finishReason = 'env_error';
             res.error = (err as Error).message;
@@ -337,16 +337,20 @@ export class RolloutExecutor {
 
 /**
  * Process rewards onto call ids. White-box: per assistant turn of the main loop (its step
- * calls). Black-box: per call the gateway recorded, in order; more values than recorded calls
- * cannot be placed, which is the verifier answering garbage.
+ * calls). Black-box: per call the gateway recorded, in order. A verifier that sees those calls
+ * (`calls`) and returns more values than there are is answering garbage. An environment's
+ * verifier scores the agent's own transcript, one value per assistant turn there: they are placed
+ * only when that transcript has one turn per recorded call; otherwise (an agent that left only its
+ * answer, say) they cannot be, and the rollout has none.
  */
-function attachProcessRewards(values: number[], loop: LoopResult | undefined, calls: { callId: string }[]): { callId: string; value: number }[] {
+function attachProcessRewards(values: number[], loop: LoopResult | undefined, calls: { callId: string }[], fromTranscript: boolean): { callId: string; value: number }[] {
   if (loop) {
     return values.flatMap((value, i) => {
       const callId = loop.stepCallIds[i];
       return callId ? [{ callId, value }] : [];
     });
   }
+  if (fromTranscript && values.length !== calls.length) return [];
   if (values.length > calls.length) throw new VerifierError(`verifier answered garbage: ${values.length} process rewards for ${calls.length} recorded calls`);
   return values.map((value, i) => ({ callId: calls[i].callId, value }));
 }
