@@ -14,4 +14,4 @@ cat > "$HOME/extra-openai-models.yaml" <<YAML
   supports_tools: true
 YAML
 export LLM_USER_PATH="$HOME"
-exec llm prompt -m anvil --no-stream --no-log --chain-limit "${AGENT_MAX_TURNS:-6}" -o max_tokens "${AGENT_MAX_TOKENS:-128}" --functions "$(dirname "$0")/tools.py" "$1" </dev/null
+exec llm prompt -m anvil --no-stream --no-log --chain-limit "${AGENT_MAX_TURNS:-6}" -o max_tokens "${LLM_MAX_REPLY:-128}" --functions "$(dirname "$0")/tools.py" "$1" </dev/null
