@@ -83,7 +83,7 @@ describe('Data Pool runtime (Kafka + PostgreSQL)', () => {
     });
     await rt.start();
     const t0 = Date.now();
-    while (Date.now() - t0 < 60_000) {
+    while (Date.now() - t0 < 180_000) {
       const ids = new Set(batches.map((b) => b.payload.batchId));
       if (ids.size >= 2) break;
       await new Promise((r) => setTimeout(r, 200));
@@ -108,5 +108,7 @@ describe('Data Pool runtime (Kafka + PostgreSQL)', () => {
     // the dropped group left the queue: the head moved past positions 2 and 3
     const q: { position: string; status: string }[] = await ds.query(`SELECT "position", "status" FROM "data_pool_queue" WHERE "run_id" = $1 ORDER BY "position"`, [runId]);
     expect(q.map((x) => x.status)).toEqual(['taken', 'taken', 'dropped', 'dropped', 'taken', 'taken']);
-  });
+    // A child process (npx tsx start, Kafka group join, first batch) plus a takeover: on a loaded 2-core
+    // machine the child alone once needed more than its old 90 s, so both budgets are wider than the suite's.
+  }, 420_000);
 });
