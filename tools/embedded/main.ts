@@ -20,35 +20,10 @@
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { engineInfo, setThreads } from '@anvil/engine';
-import type { LoopModel } from './host';
 import { runRlPhase } from './rl-phase';
-import { chainAddConfigOf, type RunConfig } from './run-config';
 import { writeRunReport } from './rl-report';
-import { loadUserRunOrExit, servedModelName, taskSetOf } from './user-run';
-import { warmStart } from './warm-start';
-
-/** The starting weights: the (cached) warm start, or a user's model directory as given. */
-async function startingModel(cfg: RunConfig): Promise<{ model: LoopModel; warmStart: Record<string, unknown> }> {
-  const userDir = cfg.model === 'tiny' ? null : cfg.model;
-  const served = servedModelName(cfg);
-  if (userDir && cfg.warmStart.enabled !== true) {
-    console.log(`model: ${userDir} (served as ${served}), RL starts from its weights as given (no warm start)`);
-    return { model: { checkpointDir: userDir, chatFormatDir: userDir, servedName: served }, warmStart: { enabled: false, model: userDir } };
-  }
-  // The tiny model with warmStart.enabled false starts from its random init: a warm start of 0 steps.
-  const budget = cfg.warmStart.enabled === false ? { ...cfg.warmStart, steps: 0 } : cfg.warmStart;
-  // Tool delays are rollout dynamics: the warm start's validation episodes run without them.
-  const { toolDelay: _delay, ...task } = chainAddConfigOf(cfg) as ReturnType<typeof chainAddConfigOf> & { toolDelay?: unknown };
-  // Cached; built on WARM_START_THREADS engine threads whatever engineThreads says.
-  const ws = await warmStart({ ...budget, task, dataDir: cfg.dataDir, ...(userDir ? { base: userDir } : {}) }, (l) => console.log(l));
-  console.log(
-    `warm start: ${ws.cached ? 'cached' : 'built'} ${ws.dir} (seed ${cfg.warmStart.seed}, ${ws.steps} SFT steps x ${cfg.warmStart.tasksPerStep} demonstrations${ws.cached ? '' : `, ${ws.seconds.toFixed(0)} s`})`,
-  );
-  return {
-    model: { checkpointDir: ws.dir, chatFormatDir: userDir, servedName: served },
-    warmStart: { cached: ws.cached, seconds: Number(ws.seconds.toFixed(1)), seed: cfg.warmStart.seed, sftSteps: ws.steps, demonstrations: ws.demonstrations, ...(userDir ? { base: userDir } : {}) },
-  };
-}
+import { startingModel } from './starting-model';
+import { loadUserRunOrExit, taskSetOf } from './user-run';
 
 async function main(): Promise<void> {
   const started = performance.now();
@@ -59,7 +34,7 @@ async function main(): Promise<void> {
   console.log(`anvil main: seed ${cfg.seed}, engine ${info.backend} (${info.reason}), ${cfg.engineThreads} thread(s) per engine call`);
 
   // 1. The starting weights.
-  const start = await startingModel(cfg);
+  const start = await startingModel(cfg, (l) => console.log(l));
 
   // 2. The loop, in this process: RL and the evaluations.
   const runId = `main-${new Date().toISOString().replace(/[:.]/g, '-')}-${randomUUID().slice(0, 6)}`;

@@ -17,6 +17,8 @@ import type { RolloutOutcome, RolloutRuntime } from '../../apps/rollout-manager/
 
 export interface RlTaskSet {
   spec: TaskSetSpecInput & { id: string };
+  /** The task set held-out evaluations run on, when not `spec.id` (the same eval tasks without the train set's tool delays). */
+  evalTaskSetId?: string;
   /** Loads the task set's tasks into the rollout-manager; returns how many train and eval tasks it holds. */
   load(rollouts: RolloutRuntime): Promise<{ train: number; eval: number }>;
 }
@@ -60,6 +62,11 @@ export interface RlPhaseResult {
   trainSeconds: number;
   /** Seconds the evaluations inside the loop took (the starting and final ones aside). */
   evalSeconds: number;
+  /** When each evaluation ran, [start, end] on the o.wall clock (the starting and final ones included). */
+  evalIntervals: [number, number][];
+  /** o.wall when the trainer started (RL time begins) and when the loop ended (the budget spent, before the final evaluation). */
+  trainStartedAtS: number;
+  loopEndedAtS: number;
   /** Train rollouts finished within trainSeconds (a rollout finishing during an evaluation counts). */
   trainRolloutsInLoop: number;
   /** The trainer's busy time (training, checkpointing, publishing) over the loop. */
@@ -111,6 +118,9 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
   });
 
   let evalSeconds = 0;
+  const evalIntervals: [number, number][] = [];
+  let trainStartedAtS = 0;
+  let loopEndedAtS = 0;
   let trainSeconds = 0;
   let trainRolloutsInLoop = 0;
   let final: EvaluationCompletedV1 | null = null;
@@ -119,16 +129,24 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
     tasks = await o.taskSet.load(loop.rollouts);
     evaluations = tasks.eval > 0;
     if (!evaluations) log('note: the task set has no held-out tasks (no line of split eval): no evaluations, held-out success is not measured');
-    const evaluate = async (label: string) => {
+    const evaluate = async (label: string, keepPaused = false) => {
+      const from = wall();
       await loop.trainer.pause();
       const version = loop.trainer.currentVersion;
       const t0 = performance.now();
-      const r = await loop.rollouts.runEvaluation({ taskSetId: spec.id, version, samplesPerTask: cfg.eval.samplesPerTask, temperature: cfg.eval.temperature, evalId: `${runId}-${label}` });
+      const r = await loop.rollouts.runEvaluation({
+        taskSetId: o.taskSet.evalTaskSetId ?? spec.id,
+        version,
+        samplesPerTask: cfg.eval.samplesPerTask,
+        temperature: cfg.eval.temperature,
+        evalId: `${runId}-${label}`,
+      });
       rec.evaluated(r, wall());
       const seconds = (performance.now() - t0) / 1000;
       if (showProgress) progress.evaluated(version, r.successRate, seconds);
       else log(`held-out success ${(r.successRate * 100).toFixed(1)}% at policy version ${version} (evaluation ${seconds.toFixed(1)} s)`);
-      loop.trainer.resume();
+      if (!keepPaused) loop.trainer.resume();
+      evalIntervals.push([from, wall()]);
       return { r, seconds };
     };
 
@@ -143,6 +161,7 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
     const loopStarted = performance.now();
     const completedBefore = rec.completedTrain;
     const busyBefore = loop.trainer.totals.busyMs;
+    trainStartedAtS = wall();
     await loop.trainer.start();
     // Train groups are queued a pass over the train split at a time and topped up while the trainer
     // needs them: the Data Pool drops zero-variance groups (often a third of them), so no fixed
@@ -182,6 +201,11 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
       }
     }
     trainSeconds = (performance.now() - loopStarted) / 1000 - evalSeconds;
+    loopEndedAtS = wall();
+    // No batch is trained after the budget: the trainer stays held through the final evaluation
+    // until the loop closes (the batches queued meanwhile are handed back untrained), so the final
+    // evaluation is pinned to the version the run ends with.
+    await loop.trainer.pause();
     trainRolloutsInLoop = rec.completedTrain - completedBefore;
     const trainerBusySeconds = (loop.trainer.totals.busyMs - busyBefore) / 1000;
     if (rlStoppedBy === 'steps' && !loop.trainer.done) rlStoppedBy = 'seconds';
@@ -191,7 +215,7 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
     // version to be activated (an event the stopped manager would never hear) and needs the
     // manager's admission loop to run its rollouts; it gates new train admissions meanwhile.
     const lastEvaluated = rec.evals.length ? rec.evals[rec.evals.length - 1].version : null;
-    if (evaluations && loop.trainer.currentVersion !== lastEvaluated) final = (await evaluate('final')).r;
+    if (evaluations && loop.trainer.currentVersion !== lastEvaluated) final = (await evaluate('final', true)).r;
     await loop.rollouts.stop(0);
     const last = rec.evals[rec.evals.length - 1];
     const endedAtS = wall();
@@ -206,6 +230,9 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
       finalEvalPinnedTo: final ? final.policyVersion : (last?.version ?? null),
       trainSeconds,
       evalSeconds,
+      evalIntervals,
+      trainStartedAtS,
+      loopEndedAtS,
       trainRolloutsInLoop,
       trainerBusySeconds,
       tasks,

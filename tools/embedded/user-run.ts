@@ -213,10 +213,17 @@ export function taskSetOf(cfg: RunConfig): RlTaskSet {
   if (t.set === 'chain-add') {
     // The built-in set's spec as the main job has always declared it; the run's agent, verifier, context and limits join it when given.
     const spec = { id: 'chain-add', name: 'chain-add (built in)', env: 'chain-add', envConfig: chainAddConfigOf(cfg), ...common };
+    // Tool delays are environment dynamics of the rollouts, not of the policy: held-out tasks are
+    // the same tasks (same generator seed) in a twin set without them, so an evaluation takes the
+    // policy's time, not the tail of the slowest tool call, and scores the same.
+    const { toolDelay: _delay, ...evalEnvConfig } = spec.envConfig as typeof spec.envConfig & { toolDelay?: unknown };
+    const evalSpec = t.toolDelay ? { ...spec, id: 'chain-add-eval', name: 'chain-add (built in, held-out, no tool delay)', envConfig: evalEnvConfig } : null;
     return {
       spec,
+      ...(evalSpec ? { evalTaskSetId: evalSpec.id } : {}),
       async load(rollouts) {
         await rollouts.loadBuiltin({ ...spec, seed: cfg.seed, trainCount: CHAIN_ADD_TRAIN_TASKS, evalCount: t.evalTasks });
+        if (evalSpec) await rollouts.loadBuiltin({ ...evalSpec, seed: cfg.seed, trainCount: 0, evalCount: t.evalTasks });
         return { train: CHAIN_ADD_TRAIN_TASKS, eval: t.evalTasks };
       },
     };
