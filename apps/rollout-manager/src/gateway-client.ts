@@ -2,7 +2,6 @@ import {
   closeSessionsResponseSchema,
   createSessionResponseSchema,
   createSessionsResponseSchema,
-  sessionCallsSchema,
   sessionStateSchema,
   type CreateSessionRequest,
   type CreateSessionResponse,
@@ -24,6 +23,9 @@ export class GatewayError extends Error {
     super(message);
   }
 }
+
+/** A session's final state, with its recorded calls when they were asked for. */
+export type ClosedSession = SessionState & { calls?: SessionCalls['calls'] };
 
 export interface ChatCompletion {
   message: ChatMessage;
@@ -50,7 +52,8 @@ export interface ChatRequest {
 export class GatewayClient {
   private readonly opening = new Coalescer<CreateSessionRequest, CreateSessionResponse>((reqs) => this.createSessions(reqs));
   private readonly poster = new HttpPoster();
-  private readonly closing = new Coalescer<string, SessionState | null>(async (ids) => (await this.closeSessions(ids)).map((value) => ({ status: 'fulfilled', value })));
+  private readonly closing = new Coalescer<string, ClosedSession | null>(async (ids) => (await this.closeSessions(ids, false)).map((value) => ({ status: 'fulfilled', value })));
+  private readonly closingWithCalls = new Coalescer<string, ClosedSession | null>(async (ids) => (await this.closeSessions(ids, true)).map((value) => ({ status: 'fulfilled', value })));
 
   constructor(
     readonly url: string,
@@ -63,9 +66,13 @@ export class GatewayClient {
     return this.opening.push(req);
   }
 
-  /** Closes a session together with the others in the same tick; its final state, or null when the gateway does not know it. */
-  closeSessionBatched(sessionId: string): Promise<SessionState | null> {
-    return this.closing.push(sessionId);
+  /**
+   * Closes a session together with the others in the same tick; its final state (with
+   * `withCalls`, also its recorded calls, read after the close), or null when the gateway does
+   * not know it.
+   */
+  closeSessionBatched(sessionId: string, withCalls = false): Promise<ClosedSession | null> {
+    return (withCalls ? this.closingWithCalls : this.closing).push(sessionId);
   }
 
   /** Many sessions in one request, answered in order. A refused batch (4xx: a bad entry) is opened one by one, so only the bad ones fail. */
@@ -81,9 +88,11 @@ export class GatewayClient {
     return Promise.allSettled(reqs.map((r) => this.createSession(r)));
   }
 
-  /** Closes many (idempotent); the state of each, null for ids the gateway does not know. */
-  async closeSessions(ids: string[]): Promise<(SessionState | null)[]> {
-    const { sessions } = closeSessionsResponseSchema.parse(await this.admin('/admin/v1/sessions/batch/close', { method: 'POST', body: JSON.stringify({ sessionIds: ids }) }));
+  /** Closes many (idempotent); the state of each (and its calls, `withCalls`), null for ids the gateway does not know. */
+  async closeSessions(ids: string[], withCalls: boolean): Promise<(ClosedSession | null)[]> {
+    const { sessions } = closeSessionsResponseSchema.parse(
+      await this.admin('/admin/v1/sessions/batch/close', { method: 'POST', body: JSON.stringify({ sessionIds: ids, ...(withCalls ? { withCalls } : {}) }) }),
+    );
     const byId = new Map(sessions.map((s) => [s.sessionId, s]));
     return ids.map((id) => byId.get(id) ?? null);
   }
@@ -110,11 +119,6 @@ export class GatewayClient {
   /** Idempotent on the gateway side. */
   async closeSession(sessionId: string): Promise<SessionState> {
     return sessionStateSchema.parse(await this.admin(`/admin/v1/sessions/${encodeURIComponent(sessionId)}/close`, { method: 'POST', body: '{}' }));
-  }
-
-  /** The calls the session recorded, in turn order, with the reply each returned. */
-  async sessionCalls(sessionId: string): Promise<SessionCalls['calls']> {
-    return sessionCallsSchema.parse(await this.admin(`/admin/v1/sessions/${encodeURIComponent(sessionId)}/calls`, { method: 'GET' })).calls;
   }
 
   async session(sessionId: string): Promise<SessionState> {

@@ -26,7 +26,7 @@ import { describeSchemaError } from '../openai/chat-request';
  * The admin API the rollout manager uses (credential: GATEWAY_ADMIN_TOKEN as a Bearer token).
  *  POST /admin/v1/sessions            CreateSessionRequest -> {sessionId, apiKey, baseUrl} (201)
  *  POST /admin/v1/sessions/batch      {sessions: CreateSessionRequest[]} -> {sessions: [...]} (201, in order, all or none)
- *  POST /admin/v1/sessions/batch/close {sessionIds} -> {sessions: SessionState[]} (idempotent; unknown ids left out)
+ *  POST /admin/v1/sessions/batch/close {sessionIds, withCalls?} -> {sessions: SessionState[] (+ calls)} (idempotent; unknown ids left out)
  *  POST /admin/v1/sessions/:id/close  -> SessionState (idempotent)
  *  GET  /admin/v1/sessions/:id        -> SessionState (status, call and branch counts, ...)
  *  GET  /admin/v1/sessions/:id/calls  -> SessionCalls (the recorded calls in turn order, each with its reply)
@@ -66,14 +66,17 @@ export class AdminController {
     return { sessions: made.map((m) => m.response) };
   }
 
-  /** Closes many (idempotent); answers the state of each session the gateway knows. */
+  /** Closes many (idempotent); answers the state of each session the gateway knows (withCalls: and its recorded calls, read after the close). */
   @Post('batch/close')
   @HttpCode(200)
   async closeMany(@Req() req: FastifyRequest, @Body() body: unknown): Promise<CloseSessionsResponse> {
     assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
     const parsed = closeSessionsRequestSchema.safeParse(body);
     if (!parsed.success) throw describeSchemaError(parsed.error);
-    return { sessions: (await this.sessions.closeMany(parsed.data.sessionIds)).map(sessionState) };
+    const closed = await this.sessions.closeMany(parsed.data.sessionIds);
+    if (!parsed.data.withCalls) return { sessions: closed.map(sessionState) };
+    const calls = await this.sessions.callsOf(closed.map((s) => s.id));
+    return { sessions: closed.map((s) => ({ ...sessionState(s), calls: calls.get(s.id) ?? [] })) };
   }
 
   /** A checked request's row and its answer (the key, shown once). */

@@ -43,6 +43,17 @@ describe('admin batch routes', () => {
     const after = closeSessionsResponseSchema.parse(await closed.json()).sessions;
     expect(after.map((s) => s.sessionId).sort()).toEqual(sessions.map((s) => s.sessionId).sort());
     expect(after.every((s) => s.status === 'closed' && s.callCount === 1 && s.closeReason === 'closed')).toBe(true);
+    // With their calls: read after the close, each session's in turn order.
+    const withCalls = closeSessionsResponseSchema.parse(
+      await (await h.admin('/admin/v1/sessions/batch/close', { method: 'POST', body: JSON.stringify({ sessionIds: [sessions[1].sessionId, sessions[2].sessionId], withCalls: true }) })).json(),
+    );
+    expect(withCalls.sessions.map((x) => [x.sessionId, x.calls?.length, x.calls?.[0].message.role])).toEqual(
+      expect.arrayContaining([
+        [sessions[1].sessionId, 1, 'assistant'],
+        [sessions[2].sessionId, 1, 'assistant'],
+      ]),
+    );
+    expect(after.every((x) => x.calls === undefined)).toBe(true);
     // Closed is closed: the keys open nothing now, and closing again changes nothing.
     expect((await chat(sessions[0].baseUrl)).status).not.toBe(200);
     const again = closeSessionsResponseSchema.parse(await (await h.admin('/admin/v1/sessions/batch/close', { method: 'POST', body: JSON.stringify({ sessionIds: [sessions[0].sessionId] }) })).json());

@@ -77,12 +77,23 @@ export class SessionStore {
 
   /** The calls a session recorded, in turn order, with the reply each returned (GET /admin/v1/sessions/:id/calls). */
   async calls(id: string): Promise<SessionCalls['calls']> {
-    const rows = await this.sql.query<{ id: string; turn_index: number; branch_id: string; assistant_message_json: string }>(
-      'gw_session_calls',
-      `SELECT "id", "turn_index", "branch_id", "assistant_message_json" FROM "gateway_calls" WHERE "session_id" = $1 ORDER BY "turn_index", "id"`,
-      [id],
+    return (await this.callsOf([id])).get(id) ?? [];
+  }
+
+  /** The recorded calls of several sessions at once, each session's in turn order. */
+  async callsOf(ids: readonly string[]): Promise<Map<string, SessionCalls['calls']>> {
+    const rows = await this.sql.query<{ id: string; session_id: string; turn_index: number; branch_id: string; assistant_message_json: string }>(
+      'gw_sessions_calls',
+      `SELECT "id", "session_id", "turn_index", "branch_id", "assistant_message_json" FROM "gateway_calls" WHERE "session_id" = ANY($1::varchar[]) ORDER BY "session_id", "turn_index", "id"`,
+      [ids],
     );
-    return rows.map((r) => ({ callId: r.id, turnIndex: Number(r.turn_index), branchId: r.branch_id, message: JSON.parse(r.assistant_message_json) as SessionCalls['calls'][number]['message'] }));
+    const out = new Map<string, SessionCalls['calls']>();
+    for (const r of rows) {
+      const list = out.get(r.session_id) ?? [];
+      list.push({ callId: r.id, turnIndex: Number(r.turn_index), branchId: r.branch_id, message: JSON.parse(r.assistant_message_json) as SessionCalls['calls'][number]['message'] });
+      out.set(r.session_id, list);
+    }
+    return out;
   }
 
   /** Closes an open session (idempotent: a closed one keeps its first close time and reason). */

@@ -1,10 +1,10 @@
-import type { EventEnvelope, RolloutFinishReason, SessionState } from '@anvil/contracts';
+import type { EventEnvelope, RolloutFinishReason } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
 import { runBlackBox, type BlackBoxResult } from '../agents/black-box';
 import { MemoryStore, runWhiteBoxLoop, type LoopResult } from '../agents/white-box';
 import { EnvironmentError, type ChatMessage, type Environment, type Episode, type Transcript } from '../environments/types';
 import type { EventBatcher } from '../event-batcher';
-import type { GatewayClient } from '../gateway-client';
+import type { ClosedSession, GatewayClient } from '../gateway-client';
 import type { RolloutMetrics } from '../metrics';
 import type { RolloutRow, RolloutStateStore } from '../state-store';
 import type { TaskSetSpec, VerifierSpec } from '../tasks/task-set';
@@ -98,11 +98,11 @@ export class RolloutExecutor {
     return { ...session, expiresAt, openMs: performance.now() - t0 };
   }
 
-  /** Closes a session (with the others closing in the same tick; idempotent at the gateway, retried); its final state, or null when it is gone or the close failed. */
-  async closeSession(sessionId: string): Promise<SessionState | null> {
+  /** Closes a session (with the others closing in the same tick; idempotent at the gateway, retried); its final state (and calls, `withCalls`), or null when it is gone or the close failed. */
+  async closeSession(sessionId: string, withCalls = false): Promise<ClosedSession | null> {
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
-        return await this.d.gateway.closeSessionBatched(sessionId);
+        return await this.d.gateway.closeSessionBatched(sessionId, withCalls);
       } catch (err) {
         if (attempt === 2) this.d.logger.error('session close failed', { sessionId, err });
         else await new Promise((res) => setTimeout(res, 200 * 2 ** attempt));
@@ -207,8 +207,8 @@ export class RolloutExecutor {
             onSpawn: (pgid) => void this.d.state.setAgentPgid(r.id, pgid).catch((err: unknown) => this.d.logger.warn('agent pgid write failed', { rolloutId: r.id, err })),
           });
           agentMs += blackBox.wallMs;
-          // The agent is gone: close its door before counting what it recorded, so the count is final.
-          const closed = await this.closeSession(session.sessionId);
+          // The agent is gone: close its door before counting and scoring what it recorded, so nothing is added after (one round trip).
+          const closed = await this.closeSession(session.sessionId, true);
           sessionClosed = true;
           res.numCalls = closed?.callCount ?? 0;
           if (blackBox.timedOut) res.finishReason = 'timeout';
@@ -220,14 +220,8 @@ export class RolloutExecutor {
           }
           transcript = { messages: blackBox.messages ?? task.messages, finalAnswer: blackBox.finalAnswer };
           agentInfo = { exitCode: blackBox.exitCode, stdout: blackBox.stdout, stderr: blackBox.stderr, answerFile: blackBox.answerFile, workspace: blackBox.workspace };
-          if (res.numCalls > 0 && res.finishReason !== 'aborted' && res.finishReason !== 'env_error') {
-            const recorded = await this.d.gateway.sessionCalls(session.sessionId).catch((err: unknown) => {
-              // Scored without them: process rewards then cannot be placed (and end the rollout as env_error).
-              this.d.logger.warn('listing the recorded calls failed', { rolloutId: r.id, err });
-              return null;
-            });
-            calls = recorded?.map((c) => ({ callId: c.callId, message: c.message as ChatMessage }));
-          }
+          // Scored without them if they could not be read: process rewards then cannot be placed.
+          calls = closed?.calls?.map((c) => ({ callId: c.callId, message: c.message as ChatMessage }));
         }
         if (res.finishReason !== 'aborted' && res.finishReason !== 'env_error') {
           try {

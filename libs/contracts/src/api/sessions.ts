@@ -63,12 +63,6 @@ export const sessionStateSchema = z.object({
 });
 export type SessionState = z.infer<typeof sessionStateSchema>;
 
-/** POST /admin/v1/sessions/batch/close: closes many (idempotent) and answers the state of each one the gateway knows (unknown ids are left out). */
-export const closeSessionsRequestSchema = z.object({ sessionIds: z.array(z.string().min(1).max(128)).min(1).max(1000) });
-export type CloseSessionsRequest = z.infer<typeof closeSessionsRequestSchema>;
-export const closeSessionsResponseSchema = z.object({ sessions: z.array(sessionStateSchema) });
-export type CloseSessionsResponse = z.infer<typeof closeSessionsResponseSchema>;
-
 /**
  * GET /admin/v1/sessions/:id/calls answers this: the calls the session recorded, in turn order
  * (each choice of an n > 1 request is a call), with the reply each one returned. A black-box
@@ -88,3 +82,14 @@ export const sessionCallsSchema = z.object({
   ),
 });
 export type SessionCalls = z.infer<typeof sessionCallsSchema>;
+
+/**
+ * POST /admin/v1/sessions/batch/close: closes many (idempotent) and answers the state of each one
+ * the gateway knows (unknown ids are left out); with `withCalls`, each also with its recorded
+ * calls (as GET .../calls answers them), read after the close so nothing is added after: the
+ * rollout manager scores a black-box agent's calls as it ends its session, in one round trip.
+ */
+export const closeSessionsRequestSchema = z.object({ sessionIds: z.array(z.string().min(1).max(128)).min(1).max(1000), withCalls: z.boolean().optional() });
+export type CloseSessionsRequest = z.infer<typeof closeSessionsRequestSchema>;
+export const closeSessionsResponseSchema = z.object({ sessions: z.array(sessionStateSchema.extend({ calls: sessionCallsSchema.shape.calls.optional() })) });
+export type CloseSessionsResponse = z.infer<typeof closeSessionsResponseSchema>;
