@@ -45,6 +45,18 @@ afterAll(async () => {
   await stack?.close();
 });
 
+/** The outcomes of `rolloutIds`, once every one has finished. */
+function outcomesOf(rolloutIds: string[], what: string, timeoutMs = 120_000): Promise<RolloutOutcome[]> {
+  return until(
+    what,
+    () => {
+      const os = rolloutIds.map((id) => outcomes.find((o) => o.rolloutId === id));
+      return os.every(Boolean) ? (os as RolloutOutcome[]) : undefined;
+    },
+    timeoutMs,
+  );
+}
+
 /** The call ids the gateway recorded for a rollout's session, in turn order. */
 async function recordedCalls(rolloutId: string): Promise<string[]> {
   const rows = (await stack.ds.query(`SELECT c.id FROM gateway_calls c JOIN gateway_sessions s ON s.id = c.session_id WHERE s.rollout_id = $1 ORDER BY c.turn_index`, [rolloutId])) as { id: string }[];
@@ -128,14 +140,7 @@ describe('black-box rollouts', () => {
       limits: { timeoutMs: 60_000 },
     });
     const { rolloutIds } = await runtime.submit({ taskSetId: 'py-chain', groupSize: 2 });
-    const got = await until(
-      'four python rollouts',
-      () => {
-        const os = rolloutIds.map((id) => outcomes.find((o) => o.rolloutId === id));
-        return os.every(Boolean) ? (os as RolloutOutcome[]) : undefined;
-      },
-      120_000,
-    );
+    const got = await outcomesOf(rolloutIds, 'four python rollouts', 120_000);
     for (const o of got) {
       expect(o.finishReason, `${o.error} ${o.blackBox?.stderr}`).toBe('completed');
       // The oracle policy solves it: the transcript the agent left earns the full chain-add reward (tool calls included).
@@ -163,14 +168,7 @@ describe('black-box rollouts', () => {
       limits: { timeoutMs: 60_000 },
     });
     const { rolloutIds } = await runtime.submit({ taskSetId: 'llm-chain', groupSize: 2 });
-    const got = await until(
-      'four llm rollouts',
-      () => {
-        const os = rolloutIds.map((id) => outcomes.find((o) => o.rolloutId === id));
-        return os.every(Boolean) ? (os as RolloutOutcome[]) : undefined;
-      },
-      120_000,
-    );
+    const got = await outcomesOf(rolloutIds, 'four llm rollouts', 120_000);
     const env = new ChainAddEnvironment(envConfig);
     const tasks = await runtime.tasks.tasks('llm-chain');
     for (const o of got) {
@@ -213,15 +211,7 @@ describe('black-box rollouts', () => {
     }
     const ok = await runtime.submit({ taskSetId: 'py-scored', groupSize: 1 });
     const bad = await runtime.submit({ taskSetId: 'py-scored-garbage', groupSize: 1 });
-    const [o, g] = await until(
-      'both scored',
-      () => {
-        const a = outcomes.find((x) => x.rolloutId === ok.rolloutIds[0]);
-        const b = outcomes.find((x) => x.rolloutId === bad.rolloutIds[0]);
-        return a && b ? [a, b] : undefined;
-      },
-      120_000,
-    );
+    const [o, g] = await outcomesOf([ok.rolloutIds[0], bad.rolloutIds[0]], 'both scored');
     expect(o, `${o.error} ${o.blackBox?.stderr}`).toMatchObject({ finishReason: 'completed', outcomeReward: 1, numCalls: 3 });
     expect(await processRewardsOf(o.rolloutId)).toEqual((await recordedCalls(o.rolloutId)).map((callId, i) => ({ callId, value: i < 2 ? 0.5 : 1 })));
     expect(g).toMatchObject({ finishReason: 'env_error', outcomeReward: null });
@@ -292,14 +282,7 @@ describe('black-box rollouts', () => {
       ],
     );
     const { rolloutIds } = await runtime.submit({ taskSetId: 'bad-agents', groupSize: 1 });
-    const got = await until(
-      'seven outcomes',
-      () => {
-        const os = rolloutIds.map((id) => outcomes.find((o) => o.rolloutId === id));
-        return os.every(Boolean) ? (os as RolloutOutcome[]) : undefined;
-      },
-      90_000,
-    );
+    const got = await outcomesOf(rolloutIds, 'seven outcomes', 90_000);
     const by = Object.fromEntries(got.map((o) => [o.taskId.split('/')[1], o]));
     expect(by.crash).toMatchObject({ finishReason: 'env_error', outcomeReward: null });
     expect(by.crash.error).toMatch(/exited with 7: dying/);
@@ -334,15 +317,7 @@ describe('black-box rollouts', () => {
     );
     const f = await runtime.submit({ taskSetId: 'flooder', groupSize: 1 });
     const calm = await runtime.submit({ taskSetId: 'calc', groupSize: 1, taskIds: ['calc/calc-2'] });
-    const [fo, co] = await until(
-      'both outcomes',
-      () => {
-        const a = outcomes.find((o) => o.rolloutId === f.rolloutIds[0]);
-        const b = outcomes.find((o) => o.rolloutId === calm.rolloutIds[0]);
-        return a && b ? [a, b] : undefined;
-      },
-      60_000,
-    );
+    const [fo, co] = await outcomesOf([f.rolloutIds[0], calm.rolloutIds[0]], 'both outcomes', 60_000);
     expect(fo.finishReason).toBe('timeout');
     expect(fo.numCalls).toBeGreaterThan(40);
     expect(co).toMatchObject({ finishReason: 'completed', outcomeReward: 1, numCalls: 3 });

@@ -39,3 +39,8 @@ export class Coalescer<In, Out> {
     if (this.pending.length) this.timer = setTimeout(() => this.flush(), this.opts.lingerMs);
   }
 }
+
+/** The answer of a batch whose items all succeeded with nothing to return. */
+export function allDone(items: readonly unknown[]): PromiseSettledResult<void>[] {
+  return items.map(() => ({ status: 'fulfilled', value: undefined }));
+}

@@ -1,5 +1,6 @@
 import type { EventEnvelope } from '@anvil/contracts';
 import type { MessageBus } from '@anvil/messaging';
+import { allDone, Coalescer } from './coalescer';
 
 /**
  * Coalesces the events of many concurrent rollouts into one bus.publish (one produce request,
@@ -8,31 +9,16 @@ import type { MessageBus } from '@anvil/messaging';
  * only once its own event is durable; a failed batch rejects every caller in it (they retry).
  */
 export class EventBatcher {
-  private pending: { event: EventEnvelope; resolve: () => void; reject: (err: unknown) => void }[] = [];
-  private timer: NodeJS.Timeout | null = null;
+  private readonly batches: Coalescer<EventEnvelope, void>;
 
-  constructor(
-    private readonly bus: MessageBus,
-    private readonly opts: { lingerMs: number; maxBatch: number } = { lingerMs: 2, maxBatch: 500 },
-  ) {}
-
-  publish(event: EventEnvelope): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.pending.push({ event, resolve, reject });
-      if (this.pending.length >= this.opts.maxBatch) this.flush();
-      else this.timer ??= setTimeout(() => this.flush(), this.opts.lingerMs);
-    });
+  constructor(bus: MessageBus, opts: { lingerMs: number; maxBatch: number } = { lingerMs: 2, maxBatch: 500 }) {
+    this.batches = new Coalescer<EventEnvelope, void>(async (events) => {
+      await bus.publish(events);
+      return allDone(events);
+    }, opts);
   }
 
-  private flush(): void {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    const batch = this.pending.splice(0, this.opts.maxBatch);
-    if (batch.length === 0) return;
-    this.bus.publish(batch.map((b) => b.event)).then(
-      () => batch.forEach((b) => b.resolve()),
-      (err: unknown) => batch.forEach((b) => b.reject(err)),
-    );
-    if (this.pending.length) this.timer = setTimeout(() => this.flush(), this.opts.lingerMs);
+  publish(event: EventEnvelope): Promise<void> {
+    return this.batches.push(event);
   }
 }

@@ -1,5 +1,5 @@
 import type { DataSource } from 'typeorm';
-import { Coalescer } from './coalescer';
+import { allDone, Coalescer } from './coalescer';
 
 export type GroupStatus = 'queued' | 'running' | 'finished' | 'trained' | 'dropped';
 export type RolloutRowStatus = 'queued' | 'running' | 'completed';
@@ -28,8 +28,6 @@ export interface RolloutRow {
   agentPgid?: number | null;
 }
 
-const done = <T>(items: T[]): PromiseSettledResult<void>[] => items.map(() => ({ status: 'fulfilled', value: undefined }));
-
 /**
  * The manager's durable state (migration 1796600000000-rollout-manager-state), raw SQL. The
  * per-rollout writes of many rollouts at once (session opened, running, completed) go out as one
@@ -42,7 +40,7 @@ export class RolloutStateStore {
       rows.map((x) => x.id),
       rows.map((x) => x.sessionId),
     ]);
-    return done(rows);
+    return allDone(rows);
   });
   private readonly runningWrites = new Coalescer<{ id: string; sessionId: string; version: number; attempts: number }, void>(async (rows) => {
     await this.ds.query(
@@ -50,14 +48,14 @@ export class RolloutStateStore {
        FROM unnest($1::varchar[], $2::varchar[], $3::int[], $4::int[]) AS v("id", "sid", "ver", "att") WHERE r."id" = v."id"`,
       [rows.map((x) => x.id), rows.map((x) => x.sessionId), rows.map((x) => x.version), rows.map((x) => x.attempts)],
     );
-    return done(rows);
+    return allDone(rows);
   });
   private readonly completedWrites = new Coalescer<{ id: string; finishReason: string }, void>(async (rows) => {
     await this.ds.query(
       `UPDATE "rm_rollouts" r SET "status" = 'completed', "finish_reason" = v."fr", "updated_at" = now() FROM unnest($1::varchar[], $2::varchar[]) AS v("id", "fr") WHERE r."id" = v."id"`,
       [rows.map((x) => x.id), rows.map((x) => x.finishReason)],
     );
-    return done(rows);
+    return allDone(rows);
   });
 
   /** `manager`: this instance's identity (its consumer group); groups are recovered by the instance that created them. */
