@@ -166,6 +166,8 @@ export class RolloutExecutor {
         sessionClosed = false;
         sessionMs = session.openMs;
         sessionOpenedAhead = session.ahead;
+        // Stopped or timed out while its session opened: no agent is started for it.
+        if (signal.aborted) throw new Error(`${String(signal.reason)} before the agent started`);
         // Beside the agent: the session id is already durable, so these are not needed to recover it.
         runningWrite = this.d.state
           .rolloutRunning(r.id, session.sessionId, versionAtStart, attempt + 1)
