@@ -7,6 +7,8 @@ export class Progress {
   private timer: NodeJS.Timeout | null = null;
   private startedAt = 0;
   private rewards: number[] = [];
+  /** The step of the last line printed (null before any). */
+  private printedStep: number | null = null;
   private readonly tty = process.stdout.isTTY === true;
 
   constructor(
@@ -22,9 +24,13 @@ export class Progress {
   }
 
   stop(): void {
+    const running = this.timer !== null;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     if (this.tty && this.last) process.stdout.write('\n');
+    // A log shows where the phase ended, not only where it was at the last 5-second tick (a short run
+    // may end between two ticks and never print a step at all).
+    else if (!this.tty && running && this.last && this.last.step !== this.printedStep) console.log(this.line());
   }
 
   step(s: { step: number; version: number; reward: number | null; staleness: number; tokensPerSec: number; wallS: number }): void {
@@ -59,6 +65,7 @@ export class Progress {
 
   private print(): void {
     const line = this.last ? this.line() : `waiting for the first train batch: ${this.waitingLine()}`;
+    this.printedStep = this.last?.step ?? null;
     if (this.tty) process.stdout.write(`\r\x1b[2K${line}`);
     else console.log(line);
   }

@@ -18,8 +18,6 @@ import { BUILTIN_VERIFIERS } from '../../apps/rollout-manager/src/verifiers/veri
 import type { RlTaskSet } from './rl-phase';
 import { chainAddConfigOf, parseRunConfig, RunConfigError, runConfigInput, type RunConfig } from './run-config';
 
-/** Train tasks of the built-in chain-add set (drawn from its seeded generator). */
-export const CHAIN_ADD_TRAIN_TASKS = 400;
 /** A task line's problems listed per file, at most this many (the count of the rest follows). */
 const MAX_LINE_PROBLEMS = 20;
 
@@ -222,9 +220,9 @@ export function taskSetOf(cfg: RunConfig): RlTaskSet {
       spec,
       ...(evalSpec ? { evalTaskSetId: evalSpec.id } : {}),
       async load(rollouts) {
-        await rollouts.loadBuiltin({ ...spec, seed: cfg.seed, trainCount: CHAIN_ADD_TRAIN_TASKS, evalCount: t.evalTasks });
+        await rollouts.loadBuiltin({ ...spec, seed: cfg.seed, trainCount: t.trainTasks, evalCount: t.evalTasks });
         if (evalSpec) await rollouts.loadBuiltin({ ...evalSpec, seed: cfg.seed, trainCount: 0, evalCount: t.evalTasks });
-        return { train: CHAIN_ADD_TRAIN_TASKS, eval: t.evalTasks };
+        return { train: t.trainTasks, eval: t.evalTasks };
       },
     };
   }

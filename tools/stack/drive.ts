@@ -18,8 +18,6 @@ import { RunRecorder } from '../embedded/run-recorder';
 import { sleep } from './service-process';
 
 const TASK_SET = 'chain-add';
-/** Train tasks of the built-in set (the embedded job's count). */
-const TRAIN_TASKS = 400;
 
 export interface DriveOptions {
   cfg: RunConfig;
@@ -122,7 +120,7 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
         groupSize: cfg.rollouts.groupSize,
         sampling: { temperature: cfg.rollouts.temperature, maxTokens: cfg.rollouts.maxTokensPerCall },
       },
-      { env: 'chain-add', seed: cfg.seed, trainCount: TRAIN_TASKS, evalCount: cfg.task.evalTasks },
+      { env: 'chain-add', seed: cfg.seed, trainCount: cfg.task.trainTasks, evalCount: cfg.task.evalTasks },
     );
     console.log(`held-out evaluation of the warm start (${cfg.task.evalTasks} tasks x ${samplesPerTask} samples, temperature ${cfg.eval.temperature}) ...`);
     const warm = await evaluate('warm-start');
