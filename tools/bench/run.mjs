@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const suitesDir = join(root, 'tools', 'bench', 'suites');
 const available = readdirSync(suitesDir)
-  .filter((f) => f.endsWith('.ts'))
+  .filter((f) => f.endsWith('.ts') && !f.endsWith('.spec.ts'))
   .map((f) => f.replace(/\.ts$/, ''));
 const [suite, ...rest] = process.argv.slice(2);
 if (!suite || !available.includes(suite)) {

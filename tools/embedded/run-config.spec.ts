@@ -8,9 +8,10 @@ describe('run config', () => {
     expect(c).toMatchObject({
       seed: 1,
       model: 'tiny',
-      task: { set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact' },
-      algorithm: { loss: 'cispo', advantage: 'grpo' },
+      task: { set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact', evalTasks: 100, trainTasks: 900 },
+      algorithm: { loss: 'cispo', advantage: 'grpo', lr: 1.5e-4, lrSchedule: 'cosine', minLrFactor: 0.1 },
       budget: { steps: 90 },
+      eval: { everyVersions: 30, temperature: 1, samplesPerTask: 4 },
     });
   });
 
