@@ -6,8 +6,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 /**
  * The learning test: `npm run main` (the embedded default, its own warm start included) on a fresh
- * data directory must raise held-out success above the warm start's, same tasks and sampling, and
- * keep the train/inference mismatch of the tokens the current version generated within bounds (a
+ * data directory must raise held-out success at the end of RL by 8 points over the warm start's (same
+ * tasks, same sampler seeds), and keep the train/inference mismatch of the tokens the current version generated within bounds (a
  * peer's CI fails when the mean KL over its last steps exceeds 0.15; the embedded engine both
  * generates and trains, so ours is a measure of the engine itself and is held to 1e-5 in |Δlogp|).
  */
@@ -30,6 +30,8 @@ describe('npm run main', () => {
     writeFileSync(configFile, JSON.stringify({ dataDir, seed: 1 }));
     const { code, out } = await runMain(configFile);
     const lines = out.trim().split('\n');
+    // What the run reached, in the test log whether it passes or not (the evaluations, the summary).
+    console.log(lines.filter((l) => /^(warm start: (built|cached|step \d+:)|held-out|\{)/.test(l)).join('\n'));
     expect(code, out.slice(-4000)).toBe(0);
     const summary = JSON.parse(lines[lines.length - 1]) as {
       heldOutSuccess: { warmStart: number; final: number };
@@ -46,14 +48,15 @@ describe('npm run main', () => {
     expect(summary.finalVersion).toBe(90);
     expect(summary.heldOutSuccess.warmStart).toBeGreaterThan(0.1);
     // every evaluation is pinned to one version: "held-out success N% at policy version V"
-    const evals = [...out.matchAll(/^held-out success ([\d.]+)% at policy version (\d+)/gm)].map((m) => ({ success: Number(m[1]) / 100, version: Number(m[2]) }));
-    expect(evals[0]).toEqual({ success: summary.heldOutSuccess.warmStart, version: 0 });
+    const evals = [...out.matchAll(/^held-out success ([\d.]+)% at policy version (\d+)/gm)].map((m) => ({ percent: m[1], version: Number(m[2]) }));
+    expect(evals[0]).toEqual({ percent: (summary.heldOutSuccess.warmStart * 100).toFixed(1), version: 0 });
     expect(evals.map((e) => e.version)).toEqual([0, 30, 60, 90]);
-    // One evaluation of 100 tasks at temperature 1 moves by about ±5 points between runs of the same
-    // weights. Three seeds gained +8 to +13 at the end (+9 to +18 at their best evaluation), but one
-    // CI run rose to +14 at v60 and fell to -10 at v90: the final value is not yet stable enough to
-    // assert, so the test asks that some pinned evaluation of the RL-trained policy rises by 5 points.
-    expect(Math.max(...evals.slice(1).map((e) => e.success)), out.slice(-4000)).toBeGreaterThanOrEqual(summary.heldOutSuccess.warmStart + 0.05);
+    // Every evaluation runs 4 samples of each of the 100 held-out tasks with the same sampler seeds per
+    // (task, sample), so the warm start and the RL-trained policy are compared on paired samples: the
+    // noise on their difference is about 3 points, where one unpaired 100-sample evaluation moved by ±5.
+    // Seeds of the default run gained 15 to 24 points at v90; 8 is a clear rise well outside the noise.
+    expect(summary.heldOutSuccess.final, out.slice(-4000)).toBeGreaterThanOrEqual(summary.heldOutSuccess.warmStart + 0.08);
+    expect(out).toMatch(/held-out evaluation of the warm start \(100 tasks x 4 samples, temperature 1\)/);
     expect(summary.mismatch.tokens).toBeGreaterThan(10_000);
     expect(summary.mismatch.klK3).toBeLessThan(0.15);
     expect(summary.mismatch.meanAbsDeltaLogp).toBeLessThan(1e-5);
