@@ -67,7 +67,7 @@ export default defineConfig({
         test: {
           name: 'learning',
           include: ['test/e2e/main-learns.e2e.spec.ts'],
-          testTimeout: 1_500_000,
+          testTimeout: 2_700_000,
         },
       },
     ],

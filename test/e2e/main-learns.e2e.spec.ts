@@ -25,7 +25,7 @@ function runMain(configFile: string): Promise<{ code: number | null; out: string
 }
 
 describe('npm run main', () => {
-  it('learns: held-out success after RL is above the warm start, the mismatch stays at the engine level, the report is written', { timeout: 1_500_000 }, async () => {
+  it('learns: held-out success after RL is above the warm start, the mismatch stays at the engine level, the report is written', { timeout: 2_700_000 }, async () => {
     const configFile = join(dataDir, 'run.json');
     writeFileSync(configFile, JSON.stringify({ dataDir, seed: 1 }));
     const { code, out } = await runMain(configFile);
@@ -50,7 +50,7 @@ describe('npm run main', () => {
     // every evaluation is pinned to one version: "held-out success N% at policy version V"
     const evals = [...out.matchAll(/^held-out success ([\d.]+)% at policy version (\d+)/gm)].map((m) => ({ percent: m[1], version: Number(m[2]) }));
     expect(evals[0]).toEqual({ percent: (summary.heldOutSuccess.warmStart * 100).toFixed(1), version: 0 });
-    expect(evals.map((e) => e.version)).toEqual([0, 30, 60, 90]);
+    expect(evals.map((e) => e.version)).toEqual([0, 45, 90]);
     // Every evaluation runs 4 samples of each of the 100 held-out tasks with the same sampler seeds per
     // (task, sample), so the warm start and the RL-trained policy are compared on paired samples: the
     // noise on their difference is about 3 points, where one unpaired 100-sample evaluation moved by ±5.

@@ -11,7 +11,7 @@ describe('run config', () => {
       task: { set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact', evalTasks: 100, trainTasks: 900 },
       algorithm: { loss: 'cispo', advantage: 'grpo', lr: 1.5e-4, lrSchedule: 'cosine', minLrFactor: 0.1 },
       budget: { steps: 90 },
-      eval: { everyVersions: 30, temperature: 1, samplesPerTask: 4 },
+      eval: { everyVersions: 45, temperature: 1, samplesPerTask: 4 },
     });
   });
 

@@ -198,7 +198,7 @@ export const runConfigSchema = z
     eval: z
       .object({
         /** Evaluate held-out tasks every this many policy versions (and before step 1 and at the end). */
-        everyVersions: positiveInt().default(30),
+        everyVersions: positiveInt().default(45),
         temperature: z.number().min(0).max(5).default(1),
         /**
          * Rollouts per held-out task in each evaluation. Every evaluation draws the same sampler seeds
@@ -208,7 +208,7 @@ export const runConfigSchema = z
         samplesPerTask: positiveInt().max(64).default(4),
       })
       .strict()
-      .default({ everyVersions: 30, temperature: 1, samplesPerTask: 4 }),
+      .default({ everyVersions: 45, temperature: 1, samplesPerTask: 4 }),
     /** Full checkpoint (resume point) every this many batches. */
     checkpointEvery: positiveInt().default(30),
   })
