@@ -148,15 +148,17 @@ export const runConfigSchema = z
         /** λ of the process-reward rule: a call's advantage = its rollout's + λ · its normalised process reward (0 = outcome only). */
         processRewardWeight: z.number().min(0).max(100).default(1),
         /**
-         * Peak AdamW lr. The defaults (1.5e-4, cosine to 10% over the budget) gained +24, +22 and +18
-         * held-out points on seeds 1-3; 1e-4 constant gained +21, +24 and +11 (seed 3 fell from 44% to 40%
-         * over its last 45 steps); 2e-4 with the cosine learned garbage tool calls late ('{"a"nargume...').
+         * Peak AdamW lr. 1e-4 constant: +12, +6.5 and +11.5 held-out points on seeds 1-3 with the 565-step
+         * warm start (2026-12-02); on a 530-step warm start it gained +21, +24 and +11. 1.5e-4 with a cosine
+         * to 10% gained +24, +22 and +18 on the 530-step warm start but +11.5 and -5.7 (a collapse: train
+         * reward 0.31 -> 0.07) on two seed-1 runs from the 565-step one; 2e-4 with the cosine learned
+         * garbage tool calls late ('{"a"nargume...').
          */
-        lr: z.number().positive().max(1).default(1.5e-4),
+        lr: z.number().positive().max(1).default(1e-4),
         /** Linear lr warm-up over this many optimizer steps (a fresh AdamW's first steps move every weight by ±lr). */
         warmupSteps: nonNegInt().max(100_000).default(20),
         /** 'cosine': after the warm-up the lr decays to minLrFactor · lr at the end of the step budget; 'constant': it stays at lr. */
-        lrSchedule: z.enum(['constant', 'cosine']).default('cosine'),
+        lrSchedule: z.enum(['constant', 'cosine']).default('constant'),
         minLrFactor: z.number().min(0).max(1).default(0.1),
         maxGradNorm: z.number().min(0).default(1),
         miniBatches: positiveInt().max(64).default(1),
@@ -174,9 +176,9 @@ export const runConfigSchema = z
         aggregation: 'token_mean',
         advantage: 'grpo',
         processRewardWeight: 1,
-        lr: 1.5e-4,
+        lr: 1e-4,
         warmupSteps: 20,
-        lrSchedule: 'cosine',
+        lrSchedule: 'constant',
         minLrFactor: 0.1,
         maxGradNorm: 1,
         miniBatches: 1,
