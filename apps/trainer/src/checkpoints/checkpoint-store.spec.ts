@@ -42,6 +42,21 @@ describe('CheckpointStore', () => {
     fresh.dispose();
   });
 
+  it("copies the starting checkpoint's tokenizer files, the chat template kept beside them included", async () => {
+    const source = join(root, 'source');
+    mkdirSync(source, { recursive: true });
+    writeFileSync(join(source, 'tokenizer.json'), '{"model": {}}');
+    writeFileSync(join(source, 'chat_template.jinja'), '{% for m in messages %}{{ m.content }}{% endfor %}');
+    const store = new CheckpointStore(join(root, 'tok'), { tokenizerDir: source });
+    await store.init();
+    const m = Model.tiny({ seed: 5, config: { vocabSize: 272 } });
+    const w = await store.write(m, { runId: 'r', step: 1, version: 1, position: position(1), nonFiniteSkips: 0 }, false);
+    expect(readFileSync(join(w.dir, 'chat_template.jinja'), 'utf8')).toBe('{% for m in messages %}{{ m.content }}{% endfor %}');
+    expect(readFileSync(join(w.dir, 'tokenizer.json'), 'utf8')).toBe('{"model": {}}');
+    expect(existsSync(join(w.dir, 'tokenizer_config.json'))).toBe(false); // absent at the source: not invented
+    m.dispose();
+  });
+
   it('crash leftovers are removed, a truncated checkpoint is passed over for the previous one, weight-only versions are pruned', async () => {
     const store = new CheckpointStore(join(root, 'b'), { keepPublished: 2, keepFull: 2 });
     await store.init();

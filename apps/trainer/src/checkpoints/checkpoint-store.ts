@@ -4,7 +4,8 @@
 //
 //   <root>/v<version>/                      one directory per published policy version
 //     config.json, model.safetensors       Hugging Face layout (what the inference-proxy loads)
-//     tokenizer.json, tokenizer_config.json copied from the starting checkpoint when it had them
+//     tokenizer.json, tokenizer_config.json, chat_template.jinja, ... copied from the starting checkpoint
+//                                           when it had them (TOKENIZER_FILES: what a loader needs to serve it)
 //     optimizer.safetensors                 AdamW m and v (full checkpoints only)
 //     trainer-state.json                    step, version, data position, digest (full checkpoints only)
 //
@@ -54,7 +55,9 @@ export interface WrittenCheckpoint {
 
 const STATE_FILE = 'trainer-state.json';
 const OPTIMIZER_FILE = 'optimizer.safetensors';
-const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json'];
+// Newer Hugging Face checkpoints keep the chat template beside tokenizer_config.json instead of in it
+// (chat_template.jinja, or chat_template.json): without it a checkpoint of such a model has no template.
+const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json', 'chat_template.jinja', 'chat_template.json'];
 
 async function fsyncDir(dir: string): Promise<void> {
   const h = await fsp.open(dir, 'r');
