@@ -53,7 +53,6 @@ describe('the services environments of a stack run', () => {
     expect(env.trainer).toMatchObject({ TRAINER_MAX_BATCHES: '12', CHECKPOINT_DIR: wiring.checkpointDir, TRAINER_LR_DECAY_STEPS: '0' }); // the default lr is constant
     const cosine = parseRunConfig({ algorithm: { lrSchedule: 'cosine', minLrFactor: 0.2, miniBatches: 2 }, budget: { steps: 12 } });
     expect(serviceEnv('trainer', cosine, wiring, urls)).toMatchObject({ TRAINER_LR_DECAY_STEPS: '24', TRAINER_LR_MIN_FACTOR: '0.2' });
-    expect(serviceEnv('trainer', parseRunConfig({ algorithm: { lrSchedule: 'constant' } }), wiring, urls)).toMatchObject({ TRAINER_LR_DECAY_STEPS: '0' });
     expect(env['inference-proxy']).toMatchObject({ EMBEDDED_MAX_BATCH: '16', MAX_IN_FLIGHT_PER_REPLICA: '32' });
     for (const app of APPS) expect(env[app]).toMatchObject({ KAFKA_TOPIC_PREFIX: 'stack-run-1.', PORT: '0', HOST: '127.0.0.1' });
   });
