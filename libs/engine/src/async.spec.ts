@@ -1,6 +1,7 @@
 // Heavy calls run off the event loop and return promises; handles are freed deterministically.
 import { describe, expect, it } from 'vitest';
 import { Model, setThreads, getThreads, engineInfo } from './index';
+import { pinBlasKernels } from './loader';
 
 describe('async engine calls', () => {
   it('the event loop keeps turning while a large forward / backward / step runs', async () => {
@@ -52,6 +53,20 @@ describe('async engine calls', () => {
     const info = engineInfo();
     expect(info.backend).toBe('cpu');
     expect(info.info.blas).toMatch(/OpenBLAS/);
+    // the kernels are pinned on x64 so that runs reproduce across CPUs (loader.ts, pinBlasKernels)
+    if (process.arch === 'x64' && process.env.OPENBLAS_CORETYPE === 'Haswell') expect(info.info.blas).toMatch(/ Haswell /);
+  });
+
+  it('pins the Haswell GEMM kernels on x64 unless the user chose a core type', () => {
+    const env: Record<string, string | undefined> = {};
+    pinBlasKernels(env, 'x64');
+    expect(env.OPENBLAS_CORETYPE).toBe('Haswell');
+    const chosen: Record<string, string | undefined> = { OPENBLAS_CORETYPE: 'SkylakeX' };
+    pinBlasKernels(chosen, 'x64');
+    expect(chosen.OPENBLAS_CORETYPE).toBe('SkylakeX');
+    const arm: Record<string, string | undefined> = {};
+    pinBlasKernels(arm, 'arm64');
+    expect(arm.OPENBLAS_CORETYPE).toBeUndefined();
   });
 
   it('results do not depend on the thread count', async () => {

@@ -65,12 +65,27 @@ function fixes(path: string, detail: string): string {
   ].join('\n');
 }
 
+/**
+ * OpenBLAS picks its GEMM kernels (and their blocking) per CPU at load time, and each choice sums in
+ * its own order: the same training run then gives other weights on an AVX-512 Intel machine than on
+ * an AMD Zen one, and the tiny model's warm start is chaotic enough that this changed where it
+ * stopped (530 SFT steps on one machine, 565 on another) and what RL made of it. The addon is built
+ * for x86-64-v3 (AVX2 + FMA) anyway, so on x64 every machine is given the Haswell kernels unless the
+ * user chose a core type: Zen's are the same kernels, bit for bit (checked with cblas_sgemm on four
+ * shapes), so AMD machines lose nothing and AVX-512 machines give up a little GEMM speed for runs
+ * that reproduce across machines. Set OPENBLAS_CORETYPE yourself to choose otherwise.
+ */
+export function pinBlasKernels(env: Record<string, string | undefined>, arch: string): void {
+  if (arch === 'x64' && (env.OPENBLAS_CORETYPE === undefined || env.OPENBLAS_CORETYPE === '')) env.OPENBLAS_CORETYPE = 'Haswell';
+}
+
 function loadBinary(path: string): NativeAddon {
   if (!existsSync(path)) throw new EngineLoadError(fixes(path, 'the binary does not exist'));
   // libgomp reads its settings when the addon is loaded. Idle OpenMP workers that spin would steal
   // the cores OpenBLAS's own threads need right after each of our parallel regions, so let them
   // sleep unless the user chose otherwise.
   if (process.env.OMP_WAIT_POLICY === undefined) process.env.OMP_WAIT_POLICY = 'PASSIVE';
+  pinBlasKernels(process.env, process.arch);
   try {
     const req = createRequire(path);
     return req(path) as NativeAddon;
