@@ -497,6 +497,7 @@ export class RolloutRuntime {
       const v = (e.payload as { version: number }).version;
       if (v > this.currentVersion) {
         this.currentVersion = v;
+        this.controller.activated(v);
         this.pump();
       }
       return;
@@ -548,12 +549,13 @@ export class RolloutRuntime {
       return;
     }
     if (type === 'train_batch.trained') {
-      const p = e.payload as { groupIds: string[] };
+      const p = e.payload as { groupIds: string[]; policyVersion: number };
       for (const id of p.groupIds) {
         const g = this.groups.get(id);
         if (!g || g.row.purpose === 'eval' || terminal(g.row.status)) continue;
         try {
-          this.controller.trained(id);
+          // its slot frees when the version this batch produced serves, not before (staleness.ts)
+          this.controller.trained(id, { releaseAtVersion: p.policyVersion, currentVersion: this.currentVersion });
         } catch (err) {
           // A group still in flight (retries running) cannot have been trained: keep it counted.
           this.logger.warn('train_batch.trained names a group still in flight', { groupId: id, err });

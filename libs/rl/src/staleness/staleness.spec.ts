@@ -57,6 +57,39 @@ describe('StalenessController', () => {
     expect(c.tryAdmit('c', 0)).toEqual({ admitted: true });
   });
 
+  it('a trained group frees its slot when the version its batch produced serves (η = 0 never starts a group on replaced weights)', () => {
+    const c = new StalenessController({ eta: 0, groupsPerStep: 2 });
+    c.tryAdmit('a', 0);
+    c.tryAdmit('b', 0);
+    c.finished('a');
+    c.finished('b');
+    // the batch of a and b made version 1; version 0 still serves
+    expect(c.trained('a', { releaseAtVersion: 1, currentVersion: 0 })).toBe(true);
+    expect(c.trained('b', { releaseAtVersion: 1, currentVersion: 0 })).toBe(true);
+    expect(c.used).toBe(2);
+    expect(c.tryAdmit('c', 0)).toMatchObject({ admitted: false, reason: 'capacity', detail: expect.stringMatching(/2 trained into a version not serving yet/) });
+    expect(c.snapshot().awaitingVersion).toEqual([
+      { groupId: 'a', version: 1 },
+      { groupId: 'b', version: 1 },
+    ]);
+    expect(c.trained('a', { releaseAtVersion: 1, currentVersion: 0 })).toBe(false); // redelivered: harmless
+    expect(c.activated(0)).toBe(0);
+    expect(c.activated(1)).toBe(2);
+    expect(c.used).toBe(0);
+    expect(c.tryAdmit('c', 1)).toEqual({ admitted: true });
+    // already serving (the activation came first) or a skipped batch (no new version): released at once
+    c.finished('c');
+    expect(c.trained('c', { releaseAtVersion: 1, currentVersion: 1 })).toBe(true);
+    expect(c.used).toBe(0);
+    // a group dropped while it waits releases too
+    c.tryAdmit('d', 1);
+    c.finished('d');
+    c.trained('d', { releaseAtVersion: 2, currentVersion: 1 });
+    expect(c.dropped('d')).toBe(true);
+    expect(c.used).toBe(0);
+    expect(() => c.trained('e', { releaseAtVersion: -1, currentVersion: 0 })).toThrow(StalenessInputError);
+  });
+
   it('version bound at η = 1: an in-flight group from version v blocks admissions at v + 2, not at v + 1', () => {
     const c = new StalenessController({ eta: 1, groupsPerStep: 100 });
     c.tryAdmit('old', 3);
@@ -97,9 +130,10 @@ describe('StalenessController', () => {
         const id = `g${next++}`;
         if (a.tryAdmit(id, version).admitted) live.push(id);
       } else if (x < 0.7 && live.length) done.push(...live.splice(Math.floor(rnd() * live.length), 1).map((g) => (a.finished(g), g)));
-      else if (x < 0.85 && done.length) a.trained(done.splice(0, 1)[0]);
+      else if (x < 0.8 && done.length) a.trained(done.splice(0, 1)[0]);
+      else if (x < 0.85 && done.length) a.trained(done.splice(0, 1)[0], { releaseAtVersion: version + 1, currentVersion: version });
       else if (x < 0.9 && live.length) a.dropped(live.splice(0, 1)[0]);
-      else version++;
+      else a.activated(++version);
       expect(a.used).toBeLessThanOrEqual(a.capacity);
       if (step % 50 === 49) {
         const b = StalenessController.restore(cfg, a.snapshot());

@@ -4,7 +4,11 @@
 //  - version bound: current version − oldest in-flight start version ≤ η (versionBoundAdmits, the
 //    one rule the gateway's first-call gate also calls).
 // Trained AND dropped (filtered) groups release capacity; a peer's producers deadlocked when
-// filtered groups did not (SkyRL PR #1802). Counters are rebuilt from durable state on resume.
+// filtered groups did not (SkyRL PR #1802). A trained group releases its capacity once the version
+// its batch produced serves (trained(id, { releaseAtVersion, currentVersion }), then activated(v)):
+// released at the train event, the slot went to a group that started on the weights the batch had
+// just replaced, and a synchronous run (η = 0) trained 37.5% of its tokens one version old.
+// Counters are rebuilt from durable state on resume.
 
 export interface StalenessConfig {
   /** η: maximum policy versions a rollout may lag (integer >= 0). */
@@ -58,6 +62,8 @@ export type AdmitResult = { admitted: true; alreadyAdmitted?: boolean } | { admi
 export interface StalenessSnapshot {
   inFlight: { groupId: string; startVersion: number }[];
   untrained: string[];
+  /** Trained groups holding capacity until the version their batch produced serves. */
+  awaitingVersion: { groupId: string; version: number }[];
   /** (η + 1)·B */
   capacity: number;
 }
@@ -67,6 +73,8 @@ export class StalenessController {
   private readonly eta: number;
   private readonly inFlight = new Map<string, number>(); // groupId -> start version
   private readonly untrained = new Set<string>();
+  /** Trained groups whose batch's version is not serving yet: groupId -> that version. They still count. */
+  private readonly awaitingVersion = new Map<string, number>();
   private refusedCapacity = 0;
   private refusedVersion = 0;
 
@@ -78,9 +86,9 @@ export class StalenessController {
     this.capacity = (this.eta + 1) * b;
   }
 
-  /** Groups counted against capacity: in flight + finished but untrained. */
+  /** Groups counted against capacity: in flight + finished but untrained + trained into a version not serving yet. */
   get used(): number {
-    return this.inFlight.size + this.untrained.size;
+    return this.inFlight.size + this.untrained.size + this.awaitingVersion.size;
   }
 
   /** The oldest start version among in-flight groups (null when none). */
@@ -110,7 +118,7 @@ export class StalenessController {
       return {
         admitted: false,
         reason: 'capacity',
-        detail: `${this.inFlight.size} in flight + ${this.untrained.size} untrained = ${this.used} groups, capacity (η + 1)·B = ${this.capacity}`,
+        detail: `${this.inFlight.size} in flight + ${this.untrained.size} untrained + ${this.awaitingVersion.size} trained into a version not serving yet = ${this.used} groups, capacity (η + 1)·B = ${this.capacity}`,
       };
     }
     const oldest = this.oldestInFlightStartVersion;
@@ -134,23 +142,48 @@ export class StalenessController {
     this.untrained.add(groupId);
   }
 
-  /** The group was trained on: releases its capacity. Returns false when it held none (already released or never admitted: redelivered events are harmless). */
-  trained(groupId: string): boolean {
+  /**
+   * The group was trained on: releases its capacity, at once or, given `version` (the version its
+   * batch produced and the one serving now), when that version serves (activated()). Returns false
+   * when it held none (already released or never admitted: redelivered events are harmless).
+   */
+  trained(groupId: string, version?: { releaseAtVersion: number; currentVersion: number }): boolean {
     groupIdOf(groupId, 'groupId');
     if (this.inFlight.has(groupId)) throw new StalenessInputError('groupId', `group ${groupId} is still in flight; it cannot have been trained`);
+    if (version !== undefined) {
+      const at = nonNegativeInt(version.releaseAtVersion, 'version.releaseAtVersion');
+      const now = nonNegativeInt(version.currentVersion, 'version.currentVersion');
+      if (at > now && this.untrained.delete(groupId)) {
+        this.awaitingVersion.set(groupId, at);
+        return true;
+      }
+    }
     return this.untrained.delete(groupId);
+  }
+
+  /** Version `version` serves now: trained groups waiting for it (or an older one) release their capacity. Returns how many did. */
+  activated(version: number): number {
+    nonNegativeInt(version, 'version');
+    let released = 0;
+    for (const [id, at] of this.awaitingVersion)
+      if (at <= version) {
+        this.awaitingVersion.delete(id);
+        released++;
+      }
+    return released;
   }
 
   /** The group was filtered out or abandoned (in flight or finished): releases its capacity. Returns false when it held none. */
   dropped(groupId: string): boolean {
     groupIdOf(groupId, 'groupId');
-    return this.inFlight.delete(groupId) || this.untrained.delete(groupId);
+    return this.inFlight.delete(groupId) || this.untrained.delete(groupId) || this.awaitingVersion.delete(groupId);
   }
 
   snapshot(): StalenessSnapshot {
     return {
       inFlight: [...this.inFlight.entries()].map(([groupId, startVersion]) => ({ groupId, startVersion })),
       untrained: [...this.untrained],
+      awaitingVersion: [...this.awaitingVersion.entries()].map(([groupId, version]) => ({ groupId, version })),
       capacity: this.capacity,
     };
   }
@@ -160,7 +193,10 @@ export class StalenessController {
    * their start versions; finished but not trained). A state over capacity is accepted (for
    * example after η was lowered): admissions simply wait until enough groups are released.
    */
-  static restore(cfg: StalenessConfig, state: { inFlight: { groupId: string; startVersion: number }[]; untrained: string[] }): StalenessController {
+  static restore(
+    cfg: StalenessConfig,
+    state: { inFlight: { groupId: string; startVersion: number }[]; untrained: string[]; awaitingVersion?: { groupId: string; version: number }[] },
+  ): StalenessController {
     const c = new StalenessController(cfg);
     if (!state || !Array.isArray(state.inFlight) || !Array.isArray(state.untrained)) throw new StalenessInputError('state', 'must have inFlight and untrained arrays');
     state.inFlight.forEach((g, i) => {
@@ -173,6 +209,12 @@ export class StalenessController {
       const id = groupIdOf(g, `state.untrained[${i}]`);
       if (c.inFlight.has(id) || c.untrained.has(id)) throw new StalenessInputError(`state.untrained[${i}]`, `group ${id} listed twice`);
       c.untrained.add(id);
+    });
+    (state.awaitingVersion ?? []).forEach((g, i) => {
+      const id = groupIdOf(g?.groupId, `state.awaitingVersion[${i}].groupId`);
+      const v = nonNegativeInt(g?.version, `state.awaitingVersion[${i}].version`);
+      if (c.inFlight.has(id) || c.untrained.has(id) || c.awaitingVersion.has(id)) throw new StalenessInputError(`state.awaitingVersion[${i}].groupId`, `group ${id} listed twice`);
+      c.awaitingVersion.set(id, v);
     });
     return c;
   }
