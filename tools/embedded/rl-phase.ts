@@ -15,12 +15,15 @@ import { RunRecorder } from './run-recorder';
 import { taskSetSpecSchema, type TaskSetSpec, type TaskSetSpecInput } from '../../apps/rollout-manager/src/tasks/task-set';
 import type { RolloutOutcome, RolloutRuntime } from '../../apps/rollout-manager/src/runtime';
 
+/** What loading a task set needs of the rollout-manager. */
+export type TaskSetLoader = Pick<RolloutRuntime, 'loadBuiltin' | 'loadTaskSet'>;
+
 export interface RlTaskSet {
   spec: TaskSetSpecInput & { id: string };
   /** The task set held-out evaluations run on, when not `spec.id` (the same eval tasks without the train set's tool delays). */
   evalTaskSetId?: string;
-  /** Loads the task set's tasks into the rollout-manager; returns how many train and eval tasks it holds. */
-  load(rollouts: RolloutRuntime): Promise<{ train: number; eval: number }>;
+  /** Loads the task set's tasks into the rollout-manager (in process, or over HTTP in a stack run); returns how many train and eval tasks it holds. */
+  load(rollouts: TaskSetLoader): Promise<{ train: number; eval: number }>;
 }
 
 export interface RlPhaseOptions {

@@ -12,12 +12,13 @@ import { TOPICS, type EvaluationCompletedV1 } from '@anvil/contracts';
 import type { MessageBus } from '@anvil/messaging';
 import { Progress } from '../embedded/progress';
 import { writeRunReport } from '../embedded/rl-report';
-import { chainAddConfigOf, type RunConfig } from '../embedded/run-config';
+import type { TaskSetLoader } from '../embedded/rl-phase';
+import type { RunConfig } from '../embedded/run-config';
+import { taskSetOf } from '../embedded/user-run';
 import type { RolloutManagerClient, RolloutState, TrainerClient } from './clients';
 import { RunRecorder } from '../embedded/run-recorder';
 import { sleep } from './service-process';
 
-const TASK_SET = 'chain-add';
 
 export interface DriveOptions {
   cfg: RunConfig;
@@ -99,11 +100,19 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
     }
   };
 
+  // The task set the embedded job declares for the same config (its agent, verifier, context, limits,
+  // weight-swap policy, tool delays and their held-out twin without them), loaded over HTTP.
+  const taskSet = taskSetOf(cfg);
+  const evalTaskSetId = taskSet.evalTaskSetId ?? taskSet.spec.id;
+  const loader: TaskSetLoader = {
+    loadBuiltin: ({ seed, trainCount, evalCount, ...spec }) => rm.loadBuiltin(spec, { env: spec.env, seed, trainCount, evalCount }),
+    loadTaskSet: () => Promise.reject(new Error('a stack run loads the built-in task set only (tools/stack/up.ts refuses a task JSONL)')),
+  };
   const samplesPerTask = cfg.eval.samplesPerTask;
   const evaluate = async (label: string): Promise<EvaluationCompletedV1> => {
     const { version } = await trainer.pause();
     const t0 = performance.now();
-    const r = await rm.evaluate({ taskSetId: TASK_SET, version, samplesPerTask, temperature: cfg.eval.temperature, evalId: `${runId}-${label}` });
+    const r = await rm.evaluate({ taskSetId: evalTaskSetId, version, samplesPerTask, temperature: cfg.eval.temperature, evalId: `${runId}-${label}` });
     rec.evaluated(r, wall());
     progress.evaluated(r.policyVersion, r.successRate, (performance.now() - t0) / 1000);
     await trainer.resume();
@@ -111,17 +120,7 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
   };
 
   try {
-    await rm.loadBuiltin(
-      {
-        id: TASK_SET,
-        name: 'chain-add (built in)',
-        env: 'chain-add',
-        envConfig: chainAddConfigOf(cfg),
-        groupSize: cfg.rollouts.groupSize,
-        sampling: { temperature: cfg.rollouts.temperature, maxTokens: cfg.rollouts.maxTokensPerCall },
-      },
-      { env: 'chain-add', seed: cfg.seed, trainCount: cfg.task.trainTasks, evalCount: cfg.task.evalTasks },
-    );
+    await taskSet.load(loader);
     console.log(`held-out evaluation of the warm start (${cfg.task.evalTasks} tasks x ${samplesPerTask} samples, temperature ${cfg.eval.temperature}) ...`);
     const warm = await evaluate('warm-start');
     if (warm.successRate >= 0.95)
@@ -140,7 +139,7 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
       rm$.state = await rm.state();
       if (submitting || rm$.state.queuedGroups >= 2 * cfg.scheduler.groupsPerBatch) return;
       submitting = rm
-        .submit(TASK_SET)
+        .submit(taskSet.spec.id)
         .catch((e: Error) => (submitError = e))
         .finally(() => (submitting = null));
     };

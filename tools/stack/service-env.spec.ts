@@ -7,8 +7,8 @@ import { gatewayEnv } from '../../apps/gateway/src/config';
 import { inferenceProxyEnv } from '../../apps/inference-proxy/src/config';
 import { middlewareEnv } from '../../apps/middleware/src/config';
 import { rolloutManagerEnv } from '../../apps/rollout-manager/src/config';
-import { trainerEnv } from '../../apps/trainer/src/config';
-import { parseRunConfig } from '../embedded/run-config';
+import { lossConfigOf as trainerLossConfigOf, trainerEnv } from '../../apps/trainer/src/config';
+import { lossConfigOf, parseRunConfig } from '../embedded/run-config';
 import { APPS, serviceEnv, START_WAVES, STOP_WAVES, type RunWiring } from './service-env';
 
 const model = mkdtempSync(join(tmpdir(), 'anvil-stack-env-'));
@@ -54,6 +54,15 @@ describe('the services environments of a stack run', () => {
     const cosine = parseRunConfig({ algorithm: { lrSchedule: 'cosine', minLrFactor: 0.2, miniBatches: 2 }, budget: { steps: 12 } });
     expect(serviceEnv('trainer', cosine, wiring, urls)).toMatchObject({ TRAINER_LR_DECAY_STEPS: '24', TRAINER_LR_MIN_FACTOR: '0.2' });
     expect(env['inference-proxy']).toMatchObject({ EMBEDDED_MAX_BATCH: '16', MAX_IN_FLIGHT_PER_REPLICA: '32' });
+    // every trainer knob of the run config, the loss's corrections and normaliser included
+    const knobs = parseRunConfig({ algorithm: { loss: 'reinforce_tis', aggregation: 'constant', constantNormalizer: 4096, tokenTisCap: 3, weightDecay: 0.01, packTokens: 8192 } });
+    const trainer = loadConfig('trainer', trainerEnv, serviceEnv('trainer', knobs, wiring, urls));
+    expect(trainer).toMatchObject({ TRAINER_CONSTANT_NORMALIZER: 4096, TRAINER_TOKEN_TIS_CAP: 3, TRAINER_WEIGHT_DECAY: 0.01, TRAINER_PACK_TOKENS: 8192 });
+    expect(trainerLossConfigOf(trainer)).toEqual(lossConfigOf(knobs));
+    const seqTis = parseRunConfig({ algorithm: { loss: 'reinforce_tis', seqTisCap: 8 } });
+    const seqTrainer = loadConfig('trainer', trainerEnv, serviceEnv('trainer', seqTis, wiring, urls));
+    expect(seqTrainer.TRAINER_SEQ_TIS_CAP).toBe(8);
+    expect(trainerLossConfigOf(seqTrainer)).toEqual(lossConfigOf(seqTis));
     for (const app of APPS) expect(env[app]).toMatchObject({ KAFKA_TOPIC_PREFIX: 'stack-run-1.', PORT: '0', HOST: '127.0.0.1' });
   });
 

@@ -54,8 +54,8 @@ export function knobEnvs(cfg: RunConfig): Record<App, Env> {
     TRAINER_ADAM_BETA1: String(a.beta1),
     TRAINER_ADAM_BETA2: String(a.beta2),
     TRAINER_ADAM_EPS: String(a.eps),
-    TRAINER_WEIGHT_DECAY: '0',
-    TRAINER_PACK_TOKENS: '65536',
+    TRAINER_WEIGHT_DECAY: String(a.weightDecay ?? 0),
+    TRAINER_PACK_TOKENS: String(a.packTokens ?? 65_536),
     TRAINER_PUBLISH_EVERY: '1',
     TRAINER_CHECKPOINT_EVERY: String(cfg.checkpointEvery),
     TRAINER_MAX_NON_FINITE_SKIPS: '5',
@@ -68,6 +68,9 @@ export function knobEnvs(cfg: RunConfig): Record<App, Env> {
   trainer.TRAINER_LR_MIN_FACTOR = String(a.minLrFactor);
   if (a.epsLow !== undefined) trainer.TRAINER_EPS_LOW = String(a.epsLow);
   if (a.epsHigh !== undefined) trainer.TRAINER_EPS_HIGH = String(a.epsHigh);
+  if (a.constantNormalizer !== undefined) trainer.TRAINER_CONSTANT_NORMALIZER = String(a.constantNormalizer);
+  if (a.tokenTisCap !== undefined) trainer.TRAINER_TOKEN_TIS_CAP = String(a.tokenTisCap);
+  if (a.seqTisCap !== undefined) trainer.TRAINER_SEQ_TIS_CAP = String(a.seqTisCap);
   return {
     middleware,
     'inference-proxy': {
