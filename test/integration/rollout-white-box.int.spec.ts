@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEvent } from '@anvil/contracts';
-import { GatewaySession } from '@anvil/persistence';
+import { In } from 'typeorm';
+import { GatewaySession, RolloutGroup } from '@anvil/persistence';
 import { RolloutRuntime, type RolloutOutcome } from '../../apps/rollout-manager/src/runtime';
 import { ADMIN_TOKEN, oraclePolicy, renderPrompt, startRolloutStack, until, type RolloutStack } from './fixtures/rollout-stack';
 
@@ -160,6 +161,30 @@ describe('evaluation rollouts', () => {
     const trainSeeds = await Promise.all(rolloutIds.map(async (id) => (await proxyRequestsOf(id))[0].seed));
     expect(new Set(trainSeeds).size).toBe(3);
     for (const seed of trainSeeds) expect([...a.values()].map((c) => c.seed)).not.toContain(seed);
+  });
+});
+
+describe('train passes', () => {
+  it('a shuffleSeed queues the train split in a seeded permutation, a new one each repeat; without one, in task id order', async () => {
+    await runtime.loadBuiltin({ id: 'order', env: 'chain-add', envConfig: { k: 2 }, seed: 4, trainCount: 6, evalCount: 0 });
+    const rolloutIds: string[] = [];
+    const taskOrder = async ({ groupIds, rolloutIds: ids }: { groupIds: string[]; rolloutIds: string[] }) => {
+      rolloutIds.push(...ids);
+      const rows = await stack.ds.manager.findBy(RolloutGroup, { id: In(groupIds) });
+      const taskOf = new Map(rows.map((r) => [r.id, r.taskId]));
+      return groupIds.map((g) => taskOf.get(g) as string);
+    };
+    const stored = await taskOrder(await runtime.submit({ taskSetId: 'order', groupSize: 1 }));
+    expect(stored).toEqual([...stored].sort());
+    const shuffled = await taskOrder(await runtime.submit({ taskSetId: 'order', groupSize: 1, shuffleSeed: 11, repeat: 2 }));
+    const [first, second] = [shuffled.slice(0, 6), shuffled.slice(6)];
+    expect([...first].sort()).toEqual(stored);
+    expect([...second].sort()).toEqual(stored);
+    expect(first).not.toEqual(stored);
+    expect(second).not.toEqual(first);
+    const again = await taskOrder(await runtime.submit({ taskSetId: 'order', groupSize: 1, shuffleSeed: 11 }));
+    expect(again).toEqual(first);
+    await until('the order rollouts done', () => (rolloutIds.every((id) => outcomes.some((o) => o.rolloutId === id)) ? true : undefined), 120_000);
   });
 });
 

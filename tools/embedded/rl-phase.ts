@@ -10,7 +10,7 @@
 import type { EvaluationCompletedV1 } from '@anvil/contracts';
 import { startEmbeddedLoop, type EmbeddedLoop, type LoopModel } from './host';
 import { Progress } from './progress';
-import type { RunConfig } from './run-config';
+import { trainPass, type RunConfig } from './run-config';
 import { RunRecorder } from './run-recorder';
 import { taskSetSpecSchema, type TaskSetSpec, type TaskSetSpecInput } from '../../apps/rollout-manager/src/tasks/task-set';
 import type { RolloutOutcome, RolloutRuntime } from '../../apps/rollout-manager/src/runtime';
@@ -169,8 +169,9 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
     // Train groups are queued a pass over the train split at a time and topped up while the trainer
     // needs them: the Data Pool drops zero-variance groups (often a third of them), so no fixed
     // count is enough (one pass sized to 1.5x the budget once stalled a run one batch short).
+    let passes = 0;
     const topUp = async () => {
-      if (loop.rollouts.snapshot().queuedGroups < 2 * cfg.scheduler.groupsPerBatch) await loop.rollouts.submit({ taskSetId: spec.id });
+      if (loop.rollouts.snapshot().queuedGroups < 2 * cfg.scheduler.groupsPerBatch) await loop.rollouts.submit(trainPass(cfg, spec.id, passes++));
     };
     await topUp();
     if (showProgress) progress.start();

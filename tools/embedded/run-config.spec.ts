@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { lossConfig } from '@anvil/rl';
-import { loadRunConfig, lossConfigOf, parseRunConfig, RunConfigError } from './run-config';
+import { loadRunConfig, lossConfigOf, parseRunConfig, RunConfigError, trainPass } from './run-config';
 
 describe('run config', () => {
   it('fills the demo defaults', () => {
@@ -59,5 +59,19 @@ describe('run config', () => {
     } catch (e) {
       expect((e as RunConfigError).issues).toEqual([expect.stringMatching(/^seed: /), expect.stringMatching(/^budget\.steps: /)]);
     }
+  });
+});
+
+describe('train passes', () => {
+  it('are shuffled by default, each pass and each run seed its own permutation; task.order "stored" keeps task id order', () => {
+    const cfg = parseRunConfig({});
+    expect(cfg.task.order).toBe('shuffled');
+    const seeds = [0, 1, 2].map((p) => trainPass(cfg, 'set', p).shuffleSeed);
+    expect(new Set(seeds).size).toBe(3);
+    expect(seeds.every((s) => Number.isInteger(s) && (s as number) >= 0)).toBe(true);
+    expect(trainPass(parseRunConfig({ seed: 2 }), 'set', 0).shuffleSeed).not.toBe(seeds[0]);
+    expect(trainPass(cfg, 'set', 1)).toEqual({ taskSetId: 'set', shuffleSeed: seeds[1] });
+    expect(trainPass(parseRunConfig({ task: { order: 'stored' } }), 'set', 3)).toEqual({ taskSetId: 'set' });
+    expect(() => parseRunConfig({ task: { order: 'random' } })).toThrow(/task\.order/);
   });
 });

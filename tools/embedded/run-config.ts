@@ -62,6 +62,14 @@ export const runConfigSchema = z
          * task came back every ~60 steps and was memorised); with 900 the same seed ended 4 points higher.
          */
         trainTasks: positiveInt().max(100_000).default(900),
+        /**
+         * The order train groups are queued in, a pass over the train split at a time: 'shuffled' (a
+         * new seeded permutation each pass, from the run seed) or 'stored' (task id order; a task
+         * JSONL's own order is kept only through task ids that sort as its curriculum). Stored, the
+         * built-in set's consecutive batches were neighbours in operand order (every seed the same
+         * sequence of easy and hard stretches).
+         */
+        order: z.enum(['shuffled', 'stored']).default('shuffled'),
         /** chain-add: the time each tool call takes (environment dynamics; absent = none): fixed, pareto or lognormal, capped. */
         toolDelay: toolDelaySchema.optional(),
         /** Who runs a rollout: the built-in white-box loop ({kind: 'white-box'}) or a black-box command ({kind: 'black-box', name, command, ...}); absent: white-box. */
@@ -81,7 +89,7 @@ export const runConfigSchema = z
         weightSwap: z.enum(WEIGHT_SWAP_CHOICES).optional(),
       })
       .strict()
-      .default({ set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact', evalTasks: 100, trainTasks: 900 }),
+      .default({ set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact', evalTasks: 100, trainTasks: 900, order: 'shuffled' }),
     warmStart: z
       .object({
         /** Build (or reuse) the warm start before RL; absent: yes for the tiny model, no for a model directory (RL starts from its weights as given). Needs task.set 'chain-add' (its demonstrations). */
@@ -254,6 +262,11 @@ export class RunConfigError extends Error {
   ) {
     super(message);
   }
+}
+
+/** The submission of the train split's pass number `pass` (0, 1, ...): in the run's order (task.order), each shuffled pass its own permutation. */
+export function trainPass(cfg: RunConfig, taskSetId: string, pass: number): { taskSetId: string; shuffleSeed?: number } {
+  return cfg.task.order === 'shuffled' ? { taskSetId, shuffleSeed: (Math.imul(cfg.seed + 1, 0x9e3779b1) + pass) >>> 0 } : { taskSetId };
 }
 
 /** Parses a run config (a JSON value), listing every problem at once. */

@@ -41,9 +41,9 @@ export class RolloutManagerClient {
     return call<{ taskSetId: string; tasks: number }>('POST', `${this.url}/internal/v1/task-sets`, { spec, builtin }, 120_000);
   }
 
-  /** Queues one group per train task of the set (a pass over the train split). */
-  submit(taskSetId: string) {
-    return call<{ groupIds: string[]; rolloutIds: string[] }>('POST', `${this.url}/internal/v1/submissions`, { taskSetId }, 120_000);
+  /** Queues one group per train task of the set (a pass over the train split), in a seeded order when shuffleSeed is given. */
+  submit(req: { taskSetId: string; shuffleSeed?: number }) {
+    return call<{ groupIds: string[]; rolloutIds: string[] }>('POST', `${this.url}/internal/v1/submissions`, req, 120_000);
   }
 
   /** Runs the eval split pinned to `version`; answers when it is done (no timeout). */

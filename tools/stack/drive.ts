@@ -13,7 +13,7 @@ import type { MessageBus } from '@anvil/messaging';
 import { Progress } from '../embedded/progress';
 import { writeRunReport } from '../embedded/rl-report';
 import type { TaskSetLoader } from '../embedded/rl-phase';
-import type { RunConfig } from '../embedded/run-config';
+import { trainPass, type RunConfig } from '../embedded/run-config';
 import { taskSetOf } from '../embedded/user-run';
 import type { RolloutManagerClient, RolloutState, TrainerClient } from './clients';
 import { RunRecorder } from '../embedded/run-recorder';
@@ -133,13 +133,14 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
     // submission of a whole pass takes seconds over HTTP; it runs beside the loop, which keeps
     // reading the trainer's steps (their rewards, the evaluation points) meanwhile.
     let submitting: Promise<unknown> | null = null;
+    let passes = 0;
     let submitError: Error | null = null;
     const topUp = async () => {
       if (submitError) throw submitError;
       rm$.state = await rm.state();
       if (submitting || rm$.state.queuedGroups >= 2 * cfg.scheduler.groupsPerBatch) return;
       submitting = rm
-        .submit(taskSet.spec.id)
+        .submit(trainPass(cfg, taskSet.spec.id, passes++))
         .catch((e: Error) => (submitError = e))
         .finally(() => (submitting = null));
     };

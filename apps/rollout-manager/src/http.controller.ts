@@ -16,6 +16,7 @@ const submitSchema = z.object({
   groupSize: z.number().int().positive().optional(),
   taskIds: z.array(z.string()).optional(),
   repeat: z.number().int().positive().max(10_000).optional(),
+  shuffleSeed: z.number().int().nonnegative().max(0xffffffff).optional(),
 });
 const evalSchema = z.object({
   taskSetId: z.string().min(1),

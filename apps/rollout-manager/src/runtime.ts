@@ -3,7 +3,7 @@ import type { DataSource } from 'typeorm';
 import { createEvent, TOPICS, type AnyEventEnvelope, type EvaluationCompletedV1 } from '@anvil/contracts';
 import type { MessageBus, Subscription } from '@anvil/messaging';
 import { createLogger, ServiceMetrics, type Logger } from '@anvil/observability';
-import { StalenessController } from '@anvil/rl';
+import { seededShuffle, StalenessController } from '@anvil/rl';
 import { checkAgentEnv } from './agents/black-box';
 import { BUILTIN_ENVIRONMENTS, type EnvironmentFactory } from './environments/registry';
 import type { Environment } from './environments/types';
@@ -313,9 +313,17 @@ export class RolloutRuntime {
 
   /**
    * Queues one group of G rollouts per chosen task (train split unless `split` says otherwise),
-   * `repeat` times. Queue positions are assigned here, in submission order.
+   * `repeat` times. Queue positions are assigned here, in submission order: the stored order (task
+   * id), or with `shuffleSeed` a seeded permutation, a new one for each repeat.
    */
-  async submit(req: { taskSetId: string; groupSize?: number; taskIds?: string[]; repeat?: number; split?: 'train' | 'eval' }): Promise<{ groupIds: string[]; rolloutIds: string[] }> {
+  async submit(req: {
+    taskSetId: string;
+    groupSize?: number;
+    taskIds?: string[];
+    repeat?: number;
+    split?: 'train' | 'eval';
+    shuffleSeed?: number;
+  }): Promise<{ groupIds: string[]; rolloutIds: string[] }> {
     const { spec } = await this.taskSet(req.taskSetId);
     const all = await this.tasks.tasks(req.taskSetId);
     const chosen = req.taskIds ? all.filter((t) => req.taskIds?.includes(t.id) || req.taskIds?.includes(String(t.metadata?.sourceId))) : all.filter((t) => t.split === (req.split ?? 'train'));
@@ -323,7 +331,8 @@ export class RolloutRuntime {
     const G = req.groupSize ?? spec.groupSize ?? this.config.groupSize;
     const groupIds: string[] = [];
     const rolloutIds: string[] = [];
-    const tasks = Array.from({ length: req.repeat ?? 1 }, () => chosen).flat();
+    const seed = req.shuffleSeed;
+    const tasks = Array.from({ length: req.repeat ?? 1 }, (_, r) => (seed === undefined ? chosen : seededShuffle(chosen, (seed + Math.imul(r, 0x9e3779b9)) >>> 0))).flat();
     // All at once (one statement per table): groups written one by one trickled into the queue and started a few at a time.
     for (const g of await this.newGroups(spec, tasks, G, 'train', null)) {
       groupIds.push(g.row.id);

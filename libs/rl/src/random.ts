@@ -12,3 +12,14 @@ export function seededRandom(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/** A copy of `items` in a random order drawn from `seed` (Fisher–Yates over seededRandom): the same seed, the same order. */
+export function seededShuffle<T>(items: readonly T[], seed: number): T[] {
+  const out = items.slice();
+  const rand = seededRandom(seed);
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(rand() * (i + 1));
+    [out[i], out[j]] = [out[j], out[i]];
+  }
+  return out;
+}
