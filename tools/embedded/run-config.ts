@@ -156,8 +156,9 @@ export const runConfigSchema = z
         /** λ of the process-reward rule: a call's advantage = its rollout's + λ · its normalised process reward (0 = outcome only). */
         processRewardWeight: z.number().min(0).max(100).default(1),
         /**
-         * Peak AdamW lr. 1e-4 constant: +12, +6.5 and +11.5 held-out points on seeds 1-3 with the 565-step
-         * warm start (2026-12-02); on a 530-step warm start it gained +21, +24 and +11. 1.5e-4 with a cosine
+         * Peak AdamW lr. 1e-4 constant: +16.3, +19.8 and +15.5 held-out points on seeds 1-3 with the
+         * 565-step warm start and shuffled train passes (2026-12-02); with passes in task id order +12,
+         * +6.5 and +11.5, and +21, +24 and +11 on a 530-step warm start. In task id order, 1.5e-4 with a cosine
          * to 10% gained +24, +22 and +18 on the 530-step warm start but +11.5 and -5.7 (a collapse: train
          * reward 0.31 -> 0.07) on two seed-1 runs from the 565-step one; 2e-4 with the cosine learned
          * garbage tool calls late ('{"a"nargume...').
