@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEvent } from '@anvil/contracts';
-import { In } from 'typeorm';
-import { GatewaySession, RolloutGroup } from '@anvil/persistence';
+import { GatewaySession } from '@anvil/persistence';
 import { RolloutRuntime, type RolloutOutcome } from '../../apps/rollout-manager/src/runtime';
 import { ADMIN_TOKEN, oraclePolicy, renderPrompt, startRolloutStack, until, type RolloutStack } from './fixtures/rollout-stack';
 
@@ -170,8 +169,9 @@ describe('train passes', () => {
     const rolloutIds: string[] = [];
     const taskOrder = async ({ groupIds, rolloutIds: ids }: { groupIds: string[]; rolloutIds: string[] }) => {
       rolloutIds.push(...ids);
-      const rows = await stack.ds.manager.findBy(RolloutGroup, { id: In(groupIds) });
-      const taskOf = new Map(rows.map((r) => [r.id, r.taskId]));
+      // the rollout-manager's own group rows (rollout_groups is the Data Pool's, written once rollouts start)
+      const rows = (await stack.ds.query('SELECT "id", "task_id" FROM "rm_groups" WHERE "id" = ANY($1)', [groupIds])) as { id: string; task_id: string }[];
+      const taskOf = new Map(rows.map((r) => [r.id, r.task_id]));
       return groupIds.map((g) => taskOf.get(g) as string);
     };
     const stored = await taskOrder(await runtime.submit({ taskSetId: 'order', groupSize: 1 }));
