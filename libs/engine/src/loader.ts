@@ -71,7 +71,7 @@ function fixes(path: string, detail: string): string {
  * an AMD Zen one, and the tiny model's warm start is chaotic enough that this changed where it
  * stopped (530 SFT steps on one machine, 565 on another) and what RL made of it. The addon is built
  * for x86-64-v3 (AVX2 + FMA) anyway, so on x64 every machine is given the Haswell kernels unless the
- * user chose a core type: Zen's are the same kernels, bit for bit (checked with cblas_sgemm on four
+ * user chose a core type: Zen's are the same kernels, bit for bit (checked with cblas_sgemm on five
  * shapes), so AMD machines lose nothing and AVX-512 machines give up a little GEMM speed for runs
  * that reproduce across machines. Set OPENBLAS_CORETYPE yourself to choose otherwise.
  */
