@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
-import type { PGlite, QueryOptions } from '@electric-sql/pglite';
+import type { QueryOptions } from '@electric-sql/pglite';
 import { prepareParams, toPgResult, type PgQueryResult } from './pg-compat';
+import type { PgliteDb } from './pglite-thread';
 
 type QueryCallback = (err: Error | null, result?: PgQueryResult | PgQueryResult[]) => void;
 interface QueryConfig {
@@ -18,7 +19,7 @@ export class PgliteClient extends EventEmitter {
   #released = false;
 
   constructor(
-    private readonly db: PGlite,
+    private readonly db: PgliteDb,
     private readonly onRelease: () => void,
   ) {
     super();

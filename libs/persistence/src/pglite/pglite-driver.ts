@@ -2,10 +2,25 @@ import { resolve } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { pgParamSerializers, pgTypeParsers } from './pg-compat';
 import { PglitePool, type PglitePoolOptions, type PgliteSession } from './pglite-pool';
+import { PgliteThread, type PgliteDb } from './pglite-thread';
 
 export interface PgliteDriverOptions {
   /** Directory of a persistent database; omitted means in memory. */
   dataDir?: string;
+  /**
+   * Where PGlite runs: 'worker' (default) on a worker thread of its own, so its statements do not
+   * block the services' JavaScript (pglite-thread.ts); 'main' in this thread. ANVIL_PGLITE_THREAD
+   * (main | worker) sets the default.
+   */
+  thread?: 'main' | 'worker';
+}
+
+/** The default of PgliteDriverOptions.thread, from ANVIL_PGLITE_THREAD. */
+export function pgliteThreadOf(env: NodeJS.ProcessEnv = process.env): 'main' | 'worker' {
+  const v = env.ANVIL_PGLITE_THREAD;
+  if (v === undefined || v === '' || v === 'worker') return 'worker';
+  if (v === 'main') return 'main';
+  throw new Error(`ANVIL_PGLITE_THREAD must be "main" or "worker", got "${v}"`);
 }
 
 /** What TypeORM's PostgresDriver reads from its `driver` option (the `pg` module): only `Pool`. */
@@ -16,12 +31,12 @@ export interface PgliteDriverModule {
 // Two PGlite instances over one directory would each believe they own the files.
 const openDataDirs = new Set<string>();
 
-function openSession(dataDir: string | undefined): PgliteSession {
+function openSession(dataDir: string | undefined, thread: 'main' | 'worker'): PgliteSession {
   if (dataDir !== undefined) {
     if (openDataDirs.has(dataDir)) throw new Error(`PGlite data directory ${dataDir} is already open in this process`);
     openDataDirs.add(dataDir);
   }
-  const db = new PGlite({ dataDir, parsers: pgTypeParsers(), serializers: pgParamSerializers() });
+  const db: PgliteDb = thread === 'worker' ? new PgliteThread(dataDir) : new PGlite({ dataDir, parsers: pgTypeParsers(), serializers: pgParamSerializers() });
   // A failed start surfaces on the first connect(); keep it from being an unhandled rejection meanwhile.
   db.waitReady.catch(() => undefined);
   return {
@@ -47,10 +62,11 @@ function openSession(dataDir: string | undefined): PgliteSession {
  */
 export function createPgliteDriver(options: PgliteDriverOptions = {}): PgliteDriverModule {
   const dataDir = options.dataDir === undefined ? undefined : resolve(options.dataDir);
+  const thread = options.thread ?? pgliteThreadOf();
   return {
     Pool: class PgliteDriverPool extends PglitePool {
       constructor(poolOptions: PglitePoolOptions = {}) {
-        super(openSession(dataDir), poolOptions);
+        super(openSession(dataDir, thread), poolOptions);
       }
     },
   };

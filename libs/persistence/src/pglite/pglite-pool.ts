@@ -1,13 +1,13 @@
 import { EventEmitter } from 'node:events';
-import type { PGlite } from '@electric-sql/pglite';
 import { PgliteClient } from './pglite-client';
 import { SessionLock } from './session-lock';
+import type { PgliteDb } from './pglite-thread';
 
 type ConnectCallback = (err: Error | null, client?: PgliteClient, release?: () => void) => void;
 
 /** The PGlite instance a pool serves and how to close it when the pool ends. */
 export interface PgliteSession {
-  db: PGlite;
+  db: PgliteDb;
   close: () => Promise<void>;
 }
 
@@ -26,7 +26,7 @@ export interface PglitePoolOptions {
  * owns the session until release(), and plain queries queue behind it.
  */
 export class PglitePool extends EventEmitter {
-  readonly pglite: PGlite;
+  readonly pglite: PgliteDb;
   readonly #close: () => Promise<void>;
   readonly #lock = new SessionLock();
   readonly #timeoutMs: number;
