@@ -10,8 +10,8 @@ describe('run config', () => {
       model: 'tiny',
       task: { set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact', evalTasks: 100, trainTasks: 900 },
       algorithm: { loss: 'cispo', advantage: 'grpo', lr: 1e-4, lrSchedule: 'constant', minLrFactor: 0.1 },
-      budget: { steps: 120 },
-      eval: { everyVersions: 60, temperature: 1, samplesPerTask: 4 },
+      budget: { steps: 90 },
+      eval: { everyVersions: 45, temperature: 1, samplesPerTask: 4 },
     });
   });
 

@@ -156,8 +156,8 @@ export const runConfigSchema = z
         /** λ of the process-reward rule: a call's advantage = its rollout's + λ · its normalised process reward (0 = outcome only). */
         processRewardWeight: z.number().min(0).max(100).default(1),
         /**
-         * Peak AdamW lr. 1e-4 constant: +16.3, +19.8 and +15.5 held-out points on seeds 1-3 after 90 steps
-         * with the 565-step warm start and shuffled train passes (2026-12-02; +20.3 on average after 120); with passes in task id order +12,
+         * Peak AdamW lr. 1e-4 constant: +16.3, +19.8 and +15.5 held-out points on seeds 1-3 with the
+         * 565-step warm start and shuffled train passes (2026-12-02); with passes in task id order +12,
          * +6.5 and +11.5, and +21, +24 and +11 on a 530-step warm start. In task id order, 1.5e-4 with a cosine
          * to 10% gained +24, +22 and +18 on the 530-step warm start but +11.5 and -5.7 (a collapse: train
          * reward 0.31 -> 0.07) on two seed-1 runs from the 565-step one; 2e-4 with the cosine learned
@@ -197,22 +197,19 @@ export const runConfigSchema = z
       }),
     budget: z
       .object({
-        /**
-         * Train batches (optimizer steps with miniBatches 1) of RL. 120: +20.8, +18.3 and +21.7 held-out
-         * points on seeds 1-3 (mean +20.3; at v90 of the same runs +17.8, +16.0, +19.3), 2026-12-02.
-         */
-        steps: positiveInt().max(1_000_000).default(120),
+        /** Train batches (optimizer steps with miniBatches 1) of RL. */
+        steps: positiveInt().max(1_000_000).default(90),
         /** Wall-clock cap on the RL phase, seconds (0 = none). */
         seconds: nonNegInt().default(0),
         /** End the RL phase when no train batch came for this many seconds, evaluations aside (0 = wait forever): zero-variance groups are dropped, so a policy that solves every task or none never gets one. */
         stallSeconds: nonNegInt().default(180),
       })
       .strict()
-      .default({ steps: 120, seconds: 0, stallSeconds: 180 }),
+      .default({ steps: 90, seconds: 0, stallSeconds: 180 }),
     eval: z
       .object({
         /** Evaluate held-out tasks every this many policy versions (and before step 1 and at the end). */
-        everyVersions: positiveInt().default(60),
+        everyVersions: positiveInt().default(45),
         temperature: z.number().min(0).max(5).default(1),
         /**
          * Rollouts per held-out task in each evaluation. Every evaluation draws the same sampler seeds
@@ -222,7 +219,7 @@ export const runConfigSchema = z
         samplesPerTask: positiveInt().max(64).default(4),
       })
       .strict()
-      .default({ everyVersions: 60, temperature: 1, samplesPerTask: 4 }),
+      .default({ everyVersions: 45, temperature: 1, samplesPerTask: 4 }),
     /** Full checkpoint (resume point) every this many batches. */
     checkpointEvery: positiveInt().default(30),
   })
