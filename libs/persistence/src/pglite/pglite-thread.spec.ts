@@ -86,11 +86,15 @@ describe('PGlite on a worker thread', () => {
     }
   }, 120_000);
 
-  it('is what the TypeORM driver runs by default, and ANVIL_PGLITE_THREAD chooses', async () => {
-    expect(pgliteThreadOf({})).toBe('worker');
-    expect(pgliteThreadOf({ ANVIL_PGLITE_THREAD: 'main' })).toBe('main');
+  it('is what the TypeORM driver runs with ANVIL_PGLITE_THREAD=worker (main by default)', async () => {
+    expect(pgliteThreadOf({})).toBe('main');
+    expect(pgliteThreadOf({ ANVIL_PGLITE_THREAD: 'worker' })).toBe('worker');
     expect(() => pgliteThreadOf({ ANVIL_PGLITE_THREAD: 'gpu' })).toThrow(/main" or "worker/);
+    const before = process.env.ANVIL_PGLITE_THREAD;
+    process.env.ANVIL_PGLITE_THREAD = 'worker';
     const ds = createDataSource();
+    if (before === undefined) delete process.env.ANVIL_PGLITE_THREAD;
+    else process.env.ANVIL_PGLITE_THREAD = before;
     await ds.initialize();
     try {
       const pool = (ds.driver as unknown as { master: { pglite: unknown } }).master;
