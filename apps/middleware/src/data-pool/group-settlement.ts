@@ -10,6 +10,8 @@ export interface SettlementConfig {
   filters: FilterConfig;
   callWaitMs: number;
   groupTimeoutMs: number;
+  /** Trajectories per train batch: reinforce_pp's batch std spans about this many (absent: the group alone). */
+  batchTrajectories?: number;
 }
 
 export interface SettlementHooks {
@@ -163,6 +165,25 @@ export class GroupSettlement {
   }
 
   /**
+   * reinforce_pp's batch: groups settle one at a time, long before the scheduler cuts the batch
+   * they will train in, so the batch std counts this group with the groups that became ready just
+   * before it (by opening order), enough of them to fill one batch of batchTrajectories: their
+   * trained trajectories' rewards, each centred on its own group's mean.
+   */
+  private async batchPeersOf(groupId: string, groupSize: number, m: Db): Promise<number[]> {
+    const peerGroups = Math.ceil((this.cfg.batchTrajectories ?? groupSize) / Math.max(1, groupSize)) - 1;
+    if (peerGroups <= 0) return [];
+    const rows: { c: number }[] = await m.query(
+      `SELECT t."reward" - avg(t."reward") OVER (PARTITION BY t."group_id") AS c
+       FROM "trajectories" t
+       WHERE NOT t."loss_masked" AND t."group_id" IN (
+         SELECT "group_id" FROM "data_pool_groups" WHERE "run_id" = $1 AND "status" = 'ready' AND "group_id" <> $2 ORDER BY "opened_at" DESC LIMIT $3)`,
+      [this.cfg.runId, groupId, peerGroups],
+    );
+    return rows.map((r) => Number(r.c));
+  }
+
+  /**
    * Settles one group once every member has completed with all its calls (or was dropped), or
    * the group timed out. Returns null while it must wait (or when it is not open any more).
    * Reads and writes under the group row's lock: a rollout.started that reopens the group takes
@@ -250,7 +271,8 @@ export class GroupSettlement {
           const p = process?.get(id);
           return { rolloutId: id, outcomeReward: Number(rowOf(id).outcome_reward), masked: w === 0, ...(p ? { processRewards: p.values } : {}) };
         });
-        const adv = computeGroupAdvantages(g.task_id, scores, this.cfg.advantage);
+        const batchPeers = this.cfg.advantage.estimator === 'reinforce_pp' ? await this.batchPeersOf(groupId, g.group_size, m) : undefined;
+        const adv = computeGroupAdvantages(g.task_id, scores, this.cfg.advantage, { batchPeers });
         advOf = new Map(kept.map(([id, w], i) => [id, { advantage: w === 0 ? 0 : (adv.perRollout[i] ?? 0), perCall: w !== 0 && adv.perCall ? adv.perCall[i] : null }]));
         difficulty = 1 - kept.reduce((a, [id]) => a + Number(rowOf(id).outcome_reward), 0) / kept.length;
       }

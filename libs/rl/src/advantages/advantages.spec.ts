@@ -50,6 +50,19 @@ describe('estimators (hand-computed)', () => {
     expect(out[1].std).toBeCloseTo(s, 12);
   });
 
+  it('reinforce_pp one group at a time: the batch peers count in the std, as if the batch were computed at once', () => {
+    // the first group of the test above, settled alone after the second: its peers are [1, −1, 0]
+    const alone = computeGroupAdvantages('a', group([1, 0]), { estimator: 'reinforce_pp', stdEpsilon: 0 }, { batchPeers: [1, -1, 0] });
+    const s = Math.sqrt(0.5);
+    close(alone.perRollout, [0.5 / s, -0.5 / s]);
+    expect(alone.std).toBeCloseTo(s, 12);
+    // without peers the batch is the group: then it is GRPO with the population std
+    close(computeGroupAdvantages('a', group([1, 0]), { estimator: 'reinforce_pp', stdEpsilon: 0 }).perRollout, [1, -1]);
+    // the other estimators ignore peers
+    close(computeGroupAdvantages('a', group([1, 0]), { estimator: 'dr_grpo' }, { batchPeers: [5, -5] }).perRollout, [0.5, -0.5]);
+    expect(() => computeGroupAdvantages('a', group([1, 0]), { estimator: 'reinforce_pp' }, { batchPeers: [Number.NaN] })).toThrow(/batchPeers\[0\]/);
+  });
+
   it('a group whose rewards are all equal yields zeros and says so', () => {
     for (const estimator of ['grpo', 'dr_grpo', 'rloo', 'reinforce_pp'] as const) {
       const a = computeGroupAdvantages('t', group([0.8, 0.8, 0.8]), { estimator });

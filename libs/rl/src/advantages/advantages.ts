@@ -236,18 +236,31 @@ function finish(group: RolloutScore[], c: Centred, divisor: number, cfg: ReturnT
  *   grpo          (R − mean)/(std + ε)
  *   dr_grpo       R − mean
  *   rloo          R_i − mean_{j≠i} R_j
- *   reinforce_pp  (R − mean)/(std + ε) with the BATCH std (here the batch is this group; use computeBatchAdvantages)
+ *   reinforce_pp  (R − mean)/(std + ε) with the BATCH std: this group's centred rewards and
+ *                 `opts.batchPeers`, the centred rewards of the batch's other groups (a service that
+ *                 settles one group at a time passes those of the groups settled just before it);
+ *                 with neither peers nor computeBatchAdvantages the batch is this group alone
  * With a running baseline, its value for the task (when it has one) replaces the mean, and it is
  * updated with this group's statistics rewards afterwards. A group whose statistics rewards are
  * all equal gets zeros (and zeroVariance) even with a baseline.
  */
-export function computeGroupAdvantages(taskId: string, group: RolloutScore[], cfg: AdvantageConfig): GroupAdvantages {
-  return computeBatchAdvantages([{ taskId, rollouts: group }], cfg)[0];
+export function computeGroupAdvantages(taskId: string, group: RolloutScore[], cfg: AdvantageConfig, opts: BatchOptions = {}): GroupAdvantages {
+  return computeBatchAdvantages([{ taskId, rollouts: group }], cfg, opts)[0];
+}
+
+export interface BatchOptions {
+  /** reinforce_pp: centred rewards (R − its group's mean) of other groups of the batch, counted in the batch std; ignored by the other estimators. */
+  batchPeers?: readonly number[];
 }
 
 /** Advantages of several groups; reinforce_pp divides by the std of every centred reward in the batch. */
-export function computeBatchAdvantages(groups: { taskId: string; rollouts: RolloutScore[] }[], cfg: AdvantageConfig): GroupAdvantages[] {
+export function computeBatchAdvantages(groups: { taskId: string; rollouts: RolloutScore[] }[], cfg: AdvantageConfig, opts: BatchOptions = {}): GroupAdvantages[] {
   const c = validateConfig(cfg);
+  const peers = opts.batchPeers ?? [];
+  if (!Array.isArray(peers)) throw new AdvantageInputError('opts.batchPeers', 'must be an array');
+  peers.forEach((p, i) => {
+    if (typeof p !== 'number' || !Number.isFinite(p)) throw new AdvantageInputError(`opts.batchPeers[${i}]`, `is not finite (${String(p)})`);
+  });
   if (!Array.isArray(groups) || groups.length === 0) throw new AdvantageInputError('groups', 'must be a non-empty array');
   groups.forEach((g, i) => validateGroup(g?.taskId, g?.rollouts, `groups[${i}].rollouts`));
   const centred = groups.map((g) => centre(g.taskId, g.rollouts, c));
@@ -255,6 +268,7 @@ export function computeBatchAdvantages(groups: { taskId: string; rollouts: Rollo
   if (c.estimator === 'reinforce_pp') {
     const all: number[] = [];
     centred.forEach((x) => x.centred.forEach((v, i) => x.inStats[i] && all.push(v)));
+    all.push(...peers);
     // the centred rewards have mean 0 per group; whitening divides by their spread around 0
     batchStd = all.length > 0 ? Math.sqrt(all.reduce((a, b) => a + b * b, 0) / Math.max(1, c.unbiasedStd ? all.length - 1 : all.length)) : 0;
   }

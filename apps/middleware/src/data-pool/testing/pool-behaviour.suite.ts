@@ -63,6 +63,38 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.stop();
   });
 
+  it('reinforce_pp: a group divides by the std of its batch, itself and the groups that became ready just before it', async () => {
+    const a = uid('g');
+    const b = uid('g');
+    const rt = runtime(env, { batchTrajectories: 5, window: { inFlight: 5, window: 5 }, advantage: { estimator: 'reinforce_pp' } });
+    const out = await collect(env.bus(), TOPICS.trajectories, uid('obs'));
+    await rt.start();
+    const advOf = async (g: string, n: number) => {
+      const ready = await until(`${n} trajectory.ready of ${g}`, () => {
+        const mine = out.seen.filter((e) => e.type === 'trajectory.ready' && e.payload.groupId === g) as EventEnvelope<'trajectory.ready'>[];
+        return mine.length >= n && mine;
+      });
+      return Object.fromEntries(ready.map((e) => [e.payload.rolloutId, e.payload.advantage]));
+    };
+    const ra = [1, 0].map((reward, i) => rollout({ rolloutId: `${a}-r${i}`, groupId: a, groupSize: 2, reward, sampleIndex: i }));
+    await env.bus().publish(ra.flatMap((r) => [r.started, ...r.calls, r.completed]));
+    // the first group has no ready peers: its batch is itself (centred ±0.5, std 0.5)
+    const advA = await advOf(a, 2);
+    expect(advA[`${a}-r0`]).toBeCloseTo(1, 5);
+    expect(advA[`${a}-r1`]).toBeCloseTo(-1, 5);
+    const rb = [0.75, 0.25, 0.5].map((reward, i) => rollout({ rolloutId: `${b}-r${i}`, groupId: b, groupSize: 3, reward, sampleIndex: i }));
+    await env.bus().publish(rb.flatMap((r) => [r.started, ...r.calls, r.completed]));
+    // 5 trajectories a batch: the second group's batch is itself and the first (ceil(5/3) - 1 = 1 peer group):
+    // centred [0.25, -0.25, 0] and [0.5, -0.5], std sqrt(0.625 / 5); its own std alone would be sqrt(0.125 / 3)
+    const advB = await advOf(b, 3);
+    const s = Math.sqrt(0.625 / 5);
+    expect(advB[`${b}-r0`]).toBeCloseTo(0.25 / (s + 1e-6), 5);
+    expect(advB[`${b}-r1`]).toBeCloseTo(-0.25 / (s + 1e-6), 5);
+    expect(advB[`${b}-r2`]).toBeCloseTo(0, 5);
+    await out.stop();
+    await rt.stop();
+  });
+
   it('compact filter: max_steps and max_context are masked (weight 0) but kept; completed is not; an env_error rollout is dropped and asked to be retried', async () => {
     const g = uid('g');
     const rt = runtime(env, { batchTrajectories: 4, window: { inFlight: 5, window: 5 } });
