@@ -16,6 +16,8 @@ export interface CreateDataSourceOptions {
   logging?: LoggerOptions;
   /** Server connections in the pool (node-postgres default 10). PGlite always has exactly one session. */
   poolSize?: number;
+  /** Where embedded PGlite runs: this thread or a worker thread of its own (absent: ANVIL_PGLITE_THREAD, else this thread). */
+  pgliteThread?: 'main' | 'worker';
 }
 
 /** How long a query runner waits for the single PGlite session before failing loudly (a likely self-deadlock). */
@@ -41,7 +43,7 @@ export function createDataSourceOptions(options: CreateDataSourceOptions = {}): 
   const embedded = options.url ? pgliteOfUrl(options.url) : options.pglite;
   if (options.url && embedded === undefined) return { ...common, url: options.url, poolSize: options.poolSize };
   const dataDir = embedded === true || embedded === undefined ? undefined : embedded.dataDir;
-  return { ...common, driver: createPgliteDriver({ dataDir }), connectTimeoutMS: PGLITE_SESSION_WAIT_MS };
+  return { ...common, driver: createPgliteDriver({ dataDir, thread: options.pgliteThread }), connectTimeoutMS: PGLITE_SESSION_WAIT_MS };
 }
 
 /**

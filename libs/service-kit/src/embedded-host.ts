@@ -17,6 +17,8 @@ export interface SharedInfraOptions {
   bus?: BusConfig;
   /** Apply the committed migrations before any service starts (default true). */
   migrate?: boolean;
+  /** Where embedded PGlite runs (see CreateDataSourceOptions.pgliteThread). */
+  pgliteThread?: 'main' | 'worker';
 }
 
 /**
@@ -29,7 +31,7 @@ export interface SharedInfraOptions {
 export async function createSharedInfra(options: SharedInfraOptions = {}): Promise<SharedInfra> {
   const spec: BusConfig = options.bus ?? { kind: 'memory' };
   const bus: MessageBus = spec.kind === 'memory' ? createBus({ logger: silentLogger, ...spec }) : createBus(spec);
-  const dataSource = createDataSource({ url: options.databaseUrl ?? 'memory' });
+  const dataSource = createDataSource({ url: options.databaseUrl ?? 'memory', pgliteThread: options.pgliteThread });
   try {
     await dataSource.initialize();
     if (options.migrate ?? true) await runMigrations(dataSource);

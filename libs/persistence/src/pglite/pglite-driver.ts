@@ -8,18 +8,19 @@ export interface PgliteDriverOptions {
   /** Directory of a persistent database; omitted means in memory. */
   dataDir?: string;
   /**
-   * Where PGlite runs: 'main' (default) in this thread; 'worker' on a worker thread of its own, so
-   * its statements do not block the services' JavaScript (pglite-thread.ts). ANVIL_PGLITE_THREAD
-   * (main | worker) sets the default. Opt-in for now: the main job's RL phase ran about 1.7x
-   * faster on the worker, and one of five runs collapsed there (see the README).
+   * Where PGlite runs: 'main' in this thread; 'worker' on a worker thread of its own, so its
+   * statements do not block the services' JavaScript (pglite-thread.ts). Absent: ANVIL_PGLITE_THREAD
+   * (main | worker), else 'main'. The main job asks for 'worker' (its RL phase runs about 1.7x faster
+   * there); tests and the other hosts keep the thread they run on.
    */
   thread?: 'main' | 'worker';
 }
 
-/** The default of PgliteDriverOptions.thread, from ANVIL_PGLITE_THREAD. */
-export function pgliteThreadOf(env: NodeJS.ProcessEnv = process.env): 'main' | 'worker' {
+/** The thread ANVIL_PGLITE_THREAD names, `fallback` when it is unset. */
+export function pgliteThreadOf(env: NodeJS.ProcessEnv = process.env, fallback: 'main' | 'worker' = 'main'): 'main' | 'worker' {
   const v = env.ANVIL_PGLITE_THREAD;
-  if (v === undefined || v === '' || v === 'main') return 'main';
+  if (v === undefined || v === '') return fallback;
+  if (v === 'main') return 'main';
   if (v === 'worker') return 'worker';
   throw new Error(`ANVIL_PGLITE_THREAD must be "main" or "worker", got "${v}"`);
 }

@@ -88,6 +88,8 @@ describe('PGlite on a worker thread', () => {
 
   it('is what the TypeORM driver runs with ANVIL_PGLITE_THREAD=worker (main by default)', async () => {
     expect(pgliteThreadOf({})).toBe('main');
+    expect(pgliteThreadOf({}, 'worker')).toBe('worker');
+    expect(pgliteThreadOf({ ANVIL_PGLITE_THREAD: 'main' }, 'worker')).toBe('main');
     expect(pgliteThreadOf({ ANVIL_PGLITE_THREAD: 'worker' })).toBe('worker');
     expect(() => pgliteThreadOf({ ANVIL_PGLITE_THREAD: 'gpu' })).toThrow(/main" or "worker/);
     const before = process.env.ANVIL_PGLITE_THREAD;
@@ -101,6 +103,17 @@ describe('PGlite on a worker thread', () => {
       expect(pool.pglite).toBeInstanceOf(PgliteThread);
       const [row] = await ds.query('SELECT $1::bytea AS b', [Buffer.from('hi')]);
       expect(Buffer.isBuffer(row.b) && row.b.toString()).toBe('hi');
+    } finally {
+      await ds.destroy();
+    }
+  }, 120_000);
+
+  it('runs on the thread its data source asks for', async () => {
+    const ds = createDataSource({ pgliteThread: 'worker' });
+    await ds.initialize();
+    try {
+      expect((ds.driver as unknown as { master: { pglite: unknown } }).master.pglite).toBeInstanceOf(PgliteThread);
+      expect(await ds.query('SELECT 1 + 1 AS two')).toEqual([{ two: 2 }]);
     } finally {
       await ds.destroy();
     }
