@@ -10,9 +10,17 @@ describe('run config', () => {
       model: 'tiny',
       task: { set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact', evalTasks: 100, trainTasks: 900 },
       algorithm: { loss: 'cispo', advantage: 'grpo', lr: 1e-4, lrSchedule: 'constant', minLrFactor: 0.1 },
-      budget: { steps: 90 },
-      eval: { everyVersions: 45, temperature: 1, samplesPerTask: 4 },
+      budget: { steps: 120 },
+      eval: { everyVersions: 60, temperature: 1, samplesPerTask: 4 },
     });
+  });
+
+  it("AdamW eps: 1e-6 for the tiny model, the design's 1e-15 for a model directory, what the user names otherwise", () => {
+    expect(parseRunConfig({}).algorithm.eps).toBe(1e-6);
+    expect(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false } }).algorithm.eps).toBe(1e-15);
+    expect(parseRunConfig({ algorithm: { eps: 1e-15 } }).algorithm.eps).toBe(1e-15);
+    expect(parseRunConfig({ model: '/models/qwen2-0.5b', algorithm: { eps: 1e-8 } }).algorithm.eps).toBe(1e-8);
+    expect(() => parseRunConfig({ algorithm: { eps: -1 } })).toThrow(/algorithm\.eps/);
   });
 
   it('refuses unknown and out-of-range knobs, listing every problem at once', () => {
