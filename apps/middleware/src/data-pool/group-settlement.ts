@@ -166,9 +166,10 @@ export class GroupSettlement {
 
   /**
    * reinforce_pp's batch: groups settle one at a time, long before the scheduler cuts the batch
-   * they will train in, so the batch std counts this group with the groups that became ready just
-   * before it (by opening order), enough of them to fill one batch of batchTrajectories: their
-   * trained trajectories' rewards, each centred on its own group's mean.
+   * they will train in, so the batch std counts this group with the most recently opened groups
+   * already ready when it settles (opening order is what the index serves, and it is close to
+   * the batch order), enough of them to fill one batch of batchTrajectories: their trained
+   * trajectories' rewards, each centred on its own group's mean.
    */
   private async batchPeersOf(groupId: string, groupSize: number, m: Db): Promise<number[]> {
     const peerGroups = Math.ceil((this.cfg.batchTrajectories ?? groupSize) / Math.max(1, groupSize)) - 1;

@@ -63,7 +63,7 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.stop();
   });
 
-  it('reinforce_pp: a group divides by the std of its batch, itself and the groups that became ready just before it', async () => {
+  it('reinforce_pp: a group divides by the std of its batch, itself and the most recently opened groups already ready', async () => {
     const a = uid('g');
     const b = uid('g');
     const rt = runtime(env, { batchTrajectories: 5, window: { inFlight: 5, window: 5 }, advantage: { estimator: 'reinforce_pp' } });
