@@ -1,7 +1,7 @@
 // Heavy calls run off the event loop and return promises; handles are freed deterministically.
 import { describe, expect, it } from 'vitest';
 import { Model, setThreads, getThreads, engineInfo } from './index';
-import { pinBlasKernels } from './loader';
+import { pinBlasKernels, quietBlasThreads } from './loader';
 
 describe('async engine calls', () => {
   it('the event loop keeps turning while a large forward / backward / step runs', async () => {
@@ -67,6 +67,17 @@ describe('async engine calls', () => {
     const arm: Record<string, string | undefined> = {};
     pinBlasKernels(arm, 'arm64');
     expect(arm.OPENBLAS_CORETYPE).toBeUndefined();
+  });
+
+  it("lets OpenBLAS's idle threads sleep almost at once unless the user chose a timeout", () => {
+    const env: Record<string, string | undefined> = {};
+    quietBlasThreads(env);
+    expect(env.OPENBLAS_THREAD_TIMEOUT).toBe('4');
+    const chosen: Record<string, string | undefined> = { OPENBLAS_THREAD_TIMEOUT: '28' };
+    quietBlasThreads(chosen);
+    expect(chosen.OPENBLAS_THREAD_TIMEOUT).toBe('28');
+    // this process loaded the addon through the loader, which set it before OpenBLAS read it
+    expect(process.env.OPENBLAS_THREAD_TIMEOUT).toBeTruthy();
   });
 
   it('results do not depend on the thread count', async () => {

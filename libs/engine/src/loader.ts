@@ -79,6 +79,19 @@ export function pinBlasKernels(env: Record<string, string | undefined>, arch: st
   if (arch === 'x64' && (env.OPENBLAS_CORETYPE === undefined || env.OPENBLAS_CORETYPE === '')) env.OPENBLAS_CORETYPE = 'Haswell';
 }
 
+/**
+ * OpenBLAS's idle threads spin on sched_yield for 2^OPENBLAS_THREAD_TIMEOUT cycles (default 2^28,
+ * about 0.1 s) before they sleep. The engine calls a GEMM every few hundred microseconds with its own
+ * OpenMP loops (attention, SwiGLU, norms) in between, so they never slept: on two cores they took a
+ * quarter of the CPU from those loops, as system time (the warm start: 74 s of it, 141 s wall). With
+ * 2^4 they sleep almost at once: 13 s of system time, 122 s wall, and the same weights bit for bit
+ * (the timeout changes how idle threads wait, not how a GEMM is split). Set it yourself to choose
+ * otherwise.
+ */
+export function quietBlasThreads(env: Record<string, string | undefined>): void {
+  if (env.OPENBLAS_THREAD_TIMEOUT === undefined || env.OPENBLAS_THREAD_TIMEOUT === '') env.OPENBLAS_THREAD_TIMEOUT = '4';
+}
+
 function loadBinary(path: string): NativeAddon {
   if (!existsSync(path)) throw new EngineLoadError(fixes(path, 'the binary does not exist'));
   // libgomp reads its settings when the addon is loaded. Idle OpenMP workers that spin would steal
@@ -86,6 +99,7 @@ function loadBinary(path: string): NativeAddon {
   // sleep unless the user chose otherwise.
   if (process.env.OMP_WAIT_POLICY === undefined) process.env.OMP_WAIT_POLICY = 'PASSIVE';
   pinBlasKernels(process.env, process.arch);
+  quietBlasThreads(process.env);
   try {
     const req = createRequire(path);
     return req(path) as NativeAddon;
