@@ -23,7 +23,11 @@ export class PolicyVersionStore {
 
   async current(): Promise<number> {
     const rows: { v: number | null }[] = await this.ds.query(`SELECT max("version") AS "v" FROM "gateway_policy_state"`);
-    const v = rows[0]?.v;
-    return v === null || v === undefined ? this.initialVersion : Math.max(Number(v), this.initialVersion);
+    return this.versionOf(rows[0]?.v);
+  }
+
+  /** The current version given max("version") of gateway_policy_state (null before any activation), for callers that read it in their own statement. */
+  versionOf(maxStored: number | string | null | undefined): number {
+    return maxStored === null || maxStored === undefined ? this.initialVersion : Math.max(Number(maxStored), this.initialVersion);
   }
 }

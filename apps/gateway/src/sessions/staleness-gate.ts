@@ -32,16 +32,22 @@ export class StalenessGate {
   ) {}
 
   async admit(sessionId: string): Promise<Admission> {
-    const current = await this.versions.current();
     return this.ds.transaction(async (m) => {
       await m.query('SELECT pg_advisory_xact_lock($1)', [ADMISSION_LOCK_KEY]);
-      const own: { v: number | null }[] = await m.query(`SELECT "policy_version_at_start" AS "v" FROM "gateway_sessions" WHERE "id" = $1`, [sessionId]);
-      if (own[0] && own[0].v !== null) return { admitted: true, startVersion: Number(own[0].v), alreadyAdmitted: true };
-      const rows: { oldest: number | null }[] = await m.query(
-        `SELECT min("policy_version_at_start") AS "oldest" FROM "gateway_sessions"
-         WHERE "status" = 'open' AND "policy_version_at_start" IS NOT NULL AND ("expires_at" IS NULL OR "expires_at" > now())`,
+      // One statement reads the current version, the session's own start and the oldest in-flight
+      // start (on PGlite every statement is a round trip to its thread, and this ran once per
+      // rollout as four); the bound itself stays libs/rl's.
+      const rows: { own: number | null; oldest: number | null; current: number | null }[] = await m.query(
+        `SELECT (SELECT max("version") FROM "gateway_policy_state") AS "current",
+                (SELECT "policy_version_at_start" FROM "gateway_sessions" WHERE "id" = $1) AS "own",
+                (SELECT min("policy_version_at_start") FROM "gateway_sessions"
+                  WHERE "status" = 'open' AND "policy_version_at_start" IS NOT NULL AND ("expires_at" IS NULL OR "expires_at" > now())) AS "oldest"`,
+        [sessionId],
       );
-      const oldest = rows[0]?.oldest === null || rows[0]?.oldest === undefined ? current : Math.min(Number(rows[0].oldest), current);
+      const r = rows[0];
+      if (r.own !== null && r.own !== undefined) return { admitted: true, startVersion: Number(r.own), alreadyAdmitted: true };
+      const current = this.versions.versionOf(r.current);
+      const oldest = r.oldest === null || r.oldest === undefined ? current : Math.min(Number(r.oldest), current);
       if (!versionBoundAdmits(current, oldest, this.maxStaleness)) return { admitted: false, current, oldest };
       await m.query(`UPDATE "gateway_sessions" SET "policy_version_at_start" = $2 WHERE "id" = $1 AND "policy_version_at_start" IS NULL`, [sessionId, current]);
       return { admitted: true, startVersion: current, alreadyAdmitted: false };
