@@ -1,6 +1,6 @@
 import { In, IsNull, type DataSource, type EntityManager } from 'typeorm';
 import { llmCallV1ToV2, type AnyEventEnvelope, type EventEnvelope, type LlmCallRecordedV1, type TrainBatchV1 } from '@anvil/contracts';
-import { Checkpoint, PolicyActivation, PolicyVersion, Reward, Rollout, RolloutGroup, Task, TaskSet, TrainBatch, Trajectory, inTransaction, insertIgnoringDuplicates } from '@anvil/persistence';
+import { Checkpoint, PolicyActivation, PolicyVersion, Reward, Rollout, TrainBatch, Trajectory, inTransaction, insertIgnoringDuplicates } from '@anvil/persistence';
 import { UnknownRolloutError } from './errors';
 import { insertLlmCalls, type LlmCallRow } from './llm-call-insert';
 
@@ -121,28 +121,21 @@ export class EventStore {
 
   /**
    * Creates the rollout, and its group, task and task set if this is the first we hear of
-   * them (placeholders the rollout manager may fill in through TaskStore).
+   * them (placeholders the rollout manager may fill in through TaskStore). One statement (the
+   * rows the foreign keys need are inserted by its CTEs, checked at its end): on PGlite every
+   * statement is a round trip to its thread, and this ran once per rollout as four.
    */
-  recordRolloutStarted(event: EventEnvelope<'rollout.started'>, manager?: EntityManager): Promise<boolean> {
+  async recordRolloutStarted(event: EventEnvelope<'rollout.started'>, manager?: EntityManager): Promise<boolean> {
     const p = event.payload;
-    return inTransaction(this.ds, manager, async (m) => {
-      await insertIgnoringDuplicates(m, TaskSet, { id: p.taskSetId, name: p.taskSetId, config: {} });
-      await insertIgnoringDuplicates(m, Task, { id: p.taskId, taskSetId: p.taskSetId, spec: {} });
-      await insertIgnoringDuplicates(m, RolloutGroup, { id: p.groupId, taskId: p.taskId, groupSize: p.groupSize });
-      const inserted = await insertIgnoringDuplicates(m, Rollout, {
-        id: p.rolloutId,
-        groupId: p.groupId,
-        taskId: p.taskId,
-        sampleIndex: p.sampleIndex,
-        agentKind: p.agent.kind,
-        agentName: p.agent.name,
-        policyVersionAtStart: p.policyVersionAtStart,
-        status: 'running',
-        startedAt: at(p.startedAt),
-        startedEventId: event.id,
-      });
-      return inserted > 0;
-    });
+    const rows: unknown[] = await (manager ?? this.ds.manager).query(
+      `WITH "ts" AS (INSERT INTO "task_sets" ("id", "name", "config") VALUES ($1::varchar, $1::varchar, '{}'::jsonb) ON CONFLICT DO NOTHING),
+            "t" AS (INSERT INTO "tasks" ("id", "task_set_id", "spec") VALUES ($2::varchar, $1::varchar, '{}'::jsonb) ON CONFLICT DO NOTHING),
+            "g" AS (INSERT INTO "rollout_groups" ("id", "task_id", "group_size") VALUES ($3::varchar, $2::varchar, $4::int) ON CONFLICT DO NOTHING)
+       INSERT INTO "rollouts" ("id", "group_id", "task_id", "sample_index", "agent_kind", "agent_name", "policy_version_at_start", "status", "started_at", "started_event_id")
+       VALUES ($5::varchar, $3::varchar, $2::varchar, $6::int, $7::varchar, $8::text, $9::int, 'running', $10::timestamptz, $11::varchar) ON CONFLICT DO NOTHING RETURNING 1`,
+      [p.taskSetId, p.taskId, p.groupId, p.groupSize, p.rolloutId, p.sampleIndex, p.agent.kind, p.agent.name, p.policyVersionAtStart, at(p.startedAt).toISOString(), event.id],
+    );
+    return rows.length > 0;
   }
 
   /** Completes the rollout once (the first completion wins) and stores its rewards with it. */
