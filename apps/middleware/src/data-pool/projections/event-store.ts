@@ -1,6 +1,6 @@
 import { In, IsNull, type DataSource, type EntityManager } from 'typeorm';
 import { llmCallV1ToV2, type AnyEventEnvelope, type EventEnvelope, type LlmCallRecordedV1, type TrainBatchV1 } from '@anvil/contracts';
-import { Checkpoint, PolicyActivation, PolicyVersion, Reward, Rollout, TrainBatch, Trajectory, inTransaction, insertIgnoringDuplicates } from '@anvil/persistence';
+import { Checkpoint, PolicyActivation, PolicyVersion, TrainBatch, Trajectory, inTransaction, insertIgnoringDuplicates } from '@anvil/persistence';
 import { UnknownRolloutError } from './errors';
 import { insertLlmCalls, type LlmCallRow } from './llm-call-insert';
 
@@ -138,42 +138,44 @@ export class EventStore {
     return rows.length > 0;
   }
 
-  /** Completes the rollout once (the first completion wins) and stores its rewards with it. */
-  recordRolloutCompleted(event: EventEnvelope<'rollout.completed'>, manager?: EntityManager): Promise<boolean> {
+  /**
+   * Completes the rollout once (the first completion wins) and stores its rewards with it, in one
+   * statement (it ran once per rollout as two or three). The UPDATE's row lock makes a concurrent
+   * duplicate wait, then match nothing; the rewards are inserted only for a rollout completed here.
+   */
+  async recordRolloutCompleted(event: EventEnvelope<'rollout.completed'>, manager?: EntityManager): Promise<boolean> {
     const p = event.payload;
-    return inTransaction(this.ds, manager, async (m) => {
-      // The row lock taken here makes a concurrent duplicate wait, then match nothing.
-      const update = await m
-        .createQueryBuilder()
-        .update(Rollout)
-        .set({
-          status: 'completed',
-          finishReason: p.finishReason,
-          outcomeReward: p.outcomeReward,
-          numCalls: p.numCalls,
-          error: p.error,
-          completedAt: at(p.completedAt),
-          completedEventId: event.id,
-        })
-        .where({ id: p.rolloutId, completedEventId: IsNull() })
-        .execute();
-      if (!update.affected) {
-        if (!(await m.existsBy(Rollout, { id: p.rolloutId }))) throw new UnknownRolloutError(p.rolloutId);
-        return false;
-      }
-      const rewards = [
-        ...(p.outcomeReward === null ? [] : [{ kind: 'outcome' as const, callId: null, value: p.outcomeReward, label: null, ordinal: 0 }]),
-        ...p.processRewards.map((r, i) => ({ kind: 'process' as const, callId: r.callId, value: r.value, label: r.label ?? null, ordinal: i + 1 })),
-      ];
-      if (rewards.length > 0) {
-        await insertIgnoringDuplicates(
-          m,
-          Reward,
-          rewards.map((r) => ({ ...r, rolloutId: p.rolloutId, eventId: event.id })),
-        );
-      }
-      return true;
-    });
+    const rewards = [
+      ...(p.outcomeReward === null ? [] : [{ kind: 'outcome' as const, callId: null, value: p.outcomeReward, label: null, ordinal: 0 }]),
+      ...p.processRewards.map((r, i) => ({ kind: 'process' as const, callId: r.callId, value: r.value, label: r.label ?? null, ordinal: i + 1 })),
+    ];
+    const rows: { updated: number; known: boolean }[] = await (manager ?? this.ds.manager).query(
+      `WITH "u" AS (UPDATE "rollouts" SET "status" = 'completed', "finish_reason" = $2::varchar, "outcome_reward" = $3::float8, "num_calls" = $4::int, "error" = $5::text,
+                           "completed_at" = $6::timestamptz, "completed_event_id" = $7::varchar
+                    WHERE "id" = $1::varchar AND "completed_event_id" IS NULL RETURNING "id"),
+            "r" AS (INSERT INTO "rewards" ("rollout_id", "call_id", "kind", "value", "label", "event_id", "ordinal")
+                    SELECT "u"."id", x."call_id", x."kind", x."value", x."label", $7::varchar, x."ordinal"
+                    FROM "u", unnest($8::varchar[], $9::varchar[], $10::float8[], $11::varchar[], $12::int[]) AS x("call_id", "kind", "value", "label", "ordinal")
+                    ON CONFLICT DO NOTHING)
+       SELECT (SELECT count(*) FROM "u")::int AS "updated", EXISTS (SELECT 1 FROM "rollouts" WHERE "id" = $1::varchar) AS "known"`,
+      [
+        p.rolloutId,
+        p.finishReason,
+        p.outcomeReward,
+        p.numCalls,
+        p.error,
+        at(p.completedAt).toISOString(),
+        event.id,
+        rewards.map((r) => r.callId),
+        rewards.map((r) => r.kind),
+        rewards.map((r) => r.value),
+        rewards.map((r) => r.label),
+        rewards.map((r) => r.ordinal),
+      ],
+    );
+    if (Number(rows[0].updated) > 0) return true;
+    if (!rows[0].known) throw new UnknownRolloutError(p.rolloutId);
+    return false;
   }
 
   async recordTrajectory(event: EventEnvelope<'trajectory.ready'>, manager?: EntityManager): Promise<boolean> {
