@@ -14,6 +14,8 @@
  *   -> { id, op: 'query', text, params, rowMode, notices }   <- { id, ok, result, inTransaction }
  *   -> { id, op: 'exec', text, rowMode, notices }             <- { id, ok, results, inTransaction }
  *   -> { id, op: 'close' }                                    <- { id, ok }
+ *   A query or exec may carry `begin` (the transaction start the main thread deferred): it runs
+ *   first, and a failure of either answers the request with that error.
  *   <- { id, notice }   a NOTICE raised while request `id` ran
  *   <- { ready: true } | { ready: false, error }   once, at start
  * A failed request answers { id, ok: false, error: { message, name, ...the DatabaseError's fields } }.
@@ -51,6 +53,7 @@ parentPort.on('message', async (m) => {
   const options = { rowMode: m.rowMode || 'object' };
   if (m.notices) options.onNotice = (notice) => parentPort.postMessage({ id: m.id, notice: plainError(notice) });
   try {
+    if (m.begin) await db.exec(m.begin, options);
     if (m.op === 'query') {
       const r = await db.query(m.text, m.params, options);
       parentPort.postMessage({ id: m.id, ok: true, result: plainResult(r), inTransaction: db.isInTransaction() });

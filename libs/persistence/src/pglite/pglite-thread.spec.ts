@@ -46,6 +46,32 @@ describe('PGlite on a worker thread', () => {
     expect(Buffer.isBuffer(rows[0].bs[0])).toBe(true);
   });
 
+  it('sends a transaction start with the next statement, with the same outcomes as sent alone', async () => {
+    await thread.exec('CREATE TABLE deferred (id int PRIMARY KEY)');
+    // committed: the start reached the database with the insert
+    await thread.exec('START TRANSACTION');
+    expect(thread.isInTransaction()).toBe(true);
+    await thread.query('INSERT INTO deferred VALUES ($1)', [1]);
+    await thread.exec('COMMIT');
+    expect(thread.isInTransaction()).toBe(false);
+    // rolled back: the insert was inside the transaction, so nothing stays
+    await thread.exec('BEGIN');
+    await thread.query('INSERT INTO deferred VALUES ($1)', [2]);
+    await thread.exec('ROLLBACK');
+    // a failing first statement fails inside the transaction, which must then be rolled back
+    await thread.exec('START TRANSACTION');
+    await expect(thread.query('INSERT INTO deferred VALUES ($1)', [1])).rejects.toThrow(/duplicate key/);
+    expect(thread.isInTransaction()).toBe(true);
+    await expect(thread.query('SELECT 1')).rejects.toThrow(/current transaction is aborted/);
+    await thread.exec('ROLLBACK');
+    expect(thread.isInTransaction()).toBe(false);
+    // an empty transaction ends without reaching the database
+    await thread.exec('BEGIN');
+    await thread.exec('COMMIT');
+    expect(thread.isInTransaction()).toBe(false);
+    expect((await thread.query('SELECT array_agg(id ORDER BY id) AS ids FROM deferred')).rows).toEqual([{ ids: [1] }]);
+  });
+
   it('runs several statements through exec and tracks the transaction state', async () => {
     const results = await thread.exec('CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, $$one$$); SELECT v FROM t');
     expect(results.map((r) => r.rows)).toEqual([[], [], [{ v: 'one' }]]);
