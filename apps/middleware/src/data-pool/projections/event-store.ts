@@ -45,6 +45,20 @@ function llmCallRow(event: LlmCallEnvelope | LlmCallV1Envelope): LlmCallRow {
   };
 }
 
+/** A completion's reward rows: the outcome (ordinal 0) and its process rewards in order. */
+function rewardRows(p: EventEnvelope<'rollout.completed'>['payload']) {
+  return [
+    ...(p.outcomeReward === null ? [] : [{ kind: 'outcome' as const, callId: null, value: p.outcomeReward, label: null, ordinal: 0 }]),
+    ...p.processRewards.map((r, i) => ({ kind: 'process' as const, callId: r.callId, value: r.value, label: r.label ?? null, ordinal: i + 1 })),
+  ];
+}
+
+/** The first event of each rollout, in order: what one statement applies where one at a time the first would win. */
+function firstPerRollout<E extends { payload: { rolloutId: string } }>(events: readonly E[]): E[] {
+  const seen = new Set<string>();
+  return events.filter((e) => !seen.has(e.payload.rolloutId) && seen.add(e.payload.rolloutId) !== undefined);
+}
+
 /**
  * Writes events into the Data Pool tables, idempotently by event id: every method returns
  * true when the event changed the database and false for a redelivery (or a duplicate of
@@ -99,17 +113,28 @@ export class EventStore {
     let changed = 0;
     let run: LlmCallEnvelope[] = [];
     let runBytes = 0;
+    let rollouts: { type: 'rollout.started' | 'rollout.completed'; events: AnyEventEnvelope[] } | null = null;
     const flush = async () => {
       if (run.length) changed += await insertLlmCalls(manager, run.map(llmCallRow));
       run = [];
       runBytes = 0;
+      if (rollouts?.type === 'rollout.started') changed += await this.recordRolloutsStarted(rollouts.events as EventEnvelope<'rollout.started'>[], manager);
+      if (rollouts?.type === 'rollout.completed') changed += await this.recordRolloutsCompleted(rollouts.events as EventEnvelope<'rollout.completed'>[], manager);
+      rollouts = null;
     };
     for (const event of events) {
       if (event.type === 'llm_call.recorded') {
         const bytes = (event.version === 1 ? (event.payload as unknown as LlmCallRecordedV1).promptIds.byteLength : event.payload.promptDeltaIds.byteLength) + event.payload.outputIds.byteLength * 3;
-        if (runBytes + bytes > MAX_INSERT_BYTES) await flush();
+        if (rollouts || runBytes + bytes > MAX_INSERT_BYTES) await flush();
         run.push(event);
         runBytes += bytes;
+        continue;
+      }
+      // consecutive rollout starts (or completions) are one statement, in their order
+      if (event.type === 'rollout.started' || event.type === 'rollout.completed') {
+        if (run.length || (rollouts && rollouts.type !== event.type)) await flush();
+        rollouts ??= { type: event.type, events: [] };
+        rollouts.events.push(event);
         continue;
       }
       await flush();
@@ -117,6 +142,82 @@ export class EventStore {
     }
     await flush();
     return changed;
+  }
+
+  /**
+   * recordRolloutStarted for a run of events in one statement; a rollout started twice keeps its
+   * first start. Returns how many rollouts were new.
+   */
+  async recordRolloutsStarted(events: readonly EventEnvelope<'rollout.started'>[], manager?: EntityManager): Promise<number> {
+    if (events.length === 1) return (await this.recordRolloutStarted(events[0], manager)) ? 1 : 0;
+    const first = firstPerRollout(events);
+    const ps = first.map((e) => e.payload);
+    const rows: unknown[] = await (manager ?? this.ds.manager).query(
+      `WITH "v" AS (SELECT * FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::int[], $5::varchar[], $6::int[], $7::varchar[], $8::text[], $9::int[], $10::timestamptz[], $11::varchar[])
+                    AS v("task_set_id", "task_id", "group_id", "group_size", "rollout_id", "sample_index", "agent_kind", "agent_name", "version", "started_at", "event_id")),
+            "ts" AS (INSERT INTO "task_sets" ("id", "name", "config") SELECT DISTINCT "task_set_id", "task_set_id", '{}'::jsonb FROM "v" ON CONFLICT DO NOTHING),
+            "t" AS (INSERT INTO "tasks" ("id", "task_set_id", "spec") SELECT DISTINCT ON ("task_id") "task_id", "task_set_id", '{}'::jsonb FROM "v" ON CONFLICT DO NOTHING),
+            "g" AS (INSERT INTO "rollout_groups" ("id", "task_id", "group_size") SELECT DISTINCT ON ("group_id") "group_id", "task_id", "group_size" FROM "v" ON CONFLICT DO NOTHING)
+       INSERT INTO "rollouts" ("id", "group_id", "task_id", "sample_index", "agent_kind", "agent_name", "policy_version_at_start", "status", "started_at", "started_event_id")
+       SELECT "rollout_id", "group_id", "task_id", "sample_index", "agent_kind", "agent_name", "version", 'running', "started_at", "event_id" FROM "v" ON CONFLICT DO NOTHING RETURNING 1`,
+      [
+        ps.map((p) => p.taskSetId),
+        ps.map((p) => p.taskId),
+        ps.map((p) => p.groupId),
+        ps.map((p) => p.groupSize),
+        ps.map((p) => p.rolloutId),
+        ps.map((p) => p.sampleIndex),
+        ps.map((p) => p.agent.kind),
+        ps.map((p) => p.agent.name),
+        ps.map((p) => p.policyVersionAtStart),
+        ps.map((p) => at(p.startedAt).toISOString()),
+        first.map((e) => e.id),
+      ],
+    );
+    return rows.length;
+  }
+
+  /**
+   * recordRolloutCompleted for a run of events in one statement: the first completion of a
+   * rollout wins (here, and against one stored before), rewards go in with it, and a completion of
+   * a rollout never started raises UnknownRolloutError. Returns how many rollouts it completed.
+   */
+  async recordRolloutsCompleted(events: readonly EventEnvelope<'rollout.completed'>[], manager?: EntityManager): Promise<number> {
+    if (events.length === 1) return (await this.recordRolloutCompleted(events[0], manager)) ? 1 : 0;
+    const first = firstPerRollout(events);
+    const rewards = first.flatMap((e) => rewardRows(e.payload).map((r) => ({ rolloutId: e.payload.rolloutId, ...r })));
+    const ps = first.map((e) => e.payload);
+    const rows: { id: string; updated: boolean; known: boolean }[] = await (manager ?? this.ds.manager).query(
+      `WITH "v" AS (SELECT * FROM unnest($1::varchar[], $2::varchar[], $3::float8[], $4::int[], $5::text[], $6::timestamptz[], $7::varchar[])
+                    AS v("id", "finish_reason", "outcome_reward", "num_calls", "error", "completed_at", "event_id")),
+            "u" AS (UPDATE "rollouts" r SET "status" = 'completed', "finish_reason" = v."finish_reason", "outcome_reward" = v."outcome_reward", "num_calls" = v."num_calls",
+                           "error" = v."error", "completed_at" = v."completed_at", "completed_event_id" = v."event_id"
+                    FROM "v" WHERE r."id" = v."id" AND r."completed_event_id" IS NULL RETURNING r."id", v."event_id"),
+            "r" AS (INSERT INTO "rewards" ("rollout_id", "call_id", "kind", "value", "label", "event_id", "ordinal")
+                    SELECT "u"."id", x."call_id", x."kind", x."value", x."label", "u"."event_id", x."ordinal"
+                    FROM "u" JOIN unnest($8::varchar[], $9::varchar[], $10::varchar[], $11::float8[], $12::varchar[], $13::int[]) AS x("rollout_id", "call_id", "kind", "value", "label", "ordinal")
+                      ON x."rollout_id" = "u"."id"
+                    ON CONFLICT DO NOTHING)
+       SELECT v."id", EXISTS (SELECT 1 FROM "u" WHERE "u"."id" = v."id") AS "updated", EXISTS (SELECT 1 FROM "rollouts" WHERE "id" = v."id") AS "known" FROM "v"`,
+      [
+        ps.map((p) => p.rolloutId),
+        ps.map((p) => p.finishReason),
+        ps.map((p) => p.outcomeReward),
+        ps.map((p) => p.numCalls),
+        ps.map((p) => p.error),
+        ps.map((p) => at(p.completedAt).toISOString()),
+        first.map((e) => e.id),
+        rewards.map((r) => r.rolloutId),
+        rewards.map((r) => r.callId),
+        rewards.map((r) => r.kind),
+        rewards.map((r) => r.value),
+        rewards.map((r) => r.label),
+        rewards.map((r) => r.ordinal),
+      ],
+    );
+    const unknown = rows.find((r) => !r.updated && !r.known);
+    if (unknown) throw new UnknownRolloutError(unknown.id);
+    return rows.filter((r) => r.updated).length;
   }
 
   /**
@@ -145,10 +246,7 @@ export class EventStore {
    */
   async recordRolloutCompleted(event: EventEnvelope<'rollout.completed'>, manager?: EntityManager): Promise<boolean> {
     const p = event.payload;
-    const rewards = [
-      ...(p.outcomeReward === null ? [] : [{ kind: 'outcome' as const, callId: null, value: p.outcomeReward, label: null, ordinal: 0 }]),
-      ...p.processRewards.map((r, i) => ({ kind: 'process' as const, callId: r.callId, value: r.value, label: r.label ?? null, ordinal: i + 1 })),
-    ];
+    const rewards = rewardRows(p);
     const rows: { updated: number; known: boolean }[] = await (manager ?? this.ds.manager).query(
       `WITH "u" AS (UPDATE "rollouts" SET "status" = 'completed', "finish_reason" = $2::varchar, "outcome_reward" = $3::float8, "num_calls" = $4::int, "error" = $5::text,
                            "completed_at" = $6::timestamptz, "completed_event_id" = $7::varchar
