@@ -281,39 +281,47 @@ export class GroupSettlement {
       const events: EventEnvelope[] = [];
       const trajectoryIds: string[] = [];
       const published = publish.map(([id]) => id);
-      const versions: { rollout_id: string; min_v: number | null; max_v: number | null }[] = published.length
+      // Each published rollout's calls in turn order and the policy versions of their outputs, in
+      // one statement (a set of statements per member cost a round trip each, the group's lock held).
+      const calls: { rollout_id: string; call_ids: string[]; min_v: number | null; max_v: number | null }[] = published.length
         ? await m.query(
-            `SELECT "rollout_id", min(v) AS min_v, max(v) AS max_v FROM (
-               SELECT "rollout_id", get_byte("output_versions", 0) + 256 * get_byte("output_versions", 1) + 65536 * get_byte("output_versions", 2) AS v
-               FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[]) AND octet_length("output_versions") >= 4) x GROUP BY "rollout_id"`,
+            `SELECT "rollout_id", array_agg("id" ORDER BY "turn_index", "received_at", "id") AS call_ids, min(v) AS min_v, max(v) AS max_v FROM (
+               SELECT "rollout_id", "id", "turn_index", "received_at",
+                      CASE WHEN octet_length("output_versions") >= 4
+                           THEN get_byte("output_versions", 0) + 256 * get_byte("output_versions", 1) + 65536 * get_byte("output_versions", 2) END AS v
+               FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[])) x GROUP BY "rollout_id"`,
             [published],
           )
         : [];
-      const vOf = new Map(versions.map((v) => [v.rollout_id, v]));
+      const callsOf = new Map(calls.map((c) => [c.rollout_id, c]));
       const drops: string[] = [];
+      const dropped: { id: string; reason: string }[] = [];
       for (const r of fresh) {
         const fate = fates.get(r.rollout_id);
         if (fate?.fate !== 'drop') continue;
         drops.push(fate.reason.split(':')[0]);
-        await m.query(`UPDATE "data_pool_queue" SET "status" = 'dropped', "reason" = coalesce("reason", $2), "settled_at" = now() WHERE "rollout_id" = $1 AND "settled_at" IS NULL`, [
-          r.rollout_id,
-          fate.reason,
-        ]);
+        dropped.push({ id: r.rollout_id, reason: fate.reason });
       }
+      if (dropped.length)
+        await m.query(
+          `UPDATE "data_pool_queue" q SET "status" = 'dropped', "reason" = coalesce(q."reason", x."reason"), "settled_at" = now()
+           FROM unnest($1::varchar[], $2::text[]) AS x("rollout_id", "reason") WHERE q."rollout_id" = x."rollout_id" AND q."settled_at" IS NULL`,
+          [dropped.map((d) => d.id), dropped.map((d) => d.reason)],
+        );
+      const rowsOut: Record<string, unknown>[] = [];
       for (const [id, weight] of publish) {
         const row = rowOf(id);
         const masked = weight === 0;
-        const callIds: { id: string }[] = await m.query(`SELECT "id" FROM "llm_calls" WHERE "rollout_id" = $1 ORDER BY "turn_index", "received_at", "id"`, [id]);
         const a = advOf.get(id);
-        const v = vOf.get(id);
-        const minV = Number(v?.min_v ?? 0);
-        const maxV = Number(v?.max_v ?? 0);
+        const c = callsOf.get(id);
+        const minV = Number(c?.min_v ?? 0);
+        const maxV = Number(c?.max_v ?? 0);
         const payload = {
           trajectoryId: id,
           rolloutId: id,
           groupId,
           taskId: g.task_id,
-          callIds: callIds.map((c) => c.id),
+          callIds: c?.call_ids ?? [],
           finishReason: row.finish_reason as RolloutFinishReason,
           reward: Number(row.outcome_reward),
           advantage: a?.advantage ?? 0,
@@ -326,35 +334,43 @@ export class GroupSettlement {
         };
         // per-call advantages, aligned with call_ids (the order processRewardsOf used)
         const perCall = a?.perCall && a.perCall.length === payload.callIds.length ? a.perCall : null;
+        rowsOut.push({
+          id,
+          call_ids: payload.callIds,
+          finish_reason: payload.finishReason,
+          reward: payload.reward,
+          advantage: payload.advantage,
+          loss_masked: masked,
+          min_v: minV,
+          max_v: maxV,
+          prompt_tokens: payload.promptTokens,
+          output_tokens: payload.outputTokens,
+          call_advantages: perCall,
+          tokens: payload.promptTokens + payload.outputTokens,
+          completed_ms: ms(row.completed_ms) ?? now,
+        });
+        trajectoryIds.push(id);
+        events.push(createEvent('trajectory.ready', payload, { key: id, producer: this.cfg.producer, id: `trajectory.ready:${id}` }));
+      }
+      if (rowsOut.length) {
+        // the trajectories and their queue rows, one statement each for the whole wave (ragged call
+        // ids and per-call advantages travel as JSON; float8 from JSON's shortest decimal is exact)
+        const cols = `"id" varchar, "call_ids" text[], "finish_reason" varchar, "reward" float8, "advantage" float8, "loss_masked" boolean, "min_v" int, "max_v" int,
+                      "prompt_tokens" int, "output_tokens" int, "call_advantages" float8[], "tokens" int, "completed_ms" float8`;
         await m.query(
           `INSERT INTO "trajectories" ("id", "event_id", "rollout_id", "group_id", "task_id", "call_ids", "finish_reason", "reward", "advantage", "loss_masked",
              "min_policy_version", "max_policy_version", "prompt_tokens", "output_tokens", "ready_at", "status", "train_batch_id", "call_advantages")
-           VALUES ($1, $2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, to_timestamp($14::float8 / 1000.0), 'ready', NULL, $15) ON CONFLICT DO NOTHING`,
-          [
-            id,
-            `trajectory.ready:${id}`,
-            groupId,
-            g.task_id,
-            payload.callIds,
-            payload.finishReason,
-            payload.reward,
-            payload.advantage,
-            masked,
-            minV,
-            maxV,
-            payload.promptTokens,
-            payload.outputTokens,
-            now,
-            perCall,
-          ],
+           SELECT x."id", 'trajectory.ready:' || x."id", x."id", $2, $3, x."call_ids", x."finish_reason", x."reward", x."advantage", x."loss_masked",
+             x."min_v", x."max_v", x."prompt_tokens", x."output_tokens", to_timestamp($4::float8 / 1000.0), 'ready', NULL, x."call_advantages"
+           FROM jsonb_to_recordset($1::jsonb) AS x(${cols}) ON CONFLICT DO NOTHING`,
+          [JSON.stringify(rowsOut), groupId, g.task_id, now],
         );
         await m.query(
-          `UPDATE "data_pool_queue" SET "status" = 'completed', "tokens" = $2, "version" = $3, "difficulty" = coalesce("difficulty", $4), "trajectory_id" = $1,
-             "completed_at" = to_timestamp($5::float8 / 1000.0), "settled_at" = now() WHERE "rollout_id" = $1 AND "settled_at" IS NULL`,
-          [id, payload.promptTokens + payload.outputTokens, minV, difficulty, ms(row.completed_ms) ?? now],
+          `UPDATE "data_pool_queue" q SET "status" = 'completed', "tokens" = x."tokens", "version" = x."min_v", "difficulty" = coalesce(q."difficulty", $2), "trajectory_id" = x."id",
+             "completed_at" = to_timestamp(x."completed_ms" / 1000.0), "settled_at" = now()
+           FROM jsonb_to_recordset($1::jsonb) AS x(${cols}) WHERE q."rollout_id" = x."id" AND q."settled_at" IS NULL`,
+          [JSON.stringify(rowsOut), difficulty],
         );
-        trajectoryIds.push(id);
-        events.push(createEvent('trajectory.ready', payload, { key: id, producer: this.cfg.producer, id: `trajectory.ready:${id}` }));
       }
       // 'ready' while any trajectory of the group (this wave's or an earlier one's) is to be trained
       const publishedInAll = trajectoryIds.length + rows.filter((r) => r.settled && (r.q_status === 'completed' || r.q_status === 'taken')).length;
