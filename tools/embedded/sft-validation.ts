@@ -21,7 +21,10 @@ export interface PassRateOptions {
 /** Fraction of `tasks` whose episode the verifier counts a success. */
 export async function passRate(model: Model, format: ChatFormat, env: Environment, tasks: readonly EnvTask[], o: PassRateOptions): Promise<number> {
   if (tasks.length === 0) throw new Error('passRate: no tasks');
-  const gen = await createGenerator(model, { maxBatch: tasks.length, prefixCacheBytes: 0 });
+  // The prefix cache reuses each episode's KV from turn to turn (a turn's prompt extends the last):
+  // checks took about a third less time with it, with the same pass rates and the same stopping
+  // step on the default warm start (identical weights, sha256 checked).
+  const gen = await createGenerator(model, { maxBatch: tasks.length });
   try {
     const wins = await Promise.all(
       tasks.map(async (task, i) => {
