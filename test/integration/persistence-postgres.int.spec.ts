@@ -7,6 +7,7 @@ import { EventStore } from '../../apps/middleware/src/data-pool/projections';
 import { llmCall, newRolloutIds, redeliver } from '@anvil/contracts/testing';
 import { describeStoreBehaviour } from '../../apps/middleware/src/data-pool/projections/testing/store-behaviour.suite';
 import { describeBatchBehaviour } from '../../apps/middleware/src/data-pool/projections/testing/batch-behaviour.suite';
+import { describeIngestionBehaviour } from '../../apps/middleware/src/data-pool/testing/ingestion-behaviour.suite';
 
 // Real server: `node tools/infra/postgres.mjs start` prints DATABASE_URL (the test runner does it).
 const serverUrl = process.env.DATABASE_URL;
@@ -58,3 +59,4 @@ describe('PostgreSQL specifics', () => {
   });
 });
 describeBatchBehaviour('PostgreSQL', () => ds);
+describeIngestionBehaviour('PostgreSQL', () => ds);

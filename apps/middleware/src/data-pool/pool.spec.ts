@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe } from 'vitest';
 import type { DataSource } from 'typeorm';
 import { MemoryBus, silentLogger } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
+import { describeIngestionBehaviour } from './testing/ingestion-behaviour.suite';
 import { describePoolBadInput } from './testing/pool-bad-input.suite';
 import { describePoolBehaviour } from './testing/pool-behaviour.suite';
 import { describePoolFilters } from './testing/pool-filters.suite';
@@ -23,4 +24,5 @@ describe('Data Pool runtime (PGlite, in-process bus)', () => {
   describePoolBehaviour(env);
   describePoolFilters(env);
   describePoolBadInput(env);
+  describeIngestionBehaviour('PGlite', () => ds);
 });

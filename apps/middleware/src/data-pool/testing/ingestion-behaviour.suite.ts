@@ -1,21 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { DataSource } from 'typeorm';
 import type { AnyEventEnvelope } from '@anvil/contracts';
 import { redeliver, rolloutStarted, uid } from '@anvil/contracts/testing';
-import { createDataSource, runMigrations } from '@anvil/persistence';
-import { DataPoolIngestion } from './ingestion';
-
-let ds: DataSource;
-
-beforeAll(async () => {
-  ds = createDataSource();
-  await ds.initialize();
-  await runMigrations(ds);
-}, 120_000);
-
-afterAll(async () => {
-  await ds?.destroy();
-});
+import { DataPoolIngestion } from '../ingestion';
 
 /**
  * Two waves of rollout.started for one run, ids drawn from `tag`: group A (2 rollouts) and group B
@@ -32,7 +19,7 @@ function waves(tag: string) {
   return { first, second, groupA: `${tag}-group-a` };
 }
 
-async function poolState(runId: string) {
+async function poolState(ds: DataSource, runId: string) {
   const groups: { group_id: string; status: string; group_size: number; opened_ms: string }[] = await ds.query(
     `SELECT "group_id", "status", "group_size", (extract(epoch from "opened_at") * 1000)::bigint AS opened_ms FROM "data_pool_groups" WHERE "run_id" = $1 ORDER BY "group_id"`,
     [runId],
@@ -48,35 +35,38 @@ async function poolState(runId: string) {
   };
 }
 
-describe('Data Pool ingestion of rollout starts', () => {
-  it('queues a batch of starts exactly as it queues them one at a time: groups, positions, reopened groups', async () => {
-    const results = [];
-    for (const mode of ['batch', 'one-by-one'] as const) {
-      const runId = uid(mode);
-      const ingestion = new DataPoolIngestion(ds, `consumer-${runId}`, runId);
-      const { first, second, groupA } = waves(runId);
-      const ingest = async (events: AnyEventEnvelope[]) => {
-        if (mode === 'batch') await ingestion.ingestBatch(events);
-        else for (const e of events) await ingestion.ingest(e);
-      };
-      await ingest(first);
-      await ds.query(`UPDATE "data_pool_groups" SET "status" = 'ready', "settled_at" = now() WHERE "group_id" = $1`, [groupA]);
-      await ingest(second);
-      results.push(await poolState(runId));
-    }
-    const [batch, oneByOne] = results;
-    expect(batch).toEqual(oneByOne);
-    // and what both did: A reopened at its retry's start, B not duplicated, the eval start not queued
-    expect(batch.groups.map((g) => [g.group_id, g.status, g.opened_ms])).toEqual([
-      ['group-a', 'open', 1_700_000_004_000],
-      ['group-b', 'open', 1_700_000_003_000],
-    ]);
-    expect(batch.queue.map((q) => [q.rollout_id, q.position])).toEqual([
-      ['r1', 1],
-      ['r2', 2],
-      ['r3', 3],
-      ['r4', 4],
-      ['r5', 5],
-    ]);
+export function describeIngestionBehaviour(backend: string, dataSource: () => DataSource): void {
+  describe(`Data Pool ingestion of rollout starts on ${backend}`, () => {
+    it('queues a batch of starts exactly as it queues them one at a time: groups, positions, reopened groups', async () => {
+      const ds = dataSource();
+      const results = [];
+      for (const mode of ['batch', 'one-by-one'] as const) {
+        const runId = uid(mode);
+        const ingestion = new DataPoolIngestion(ds, `consumer-${runId}`, runId);
+        const { first, second, groupA } = waves(runId);
+        const ingest = async (events: AnyEventEnvelope[]) => {
+          if (mode === 'batch') await ingestion.ingestBatch(events);
+          else for (const e of events) await ingestion.ingest(e);
+        };
+        await ingest(first);
+        await ds.query(`UPDATE "data_pool_groups" SET "status" = 'ready', "settled_at" = now() WHERE "group_id" = $1`, [groupA]);
+        await ingest(second);
+        results.push(await poolState(ds, runId));
+      }
+      const [batch, oneByOne] = results;
+      expect(batch).toEqual(oneByOne);
+      // and what both did: A reopened at its retry's start, B not duplicated, the eval start not queued
+      expect(batch.groups.map((g) => [g.group_id, g.status, g.opened_ms])).toEqual([
+        ['group-a', 'open', 1_700_000_004_000],
+        ['group-b', 'open', 1_700_000_003_000],
+      ]);
+      expect(batch.queue.map((q) => [q.rollout_id, q.position])).toEqual([
+        ['r1', 1],
+        ['r2', 2],
+        ['r3', 3],
+        ['r4', 4],
+        ['r5', 5],
+      ]);
+    });
   });
-});
+}
