@@ -353,6 +353,7 @@ export class GroupSettlement {
         events.push(createEvent('trajectory.ready', payload, { key: id, producer: this.cfg.producer, id: `trajectory.ready:${id}` }));
       }
       if (rowsOut.length) {
+        const rowsJson = JSON.stringify(rowsOut);
         // the trajectories and their queue rows, one statement each for the whole wave (ragged call
         // ids and per-call advantages travel as JSON; float8 from JSON's shortest decimal is exact)
         const cols = `"id" varchar, "call_ids" text[], "finish_reason" varchar, "reward" float8, "advantage" float8, "loss_masked" boolean, "min_v" int, "max_v" int,
@@ -363,13 +364,13 @@ export class GroupSettlement {
            SELECT x."id", 'trajectory.ready:' || x."id", x."id", $2, $3, x."call_ids", x."finish_reason", x."reward", x."advantage", x."loss_masked",
              x."min_v", x."max_v", x."prompt_tokens", x."output_tokens", to_timestamp($4::float8 / 1000.0), 'ready', NULL, x."call_advantages"
            FROM jsonb_to_recordset($1::jsonb) AS x(${cols}) ON CONFLICT DO NOTHING`,
-          [JSON.stringify(rowsOut), groupId, g.task_id, now],
+          [rowsJson, groupId, g.task_id, now],
         );
         await m.query(
           `UPDATE "data_pool_queue" q SET "status" = 'completed', "tokens" = x."tokens", "version" = x."min_v", "difficulty" = coalesce(q."difficulty", $2), "trajectory_id" = x."id",
              "completed_at" = to_timestamp(x."completed_ms" / 1000.0), "settled_at" = now()
            FROM jsonb_to_recordset($1::jsonb) AS x(${cols}) WHERE q."rollout_id" = x."id" AND q."settled_at" IS NULL`,
-          [JSON.stringify(rowsOut), difficulty],
+          [rowsJson, difficulty],
         );
       }
       // 'ready' while any trajectory of the group (this wave's or an earlier one's) is to be trained

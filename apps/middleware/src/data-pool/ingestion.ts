@@ -1,7 +1,7 @@
 import type { DataSource, EntityManager } from 'typeorm';
 import type { AnyEventEnvelope, EventEnvelope } from '@anvil/contracts';
 import { ProcessedEventStore } from '@anvil/persistence';
-import { EventStore } from './projections';
+import { EventStore, firstPerRollout } from './projections';
 import { returned } from './pool';
 
 /**
@@ -39,9 +39,12 @@ export class DataPoolIngestion {
         // consecutive train starts with queue positions are queued together; the rest one by one, in order
         let starts: EventEnvelope<'rollout.started'>[] = [];
         for (const e of fresh) {
-          if (e.type === 'rollout.started' && startPayload(e).purpose !== 'eval' && startPayload(e).queuePosition !== undefined) {
-            starts.push(e);
-            continue;
+          if (e.type === 'rollout.started') {
+            const p = startPayload(e);
+            if (p.purpose !== 'eval' && p.queuePosition !== undefined) {
+              starts.push(e);
+              continue;
+            }
           }
           await this.queueStarts(starts, manager);
           starts = [];
@@ -71,8 +74,7 @@ export class DataPoolIngestion {
       for (const e of events) await this.applyPoolEvent(e, m);
       return;
     }
-    const seen = new Set<string>();
-    const ps = events.map(startPayload).filter((p) => !seen.has(p.rolloutId) && seen.add(p.rolloutId) !== undefined);
+    const ps = firstPerRollout(events).map(startPayload);
     // a clash of positions is an error (dead-lettered with its reason), never a silent skip
     const queued: { rollout_id: string }[] = await m.query(
       `WITH "v" AS (SELECT * FROM unnest($2::varchar[], $3::varchar[], $4::varchar[], $5::int[], $6::bigint[], $7::float8[])

@@ -54,7 +54,7 @@ function rewardRows(p: EventEnvelope<'rollout.completed'>['payload']) {
 }
 
 /** The first event of each rollout, in order: what one statement applies where one at a time the first would win. */
-function firstPerRollout<E extends { payload: { rolloutId: string } }>(events: readonly E[]): E[] {
+export function firstPerRollout<E extends { payload: { rolloutId: string } }>(events: readonly E[]): E[] {
   const seen = new Set<string>();
   return events.filter((e) => !seen.has(e.payload.rolloutId) && seen.add(e.payload.rolloutId) !== undefined);
 }
