@@ -99,6 +99,8 @@ export async function startEmbeddedLoop(
     const model = await Model.load(opts.model.checkpointDir);
     const a = cfg.algorithm;
     model.configureOptimizer({ beta1: a.beta1, beta2: a.beta2, eps: a.eps, weightDecay: a.weightDecay ?? 0 });
+    // The KL penalty's reference: the starting weights, a second copy that is never trained.
+    const reference = a.klCoef > 0 ? await Model.load(opts.model.checkpointDir) : null;
     const trainer = new TrainerRuntime(
       {
         runId: opts.runId,
@@ -128,6 +130,7 @@ export async function startEmbeddedLoop(
         onStep: opts.onStep,
         onFatal: opts.onFatal,
         splitOf: opts.splitOf,
+        ...(reference ? { reference } : {}),
       },
     );
     const rollouts = new RolloutRuntime({
@@ -164,6 +167,7 @@ export async function startEmbeddedLoop(
         for (const s of [...started].reverse()) await s.close().catch((e: unknown) => logger.warn(`${s.service} close failed`, { err: e }));
         await infra.close();
         model.dispose();
+        reference?.dispose();
       },
     };
   } catch (err) {

@@ -14,6 +14,8 @@ export interface StepRow {
   ratioMean: number;
   clipHighFrac: number;
   entropy: number | null;
+  /** Mean k3 of the trained tokens against the starting weights (null when the loss has no KL penalty). */
+  klRef?: number | null;
   mismatchAbs: number;
   mismatchKl: number;
   mismatchTokens: number;

@@ -193,6 +193,8 @@ export const runConfigSchema = z
         weightDecay: z.number().min(0).max(1).optional(),
         /** Tokens per packed forward/backward of the trainer (absent: 65,536); a large-vocabulary model may need fewer. */
         packTokens: positiveInt().max(16_777_216).optional(),
+        /** β of a KL penalty (k3 on the sampled tokens) to the starting weights, which the trainer then also holds and runs forward (0 = none). */
+        klCoef: z.number().min(0).max(100).default(0),
       })
       .strict()
       .default({
@@ -208,6 +210,7 @@ export const runConfigSchema = z
         miniBatches: 1,
         beta1: 0.9,
         beta2: 0.95,
+        klCoef: 0,
       }),
     budget: z
       .object({
@@ -382,5 +385,6 @@ export function lossConfigOf(cfg: Pick<RunConfig, 'algorithm'> | { algorithm: Om
     ...(a.epsHigh !== undefined ? { epsHigh: a.epsHigh } : {}),
     ...(a.constantNormalizer !== undefined ? { constantNormalizer: a.constantNormalizer } : {}),
     ...(Object.keys(correction).length ? { correction } : {}),
+    ...(a.klCoef ? { klCoef: a.klCoef } : {}),
   });
 }

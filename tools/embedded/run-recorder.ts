@@ -42,6 +42,7 @@ export class RunRecorder {
       ratioMean: num(r.stats?.ratioMean),
       clipHighFrac: num(r.stats?.clipHighFrac),
       entropy: r.stats?.entropyMean ?? null,
+      klRef: r.stats?.klRefK3 ?? null,
       mismatchAbs: num(r.mismatch.meanAbsDeltaLogp),
       mismatchKl: num(r.mismatch.klK3),
       mismatchTokens: r.mismatch.tokens,

@@ -55,9 +55,9 @@ describe('the services environments of a stack run', () => {
     expect(serviceEnv('trainer', cosine, wiring, urls)).toMatchObject({ TRAINER_LR_DECAY_STEPS: '24', TRAINER_LR_MIN_FACTOR: '0.2' });
     expect(env['inference-proxy']).toMatchObject({ EMBEDDED_MAX_BATCH: '16', MAX_IN_FLIGHT_PER_REPLICA: '32' });
     // every trainer knob of the run config, the loss's corrections and normaliser included
-    const knobs = parseRunConfig({ algorithm: { loss: 'reinforce_tis', aggregation: 'constant', constantNormalizer: 4096, tokenTisCap: 3, weightDecay: 0.01, packTokens: 8192 } });
+    const knobs = parseRunConfig({ algorithm: { loss: 'reinforce_tis', aggregation: 'constant', constantNormalizer: 4096, tokenTisCap: 3, weightDecay: 0.01, packTokens: 8192, klCoef: 0.05 } });
     const trainer = loadConfig('trainer', trainerEnv, serviceEnv('trainer', knobs, wiring, urls));
-    expect(trainer).toMatchObject({ TRAINER_CONSTANT_NORMALIZER: 4096, TRAINER_TOKEN_TIS_CAP: 3, TRAINER_WEIGHT_DECAY: 0.01, TRAINER_PACK_TOKENS: 8192 });
+    expect(trainer).toMatchObject({ TRAINER_CONSTANT_NORMALIZER: 4096, TRAINER_TOKEN_TIS_CAP: 3, TRAINER_WEIGHT_DECAY: 0.01, TRAINER_PACK_TOKENS: 8192, TRAINER_KL_COEF: 0.05 });
     expect(trainerLossConfigOf(trainer)).toEqual(lossConfigOf(knobs));
     const seqTis = parseRunConfig({ algorithm: { loss: 'reinforce_tis', seqTisCap: 8 } });
     const seqTrainer = loadConfig('trainer', trainerEnv, serviceEnv('trainer', seqTis, wiring, urls));

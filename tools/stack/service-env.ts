@@ -71,6 +71,7 @@ export function knobEnvs(cfg: RunConfig): Record<App, Env> {
   if (a.constantNormalizer !== undefined) trainer.TRAINER_CONSTANT_NORMALIZER = String(a.constantNormalizer);
   if (a.tokenTisCap !== undefined) trainer.TRAINER_TOKEN_TIS_CAP = String(a.tokenTisCap);
   if (a.seqTisCap !== undefined) trainer.TRAINER_SEQ_TIS_CAP = String(a.seqTisCap);
+  if (a.klCoef > 0) trainer.TRAINER_KL_COEF = String(a.klCoef);
   return {
     middleware,
     'inference-proxy': {

@@ -159,6 +159,7 @@ describe('trainer configuration', () => {
     expect(problemsOf({ ...base, TRAINER_LOSS: 'ppo', TRAINER_TOKEN_TIS_CAP: '2' })).toEqual(['TRAINER_TOKEN_TIS_CAP']);
     expect(problemsOf({ ...base, TRAINER_LOSS: 'reinforce_tis', TRAINER_TOKEN_TIS_CAP: '2', TRAINER_SEQ_TIS_CAP: '5' })).toEqual(['TRAINER_SEQ_TIS_CAP']);
     expect(problemsOf({ ...base, TRAINER_LOSS: 'decoupled_ppo', TRAINER_SEQ_TIS_CAP: '5' })).toEqual(['TRAINER_SEQ_TIS_CAP']);
+    expect(problemsOf({ ...base, TRAINER_KL_COEF: '-0.1' })).toEqual(['TRAINER_KL_COEF']);
     // a knob that fails on its own is reported once, not again by the relation check
     expect(problemsOf({ ...base, TRAINER_LOSS: 'sgd', TRAINER_TOKEN_TIS_CAP: '2' })).toEqual(['TRAINER_LOSS']);
   });

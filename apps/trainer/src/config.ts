@@ -29,6 +29,7 @@ const LOSS_ENV: Record<string, string> = {
   'correction.tokenTis.cap': 'TRAINER_TOKEN_TIS_CAP',
   'correction.seqTis': 'TRAINER_SEQ_TIS_CAP',
   'correction.seqTis.cap': 'TRAINER_SEQ_TIS_CAP',
+  klCoef: 'TRAINER_KL_COEF',
 };
 
 const shape = {
@@ -56,6 +57,8 @@ const shape = {
   TRAINER_TOKEN_TIS_CAP: optionalNumber(z.number().positive()),
   /** Sequence-level truncated importance sampling cap (reinforce_tis only). */
   TRAINER_SEQ_TIS_CAP: optionalNumber(z.number().positive()),
+  /** β of the KL penalty (k3) to the starting weights, which the trainer then loads twice (0 = none). */
+  TRAINER_KL_COEF: z.coerce.number().min(0).max(100).default(0),
   /** AdamW peak learning rate. */
   TRAINER_LR: z.coerce.number().positive().max(1).default(5e-5),
   /** Linear learning-rate warm-up over this many optimizer steps (0 = none). */
@@ -120,7 +123,7 @@ export const trainerEnv = z.object(shape).superRefine(
 );
 export type TrainerConfig = z.infer<typeof trainerEnv>;
 
-type LossEnv = Pick<TrainerConfig, 'TRAINER_LOSS' | 'TRAINER_EPS_LOW' | 'TRAINER_EPS_HIGH' | 'TRAINER_AGGREGATION' | 'TRAINER_CONSTANT_NORMALIZER' | 'TRAINER_TOKEN_TIS_CAP' | 'TRAINER_SEQ_TIS_CAP'>;
+type LossEnv = Pick<TrainerConfig, 'TRAINER_LOSS' | 'TRAINER_EPS_LOW' | 'TRAINER_EPS_HIGH' | 'TRAINER_AGGREGATION' | 'TRAINER_CONSTANT_NORMALIZER' | 'TRAINER_TOKEN_TIS_CAP' | 'TRAINER_SEQ_TIS_CAP' | 'TRAINER_KL_COEF'>;
 
 /** The loss configuration the knobs name (libs/rl lossConfig: defaults per kind; throws LossConfigError naming the field). */
 export function lossConfigOf(c: LossEnv): LossConfig {
@@ -138,6 +141,7 @@ export function lossConfigOf(c: LossEnv): LossConfig {
     ...(c.TRAINER_EPS_HIGH !== undefined ? { epsHigh: c.TRAINER_EPS_HIGH } : {}),
     ...(c.TRAINER_CONSTANT_NORMALIZER !== undefined ? { constantNormalizer: c.TRAINER_CONSTANT_NORMALIZER } : {}),
     ...(correction ? { correction } : {}),
+    ...(c.TRAINER_KL_COEF ? { klCoef: c.TRAINER_KL_COEF } : {}),
   });
 }
 

@@ -19,6 +19,8 @@ const BATCH_TABLES = ['train_batch_blobs', 'data_pool_batch_stats'] as const;
 interface Started {
   runtime: TrainerRuntime;
   model: Model;
+  /** The KL penalty's reference policy: the starting weights, loaded a second time and never trained (null without a penalty). */
+  reference: Model | null;
 }
 
 /**
@@ -44,9 +46,13 @@ export async function startTrainer(
   const model = dir ? await Model.load(dir) : Model.tiny({ seed: 0 });
   if (!dir) deps.logger.warn('no TRAINER_INITIAL_CHECKPOINT_DIR: training the built-in tiny model (random init, seed 0)');
   model.configureOptimizer(optimizerOf(config));
-  const runtime = new TrainerRuntime(trainerOptionsOf(config), {
+  const options = trainerOptionsOf(config);
+  // Loaded from the starting weights, not from a restored checkpoint: a resumed run keeps the same reference.
+  const reference = (options.settings.loss.klCoef ?? 0) > 0 ? (dir ? await Model.load(dir) : Model.tiny({ seed: 0 })) : null;
+  const runtime = new TrainerRuntime(options, {
     bus: deps.bus,
     model,
+    ...(reference ? { reference } : {}),
     store: new CheckpointStore(config.CHECKPOINT_DIR, { keepPublished: config.CHECKPOINT_KEEP_PUBLISHED, keepFull: config.CHECKPOINT_KEEP_FULL, ...(dir ? { tokenizerDir: dir } : {}) }),
     batches: new PostgresBatchSource(deps.dataSource),
     logger: deps.logger,
@@ -64,11 +70,12 @@ export async function startTrainer(
   } catch (err) {
     await runtime.stop(0).catch(() => undefined);
     model.dispose();
+    reference?.dispose();
     throw err;
   }
   deps.metrics.started(runtime.currentVersion, runtime.dataPosition);
   void runtime.whenDone().then(() => deps.onDone?.(runtime));
-  return { runtime, model };
+  return { runtime, model, reference };
 }
 
 /**
@@ -129,9 +136,10 @@ export class TrainerLifecycle implements OnModuleInit, OnModuleDestroy {
             setImmediate(() => void runtime.stop(stopTimeoutMs).catch((e: unknown) => log.warn('trainer stop failed', { err: e })));
           },
         }),
-      stop: async ({ runtime, model }) => {
+      stop: async ({ runtime, model, reference }) => {
         await runtime.stop(stopTimeoutMs);
         model.dispose();
+        reference?.dispose();
       },
       describe: ({ runtime }) => ({ runId: config.TRAINER_RUN_ID, group: config.TRAINER_CONSUMER_GROUP, version: runtime.currentVersion, position: runtime.dataPosition }),
     });

@@ -105,6 +105,29 @@ describe('TrainerRuntime', () => {
     h.model.dispose();
   });
 
+  it('a KL penalty trains against a reference that stays at the starting weights; without a reference it is refused at construction', async () => {
+    const klOptions = { ...options, settings: { ...options.settings, loss: lossConfig({ klCoef: 0.5 }) } };
+    const bus = new MemoryBus({ logger: silentLogger });
+    const model = Model.tiny({ seed: 1, config: { vocabSize: 272 } });
+    expect(() => new TrainerRuntime(klOptions, { bus, model, store: new CheckpointStore(join(root, 'kl0')), batches: new LogSource([]), logger })).toThrow(/klCoef is 0.5: the trainer needs a reference model/);
+    const reference = Model.tiny({ seed: 1, config: { vocabSize: 272 } });
+    const before = Float32Array.from(reference.tensor('model.layers.0.self_attn.q_proj.weight').data);
+    const log = [0, 1, 2].map((s) => batchEvent(s, 50 + s));
+    const steps: TrainerStepEvent[] = [];
+    const trainer = new TrainerRuntime(klOptions, { bus, model, reference, store: new CheckpointStore(join(root, 'kl')), batches: new LogSource(log), logger, onStep: (e) => steps.push(e) });
+    await trainer.start();
+    for (const e of log) await bus.publish(e);
+    await waitFor('three batches', async () => (steps.length >= 3 ? true : undefined), 60_000, 20);
+    await trainer.stop();
+    const kl = steps.map((e) => e.reports[0].stats?.klRefK3 ?? NaN);
+    expect(kl[0]).toBeLessThan(1e-9); // the first step starts at the reference's own weights
+    expect(kl[2]).toBeGreaterThan(kl[0]); // then the trained weights move away from it
+    expect(reference.tensor('model.layers.0.self_attn.q_proj.weight').data).toEqual(before);
+    await bus.close();
+    model.dispose();
+    reference.dispose();
+  });
+
   it('pause holds later batches until resume, after the batch in progress', async () => {
     const batches = [0, 1, 2].map((s) => batchEvent(s, 30 + s));
     const log: TrainBatchEvent[] = []; // the Data Pool's log holds what it has cut so far

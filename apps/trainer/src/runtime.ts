@@ -92,6 +92,8 @@ interface Deps {
   onFatal?: (err: Error) => void;
   /** The mismatch split a sample belongs to (context-management mode, agent kind); default 'all'. */
   splitOf?: (sample: PrefixTree['samples'][number]) => string;
+  /** The fixed reference policy of the loss's KL penalty (the run's starting weights, never trained); required when loss.klCoef > 0. */
+  reference?: Model;
 }
 
 export class TrainerRuntime {
@@ -116,6 +118,8 @@ export class TrainerRuntime {
     readonly options: TrainerOptions,
     private readonly deps: Deps,
   ) {
+    const kl = options.settings.loss.klCoef ?? 0;
+    if (kl > 0 && !deps.reference) throw new Error(`loss.klCoef is ${kl}: the trainer needs a reference model (the run's starting weights) to take the KL against`);
     this.version = options.initialVersion;
     this.lastPublished = options.initialVersion;
   }
@@ -304,6 +308,7 @@ export class TrainerRuntime {
     const reports = await trainOnTree(this.deps.model, tree, this.options.settings, {
       currentVersion: fromVersion,
       stepsDone: this.trainerStep,
+      ...(this.deps.reference ? { reference: this.deps.reference } : {}),
       ...(splitOf ? { splitOf: (k: number) => splitOf(tree.samples[k]) } : {}),
     });
     const applied = reports.filter((r) => r.skipped === null).length;

@@ -36,9 +36,11 @@ function batch(seed: number) {
 
 const model = () => Model.tiny({ seed: 5, config: { vocabSize: 272 } });
 
-async function unmergedGradients(m: Model, samples: ReturnType<typeof batch>, cfg: LossConfig) {
+async function unmergedGradients(m: Model, samples: ReturnType<typeof batch>, cfg: LossConfig, reference?: Model) {
   const pack = flatPack(samples.map((s) => ({ promptIds: s.promptIds, outputIds: s.outputIds })));
   const res = await m.forward(pack);
+  const refRes = reference ? await reference.forward(pack) : null;
+  refRes?.handle.dispose();
   const lossSamples = samples.map((s, k) => ({
     logp: Float32Array.from(pack.outputNodes[k], (j) => res.logp[j]),
     behaviourLogp: Float32Array.from(s.behaviourLogp),
@@ -49,6 +51,7 @@ async function unmergedGradients(m: Model, samples: ReturnType<typeof batch>, cf
     groupId: s.groupId,
     // decoupled PPO 'recomputed': π_prox is the weights before the step, the ones this forward ran
     ...(cfg.kind === 'decoupled_ppo' && cfg.prox?.mode === 'recomputed' ? { proxLogp: Float32Array.from(pack.outputNodes[k], (j) => res.logp[j]) } : {}),
+    ...(refRes ? { refLogp: Float32Array.from(pack.outputNodes[k], (j) => refRes.logp[j]) } : {}),
   }));
   const result = computeLoss(lossSamples, cfg);
   const coeff = new Float32Array(pack.tokens.length);
@@ -69,19 +72,23 @@ describe('trainer loss wiring', () => {
     lossConfig({ aggregation: 'group', correction: { geoMask: { low: 0.5, high: 2 } }, kind: 'ppo' }),
     lossConfig({ kind: 'decoupled_ppo', correction: { tokenTis: { cap: 2 } } }),
     lossConfig({ kind: 'reinforce_tis', aggregation: 'seq_mean_token_mean' }),
+    lossConfig({ klCoef: 0.2 }),
   ]) {
-    it(`${cfg.kind}/${cfg.aggregation}: merged-tree gradients equal unmerged training, the loss equals libs/rl's on unmerged log-probs`, async () => {
+    it(`${cfg.kind}/${cfg.aggregation}${cfg.klCoef ? ' + KL to a reference' : ''}: merged-tree gradients equal unmerged training, the loss equals libs/rl's on unmerged log-probs`, async () => {
       const m = model();
-      const ref = await unmergedGradients(m, samples, cfg);
+      // a reference that differs from the trained weights, so the penalty's gradient is not zero
+      const reference = cfg.klCoef ? Model.tiny({ seed: 6, config: { vocabSize: 272 } }) : undefined;
+      const ref = await unmergedGradients(m, samples, cfg, reference);
       for (const budget of [100_000, 60]) {
         const g = await lossAndGradients(
           m,
           tree,
           samples.map((_, k) => k),
           { loss: cfg, packTokens: budget },
-          { currentVersion: 4 },
+          { currentVersion: 4, ...(reference ? { reference } : {}) },
         );
         expect(g.finite).toBe(true);
+        if (reference) expect(g.stats?.klRefK3).toBeGreaterThan(0.01);
         expect(g.loss).toBeCloseTo(ref.loss, 5);
         if (budget === 100_000) {
           expect(g.packs).toBe(1);
@@ -99,8 +106,15 @@ describe('trainer loss wiring', () => {
         });
       }
       m.dispose();
+      reference?.dispose();
     });
   }
+
+  it('a KL penalty without a reference model is refused before any forward', async () => {
+    const m = model();
+    await expect(lossAndGradients(m, tree, [0, 1], { loss: lossConfig({ klCoef: 0.1 }), packTokens: 100_000 }, { currentVersion: 4 })).rejects.toThrow(/klCoef is 0.1 but the trainer has no reference model/);
+    m.dispose();
+  });
 
   it('measures the mismatch only on tokens the current version generated, and splits it', async () => {
     const m = model();

@@ -114,8 +114,10 @@ export async function lossAndGradients(
   tree: PrefixTree,
   members: number[],
   settings: Pick<TrainSettings, 'loss' | 'packTokens' | 'maxPackBytes'>,
-  ctx: { currentVersion: number; splitOf?: (sampleIndex: number) => string },
+  ctx: { currentVersion: number; splitOf?: (sampleIndex: number) => string; reference?: Model },
 ): Promise<GradientResult> {
+  const klCoef = settings.loss.klCoef ?? 0;
+  if (klCoef > 0 && !ctx.reference) throw new Error(`loss.klCoef is ${klCoef} but the trainer has no reference model to take the KL against`);
   const view = subTree(tree, members);
   const packed = packTree(view, { maxTokens: settings.packTokens });
   const n = view.samples.length;
@@ -130,6 +132,13 @@ export async function lossAndGradients(
       const pack = packed.packs[p];
       const res = await model.forward(pack, settings.maxPackBytes ? { maxBytes: settings.maxPackBytes } : {});
       handles.push(res.handle);
+      // The reference policy's log-probs of the same nodes: a forward only, its activations freed at once.
+      let refLogp: Float32Array | null = null;
+      if (ctx.reference) {
+        const ref = await ctx.reference.forward(pack, { logits: 'recompute', ...(settings.maxPackBytes ? { maxBytes: settings.maxPackBytes } : {}) });
+        refLogp = ref.logp;
+        ref.handle.dispose();
+      }
       const nodeOf = packed.nodeOf[p];
       pack.samples.forEach((k, j) => {
         const s = view.samples[k];
@@ -138,6 +147,7 @@ export async function lossAndGradients(
         lossSamples[k] = {
           logp,
           ...(recomputedProx ? { proxLogp: Float32Array.from(logp) } : {}),
+          ...(refLogp ? { refLogp: Float32Array.from(outs, (node) => (refLogp as Float32Array)[node]) } : {}),
           behaviourLogp: Float32Array.from(outs, (node) => tree.behaviourLogp[nodeOf[node]]),
           versions: Uint32Array.from(outs, (node) => tree.versions[nodeOf[node]]),
           advantage: s.advantage,
@@ -198,7 +208,7 @@ export async function trainOnTree(
   model: Model,
   tree: PrefixTree,
   settings: TrainSettings,
-  ctx: { currentVersion: number; splitOf?: (sampleIndex: number) => string; stepsDone?: number },
+  ctx: { currentVersion: number; splitOf?: (sampleIndex: number) => string; stepsDone?: number; reference?: Model },
 ): Promise<StepReport[]> {
   const reports: StepReport[] = [];
   let applied = ctx.stepsDone ?? 0;

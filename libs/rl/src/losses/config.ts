@@ -47,6 +47,12 @@ export interface LossConfig {
   prox?: ProxConfig;
   /** Log-ratios are clamped to [−logRatioClamp, logRatioClamp] before exp (default 20): exp(89) overflows and 0·inf is NaN. */
   logRatioClamp: number;
+  /**
+   * β of a KL penalty to a fixed reference policy (the run's starting weights): loss += β · Σ_i c_i
+   * Σ_t w · k3, k3 = ρ − 1 − log ρ with ρ = π_ref/π_θ of the sampled token (DeepSeekMath GRPO's
+   * estimator), ∂k3/∂log π_θ = 1 − ρ. Every sample must carry refLogp. Absent or 0: no penalty.
+   */
+  klCoef?: number;
 }
 
 /** A configuration that is malformed or refused; `field` names the offending key (dotted path). */
@@ -83,7 +89,7 @@ const EPS_DEFAULTS: Record<LossKind, { epsLow: number; epsHigh: number }> = {
   reinforce_tis: { epsLow: 0.2, epsHigh: 0.28 },
 };
 
-const CONFIG_KEYS = new Set(['kind', 'epsLow', 'epsHigh', 'aggregation', 'constantNormalizer', 'correction', 'prox', 'logRatioClamp']);
+const CONFIG_KEYS = new Set(['kind', 'epsLow', 'epsHigh', 'aggregation', 'constantNormalizer', 'correction', 'prox', 'logRatioClamp', 'klCoef']);
 const CORRECTION_KEYS = new Set(['tokenTis', 'seqTis', 'geoMask']);
 
 function finitePositive(v: unknown, field: string): void {
@@ -121,6 +127,7 @@ export function lossConfig(input: Partial<LossConfig> = {}): LossConfig {
     logRatioClamp: input.logRatioClamp ?? DEFAULT_LOG_RATIO_CLAMP,
   };
   if (input.constantNormalizer !== undefined) cfg.constantNormalizer = input.constantNormalizer;
+  if (input.klCoef !== undefined && input.klCoef !== 0) cfg.klCoef = input.klCoef;
   if (correction) cfg.correction = correction;
   if (input.prox !== undefined) cfg.prox = { ...input.prox };
   else if (kind === 'decoupled_ppo') cfg.prox = { mode: 'recomputed' };
@@ -140,6 +147,8 @@ export function validateLossConfig(cfg: LossConfig): void {
   if (cfg.aggregation === 'constant') finitePositive(cfg.constantNormalizer, 'constantNormalizer');
   else if (cfg.constantNormalizer !== undefined) throw new LossConfigError('constantNormalizer', `is only used by aggregation 'constant', not '${cfg.aggregation}'`);
   finitePositive(cfg.logRatioClamp, 'logRatioClamp');
+  if (cfg.klCoef !== undefined && (typeof cfg.klCoef !== 'number' || !Number.isFinite(cfg.klCoef) || cfg.klCoef < 0))
+    throw new LossConfigError('klCoef', `must be a finite number >= 0, got ${String(cfg.klCoef)}`);
   const c = cfg.correction;
   if (c !== undefined) {
     if (c === null || typeof c !== 'object') throw new LossConfigError('correction', 'must be an object');

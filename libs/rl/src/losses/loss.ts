@@ -16,6 +16,8 @@ export interface LossSample {
   behaviourLogp: FloatArray;
   /** Recomputed log π_prox (decoupled PPO 'recomputed'; PPO's anchor and the TIS reference when given). */
   proxLogp?: FloatArray;
+  /** log π_ref of each output token under the fixed reference policy (required when klCoef > 0; a constant to the loss). */
+  refLogp?: FloatArray;
   /** One advantage for the sample, or one per output token. */
   advantage: number | FloatArray;
   /** Loss weight, per sample or per token (default 1; 0 = masked, e.g. compact filtering). Must be >= 0. */
@@ -58,6 +60,8 @@ function validateSample(s: LossSample, i: number, cfg: LossConfig, detached: Flo
   checkArray(s.logp, L, `${f}.logp`);
   checkArray(s.behaviourLogp, L, `${f}.behaviourLogp`);
   if (s.proxLogp !== undefined) checkArray(s.proxLogp, L, `${f}.proxLogp`);
+  if (s.refLogp !== undefined) checkArray(s.refLogp, L, `${f}.refLogp`);
+  else if ((cfg.klCoef ?? 0) > 0) throw new LossInputError(`${f}.refLogp`, 'is required by klCoef > 0 (the KL penalty to the reference policy)');
   if (detached !== undefined) checkArray(detached, L, `detachedLogp[${i}]`);
   if (entropy !== undefined) checkArray(entropy, L, `entropy[${i}]`);
   if (typeof s.advantage === 'number') {
@@ -189,6 +193,8 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
   let masked = 0;
   let truncated = 0;
   let entropySum = 0;
+  const beta = cfg.klCoef ?? 0;
+  let klRefSum = 0;
   const dLdlogp: Float32Array[] = [];
 
   samples.forEach((s, i) => {
@@ -317,6 +323,18 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
       const scale = ci * w * kappa;
       loss -= scale * j;
       grad[t] = -scale * dj;
+      if (s.refLogp) {
+        // k3 of the sampled token against the reference; not under the mismatch correction κ (a
+        // regulariser of π_θ, not a policy-gradient term).
+        const lrRef = clampLr(s.refLogp[t] - lp);
+        const rho = Math.exp(lrRef);
+        const k3 = rho - 1 - lrRef;
+        klRefSum += k3;
+        if (beta > 0) {
+          loss += ci * w * beta * k3;
+          grad[t] += ci * w * beta * (1 - rho);
+        }
+      }
     }
   });
 
@@ -341,6 +359,7 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
   const stats: LossStats = {
     ...core,
     ...(opts.entropy ? { entropyMean: tokens > 0 ? entropySum / tokens : 0 } : {}),
+    ...(samples.every((x) => x.refLogp !== undefined) ? { klRefK3: tokens > 0 ? klRefSum / tokens : 0 } : {}),
     health: healthVerdict(core, opts.healthThresholds ?? DEFAULT_HEALTH_THRESHOLDS),
   };
   return { loss, dLdlogp, stats };

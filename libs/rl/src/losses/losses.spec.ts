@@ -137,6 +137,42 @@ describe('CISPO (hand-computed)', () => {
   });
 });
 
+describe('KL penalty to the reference policy (hand-computed)', () => {
+  const sample = (): LossSample => ({ logp: f64([-1, -2]), behaviourLogp: f64([-1, -2]), refLogp: f64([-1, -1]), advantage: 0 });
+
+  it('adds β·k3 per token (ρ = π_ref/π_θ) under the aggregation, and β·(1 − ρ) to dLoss/dlogp', () => {
+    const { loss, dLdlogp, stats } = computeLoss([sample()], lossConfig({ klCoef: 0.5 }));
+    // token_mean over 2 tokens: token 0 has ρ = 1 (k3 = 0), token 1 ρ = e (k3 = e − 1 − 1)
+    expect(loss).toBeCloseTo((0.5 * (Math.E - 2)) / 2, 9);
+    expectArrayClose(dLdlogp[0], [0, (0.5 * (1 - Math.E)) / 2], 6);
+    expect(stats.klRefK3).toBeCloseTo((Math.E - 2) / 2, 9);
+  });
+
+  it('a token pushed below the reference is pulled back up: the penalty gradient has the sign of a positive advantage', () => {
+    const s = sample();
+    s.logp[1] = -6; // far below the reference's −1
+    const { dLdlogp } = computeLoss([s], lossConfig({ klCoef: 0.1 }));
+    expect(dLdlogp[0][1]).toBeLessThan(-1); // minimising the loss raises logp
+  });
+
+  it('klCoef 0 (or absent) leaves the loss untouched and still reports the KL when refLogp is given', () => {
+    const plain = computeLoss([ratioSample(1)], lossConfig());
+    const withRef = { ...ratioSample(1), refLogp: f64([-3, -3, -3]) };
+    const zero = computeLoss([withRef], lossConfig({ klCoef: 0 }));
+    expect(zero.loss).toBe(plain.loss);
+    expect(Array.from(zero.dLdlogp[0])).toEqual(Array.from(plain.dLdlogp[0]));
+    expect(zero.stats.klRefK3).toBeGreaterThan(0);
+    expect(plain.stats.klRefK3).toBeUndefined();
+  });
+
+  it('refuses klCoef > 0 without refLogp, and a negative or non-finite klCoef', () => {
+    expect(() => computeLoss([ratioSample(1)], lossConfig({ klCoef: 0.1 }))).toThrow(/samples\[0\]\.refLogp: is required by klCoef/);
+    expect(() => lossConfig({ klCoef: -1 })).toThrow(/klCoef/);
+    expect(() => lossConfig({ klCoef: Number.NaN })).toThrow(/klCoef/);
+    expect(() => computeLoss([{ ...ratioSample(1), refLogp: f64([0, Number.NaN, 0]) }], lossConfig({ klCoef: 0.1 }))).toThrow(/refLogp\[1\]/);
+  });
+});
+
 describe('PPO-clip / GRPO (hand-computed)', () => {
   const cfg = lossConfig({ kind: 'ppo' }); // [0.8, 1.28]
 
@@ -380,8 +416,10 @@ describe('input validation', () => {
 // Finite differences: ∂loss/∂logp for every loss kind (and its corrections) under every aggregation.
 // Quantities under a stop-gradient are held fixed through detachedLogp, as autograd would.
 
-const KIND_CONFIGS: [string, Partial<LossConfig>, { prox?: boolean; versions?: boolean }][] = [
+const KIND_CONFIGS: [string, Partial<LossConfig>, { prox?: boolean; versions?: boolean; ref?: boolean }][] = [
   ['cispo', { kind: 'cispo' }, {}],
+  ['cispo + KL to the reference', { kind: 'cispo', klCoef: 0.3 }, { ref: true }],
+  ['ppo + KL to the reference', { kind: 'ppo', klCoef: 0.05 }, { ref: true }],
   ['cispo + lower bound + geoMask', { kind: 'cispo', epsLow: 0.2, epsHigh: 0.25, correction: { geoMask: { low: 0.9, high: 1.1 } } }, {}],
   ['ppo', { kind: 'ppo' }, {}],
   ['ppo + prox anchor + tokenTis', { kind: 'ppo', correction: { tokenTis: { cap: 1.1 } } }, { prox: true }],
@@ -393,7 +431,7 @@ const KIND_CONFIGS: [string, Partial<LossConfig>, { prox?: boolean; versions?: b
 ];
 
 /** Random samples whose ratios stay at least `margin` away from every clip edge (so ±h never crosses a kink). */
-function randomBatch(seed: number, opts: { prox?: boolean; versions?: boolean }): LossSample[] {
+function randomBatch(seed: number, opts: { prox?: boolean; versions?: boolean; ref?: boolean }): LossSample[] {
   const rnd = seededRandom(seed);
   const edges = [0.8, 1.28, 1.25, 1.2, 1.1, 1.3, 0.9];
   const farFromEdges = (lr: number) => edges.every((e) => Math.abs(Math.exp(lr) - e) > 0.02);
@@ -420,6 +458,7 @@ function randomBatch(seed: number, opts: { prox?: boolean; versions?: boolean })
     };
     if (opts.prox) s.proxLogp = prox;
     if (opts.versions) s.versions = Uint32Array.from({ length: L }, () => Math.floor(rnd() * 8));
+    if (opts.ref) s.refLogp = Float64Array.from(logp, (x) => x + (rnd() - 0.5) * 2);
     out.push(s);
   }
   return out;

@@ -46,6 +46,8 @@ export interface LossStats {
   zeroWeightFrac: number;
   /** Mean per-token entropy over tokens with loss weight > 0, when the caller gave entropies. */
   entropyMean?: number;
+  /** Mean k3 of π_θ against the reference policy (ρ = π_ref/π_θ) over tokens with loss weight > 0, when every sample carried refLogp. */
+  klRefK3?: number;
   /** Mean of k3 = r − log r − 1 (r = π_ref/π_behaviour), ≥ 0. */
   mismatchKlK3: number;
   /** Mean |log π_ref − log π_behaviour| (not clamped). */
