@@ -23,6 +23,16 @@ describe('run config', () => {
     expect(() => parseRunConfig({ algorithm: { eps: -1 } })).toThrow(/algorithm\.eps/);
   });
 
+  it('KL penalty to the starting weights: β 0.05 for the tiny model, none for a model directory, what the user names otherwise', () => {
+    expect(parseRunConfig({}).algorithm.klCoef).toBe(0.05);
+    expect(lossConfigOf(parseRunConfig({})).klCoef).toBe(0.05);
+    expect(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false } }).algorithm.klCoef).toBe(0);
+    expect(lossConfigOf(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false } })).klCoef).toBeUndefined();
+    expect(parseRunConfig({ algorithm: { klCoef: 0 } }).algorithm.klCoef).toBe(0);
+    expect(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false }, algorithm: { klCoef: 0.01 } }).algorithm.klCoef).toBe(0.01);
+    expect(() => parseRunConfig({ algorithm: { klCoef: -0.1 } })).toThrow(/algorithm\.klCoef/);
+  });
+
   it('refuses unknown and out-of-range knobs, listing every problem at once', () => {
     let err: unknown;
     try {
@@ -48,8 +58,8 @@ describe('run config', () => {
     expect(() => loadRunConfig([], { ANVIL_SEED: 'x' })).toThrow(/ANVIL_SEED=x is not a number/);
   });
 
-  it('builds the trainer loss from the algorithm knobs: the default is what the host always built, corrections and a constant normaliser when asked', () => {
-    expect(lossConfigOf(parseRunConfig({}))).toEqual(lossConfig({ kind: 'cispo', aggregation: 'token_mean' }));
+  it('builds the trainer loss from the algorithm knobs: the default is CISPO with the tiny model's KL penalty, corrections and a constant normaliser when asked', () => {
+    expect(lossConfigOf(parseRunConfig({}))).toEqual(lossConfig({ kind: 'cispo', aggregation: 'token_mean', klCoef: 0.05 }));
     expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', epsHigh: 0.3, tokenTisCap: 2 } }))).toMatchObject({ kind: 'ppo', epsLow: 0.2, epsHigh: 0.3, correction: { tokenTis: { cap: 2 } } });
     expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', seqTisCap: 5 } }))).toMatchObject({ kind: 'ppo', correction: { seqTis: { cap: 5 } } });
     expect(() => parseRunConfig({ algorithm: { seqTisCap: 5 } })).toThrow(/algorithm\.seqTisCap: correction\.seqTis: CISPO is anchored on the behaviour logprobs/);
