@@ -58,7 +58,7 @@ describe('run config', () => {
     expect(() => loadRunConfig([], { ANVIL_SEED: 'x' })).toThrow(/ANVIL_SEED=x is not a number/);
   });
 
-  it('builds the trainer loss from the algorithm knobs: the default is CISPO with the tiny model's KL penalty, corrections and a constant normaliser when asked', () => {
+  it("builds the trainer loss from the algorithm knobs: the default is CISPO with the tiny model's KL penalty, corrections and a constant normaliser when asked", () => {
     expect(lossConfigOf(parseRunConfig({}))).toEqual(lossConfig({ kind: 'cispo', aggregation: 'token_mean', klCoef: 0.05 }));
     expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', epsHigh: 0.3, tokenTisCap: 2 } }))).toMatchObject({ kind: 'ppo', epsLow: 0.2, epsHigh: 0.3, correction: { tokenTis: { cap: 2 } } });
     expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', seqTisCap: 5 } }))).toMatchObject({ kind: 'ppo', correction: { seqTis: { cap: 5 } } });
