@@ -53,6 +53,13 @@ export interface LossConfig {
    * estimator), ∂k3/∂log π_θ = 1 − ρ. Every sample must carry refLogp. Absent or 0: no penalty.
    */
   klCoef?: number;
+  /**
+   * Above this log ρ the penalty continues linearly (its gradient stays β·(1 − e^cap), ≈ −19β at the
+   * default 3) instead of growing with ρ: one sampled token the policy had pushed to 1e-9 of the
+   * reference's probability otherwise carried a k3 of ~1e6 and, after clipping, was the whole step.
+   * Absent: DEFAULT_KL_LOG_RATIO_CAP.
+   */
+  klLogRatioCap?: number;
 }
 
 /** A configuration that is malformed or refused; `field` names the offending key (dotted path). */
@@ -81,6 +88,7 @@ export const DEFAULT_TOKEN_TIS_CAP = 2;
 export const DEFAULT_SEQ_TIS_CAP = 5;
 export const DEFAULT_GEO_MASK = { low: 0.99, high: 1.01 } as const;
 export const DEFAULT_LOG_RATIO_CLAMP = 20;
+export const DEFAULT_KL_LOG_RATIO_CAP = 3;
 
 const EPS_DEFAULTS: Record<LossKind, { epsLow: number; epsHigh: number }> = {
   cispo: { epsLow: 1, epsHigh: 4 },
@@ -89,7 +97,7 @@ const EPS_DEFAULTS: Record<LossKind, { epsLow: number; epsHigh: number }> = {
   reinforce_tis: { epsLow: 0.2, epsHigh: 0.28 },
 };
 
-const CONFIG_KEYS = new Set(['kind', 'epsLow', 'epsHigh', 'aggregation', 'constantNormalizer', 'correction', 'prox', 'logRatioClamp', 'klCoef']);
+const CONFIG_KEYS = new Set(['kind', 'epsLow', 'epsHigh', 'aggregation', 'constantNormalizer', 'correction', 'prox', 'logRatioClamp', 'klCoef', 'klLogRatioCap']);
 const CORRECTION_KEYS = new Set(['tokenTis', 'seqTis', 'geoMask']);
 
 function finitePositive(v: unknown, field: string): void {
@@ -128,6 +136,7 @@ export function lossConfig(input: Partial<LossConfig> = {}): LossConfig {
   };
   if (input.constantNormalizer !== undefined) cfg.constantNormalizer = input.constantNormalizer;
   if (input.klCoef !== undefined && input.klCoef !== 0) cfg.klCoef = input.klCoef;
+  if (input.klLogRatioCap !== undefined) cfg.klLogRatioCap = input.klLogRatioCap;
   if (correction) cfg.correction = correction;
   if (input.prox !== undefined) cfg.prox = { ...input.prox };
   else if (kind === 'decoupled_ppo') cfg.prox = { mode: 'recomputed' };
@@ -147,6 +156,7 @@ export function validateLossConfig(cfg: LossConfig): void {
   if (cfg.aggregation === 'constant') finitePositive(cfg.constantNormalizer, 'constantNormalizer');
   else if (cfg.constantNormalizer !== undefined) throw new LossConfigError('constantNormalizer', `is only used by aggregation 'constant', not '${cfg.aggregation}'`);
   finitePositive(cfg.logRatioClamp, 'logRatioClamp');
+  if (cfg.klLogRatioCap !== undefined) finitePositive(cfg.klLogRatioCap, 'klLogRatioCap');
   if (cfg.klCoef !== undefined && (typeof cfg.klCoef !== 'number' || !Number.isFinite(cfg.klCoef) || cfg.klCoef < 0))
     throw new LossConfigError('klCoef', `must be a finite number >= 0, got ${String(cfg.klCoef)}`);
   const c = cfg.correction;

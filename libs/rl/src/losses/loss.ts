@@ -6,7 +6,7 @@
 // interpolated proximal policy of decoupled PPO) is read from `detachedLogp` (default: logp), as
 // autograd would see `logp.detach()`; the finite-difference tests perturb logp with it held fixed.
 
-import { Aggregation, AGGREGATIONS, LossConfig, LossConfigError, LossInputError, validateLossConfig } from './config';
+import { Aggregation, AGGREGATIONS, DEFAULT_KL_LOG_RATIO_CAP, LossConfig, LossConfigError, LossInputError, validateLossConfig } from './config';
 import { DEFAULT_HEALTH_THRESHOLDS, FloatArray, HealthThresholds, healthVerdict, LossStats, RatioAccumulator } from './stats';
 
 export interface LossSample {
@@ -194,6 +194,7 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
   let truncated = 0;
   let entropySum = 0;
   const beta = cfg.klCoef ?? 0;
+  const capKl = cfg.klLogRatioCap ?? DEFAULT_KL_LOG_RATIO_CAP;
   let klRefSum = 0;
   const dLdlogp: Float32Array[] = [];
 
@@ -326,9 +327,11 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
       if (s.refLogp) {
         // k3 of the sampled token against the reference; not under the mismatch correction κ (a
         // regulariser of π_θ, not a policy-gradient term).
-        const lrRef = clampLr(s.refLogp[t] - lp);
-        const rho = Math.exp(lrRef);
-        const k3 = rho - 1 - lrRef;
+        // x = log ρ; beyond the cap k3 continues along its tangent, so its slope stays bounded.
+        const x = clampLr(s.refLogp[t] - lp);
+        const xc = Math.min(x, capKl);
+        const rho = Math.exp(xc);
+        const k3 = rho - 1 - xc + (rho - 1) * (x - xc);
         klRefSum += k3;
         if (beta > 0) {
           loss += ci * w * beta * k3;

@@ -148,11 +148,18 @@ describe('KL penalty to the reference policy (hand-computed)', () => {
     expect(stats.klRefK3).toBeCloseTo((Math.E - 2) / 2, 9);
   });
 
-  it('a token pushed below the reference is pulled back up: the penalty gradient has the sign of a positive advantage', () => {
+  it('a token pushed below the reference is pulled back up, with a slope capped at log ρ = klLogRatioCap (default 3) and k3 continued along its tangent', () => {
     const s = sample();
-    s.logp[1] = -6; // far below the reference's −1
-    const { dLdlogp } = computeLoss([s], lossConfig({ klCoef: 0.1 }));
-    expect(dLdlogp[0][1]).toBeLessThan(-1); // minimising the loss raises logp
+    s.logp[1] = -6; // 5 nats below the reference's −1
+    const { loss, dLdlogp, stats } = computeLoss([s], lossConfig({ klCoef: 0.1 }));
+    const e3 = Math.exp(3);
+    expect(dLdlogp[0][1]).toBeCloseTo((0.1 * (1 - e3)) / 2, 6); // minimising the loss raises logp, at most 19β per token
+    expect(stats.klRefK3).toBeCloseTo((e3 - 1 - 3 + (e3 - 1) * 2) / 2, 6);
+    expect(loss).toBeCloseTo((0.1 * (e3 - 1 - 3 + (e3 - 1) * 2)) / 2, 6);
+    // a wider cap keeps the plain k3 up to it
+    const wide = computeLoss([s], lossConfig({ klCoef: 0.1, klLogRatioCap: 6 }));
+    expect(wide.dLdlogp[0][1]).toBeCloseTo((0.1 * (1 - Math.exp(5))) / 2, 5);
+    expect(() => lossConfig({ klLogRatioCap: 0 })).toThrow(/klLogRatioCap/);
   });
 
   it('klCoef 0 (or absent) leaves the loss untouched and still reports the KL when refLogp is given', () => {
@@ -458,7 +465,7 @@ function randomBatch(seed: number, opts: { prox?: boolean; versions?: boolean; r
     };
     if (opts.prox) s.proxLogp = prox;
     if (opts.versions) s.versions = Uint32Array.from({ length: L }, () => Math.floor(rnd() * 8));
-    if (opts.ref) s.refLogp = Float64Array.from(logp, (x) => x + (rnd() - 0.5) * 2);
+    if (opts.ref) s.refLogp = Float64Array.from(logp, (x) => x + (rnd() - 0.5) * 9); // some tokens beyond the KL cap (log ρ > 3)
     out.push(s);
   }
   return out;
