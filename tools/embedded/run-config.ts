@@ -198,7 +198,7 @@ export const runConfigSchema = z
          * also holds and runs forward (0 = none). Absent: 0.05 for the tiny model, 0 for a model
          * directory (a second copy of a large model's weights is the user's call). On the tiny model a
          * policy-gradient step sometimes drops one token of the tool-call format by several nats
-         * (replayed offline: the whole drop came from one step's update of layer 0); with β 0.05 the
+         * (looked at offline: most of the drop came from one step's update of layer 0); with β 0.05 the
          * next steps pull it back, without it the format stays broken (README).
          */
         klCoef: z.number().min(0).max(100).optional(),

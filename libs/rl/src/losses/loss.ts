@@ -325,9 +325,9 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
       loss -= scale * j;
       grad[t] = -scale * dj;
       if (s.refLogp) {
-        // k3 of the sampled token against the reference; not under the mismatch correction κ (a
+        // k3 of the sampled token against the reference (x = log ρ), continued along its tangent
+        // beyond the cap so its slope stays bounded; not under the mismatch correction κ (a
         // regulariser of π_θ, not a policy-gradient term).
-        // x = log ρ; beyond the cap k3 continues along its tangent, so its slope stays bounded.
         const x = clampLr(s.refLogp[t] - lp);
         const xc = Math.min(x, capKl);
         const rho = Math.exp(xc);
