@@ -70,6 +70,30 @@ describe('RunRecorder', () => {
     expect(rec.staleness).toEqual([8, 10, 2]);
   });
 
+  it('sums up a batch trained in mini-batches: means over the applied steps, the token-weighted mismatch, skipped only when no step was applied', () => {
+    const base = step(1).reports[0];
+    const part = (o: Partial<typeof base>) => ({ ...base, ...o });
+    const batch = (reports: (typeof base)[]) => ({ ...step(1), reports }) as TrainerStepEvent;
+    const rec = new RunRecorder();
+    // Each mini-batch's tokens of the current version were measured on that version's weights; the row weighs them by tokens.
+    const row = rec.step(
+      batch([
+        part({ loss: 0.2, gradNorm: 1, uniqueTokens: 10, totalTokens: 40, mismatch: { meanAbsDeltaLogp: 2e-8, klK3: 4e-14, tokens: 30 } }),
+        part({ loss: 0.4, gradNorm: 3, uniqueTokens: 30, totalTokens: 60, stats: { ...base.stats, ratioMean: 0.5, clipHighFrac: 0.5, entropyMean: 1 } as typeof base.stats, mismatch: { meanAbsDeltaLogp: 6e-8, klK3: 8e-14, tokens: 10 } }),
+        part({ loss: NaN, gradNorm: NaN, skipped: 'non-finite loss', mismatch: { meanAbsDeltaLogp: NaN, klK3: NaN, tokens: 0 } }),
+      ]),
+      1,
+    );
+    expect(row).toMatchObject({ loss: 0.30000000000000004, gradNorm: 2, ratioMean: 0.75, clipHighFrac: 0.25, entropy: 1.5, mismatchTokens: 40, uniqueTokens: 65, totalTokens: 200, skipped: null });
+    expect(row.sharing).toBeCloseTo(1 - 65 / 200, 12);
+    expect(row.mismatchAbs).toBeCloseTo(3e-8, 20);
+    expect(row.mismatchKl).toBeCloseTo(5e-14, 26);
+    expect(row.klRef).toBeNull();
+    const none = rec.step(batch([part({ loss: NaN, skipped: 'non-finite loss' }), part({ loss: NaN, skipped: 'non-finite gradient norm' })]), 2);
+    expect(none.skipped).toBe('non-finite loss; non-finite gradient norm');
+    expect(none.loss).toBeNaN();
+  });
+
   it("sums up the run with the embedded job's summary fields", () => {
     const rec = new RunRecorder();
     rec.evaluated(evaluation(0, 0.4), 1);

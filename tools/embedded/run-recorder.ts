@@ -27,33 +27,49 @@ export class RunRecorder {
     if (outcomeReward !== null) this.rewardWindow.push(outcomeReward);
   }
 
-  /** One trained batch; the reward is the mean of the train rollouts finished since the previous one. */
+  /**
+   * One trained batch; the reward is the mean of the train rollouts finished since the previous one.
+   * A batch trained in mini-batches has one report per optimizer step: the row carries their means
+   * (over the applied steps, or all of them when none was applied), the token-weighted mismatch
+   * (only mini-batches trained on the current version's weights measure it), and the batch counts
+   * as skipped only when no step was applied.
+   */
   step(e: TrainerStepEvent, wallS: number): StepRow {
-    const r = e.reports[e.reports.length - 1];
     const rewards = this.rewardWindow;
     this.rewardWindow = [];
+    const applied = e.reports.filter((x) => x.skipped === null);
+    const over = applied.length > 0 ? applied : e.reports;
+    const meanOf = (pick: (x: TrainerStepEvent['reports'][number]) => number | null | undefined): number => {
+      const v = over.map((x) => num(pick(x))).filter(Number.isFinite);
+      return v.length ? v.reduce((a, b) => a + b, 0) / v.length : NaN;
+    };
+    const withStats = over.filter((x) => x.stats);
+    const mismatchTokens = e.reports.reduce((a, x) => a + x.mismatch.tokens, 0);
+    const tokenMean = (pick: (x: TrainerStepEvent['reports'][number]) => number) => (mismatchTokens > 0 ? e.reports.reduce((a, x) => a + (x.mismatch.tokens > 0 ? num(pick(x)) * x.mismatch.tokens : 0), 0) / mismatchTokens : NaN);
+    const uniqueTokens = e.reports.reduce((a, x) => a + x.uniqueTokens, 0);
+    const totalTokens = e.reports.reduce((a, x) => a + x.totalTokens, 0);
     const row: StepRow = {
       step: this.steps.length + 1,
       version: e.version,
       wallS,
       reward: rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : null,
-      loss: num(r.loss),
-      gradNorm: num(r.gradNorm),
-      ratioMean: num(r.stats?.ratioMean),
-      clipHighFrac: num(r.stats?.clipHighFrac),
-      entropy: r.stats?.entropyMean ?? null,
-      klRef: r.stats?.klRefK3 ?? null,
-      mismatchAbs: num(r.mismatch.meanAbsDeltaLogp),
-      mismatchKl: num(r.mismatch.klK3),
-      mismatchTokens: r.mismatch.tokens,
-      sharing: num(r.sharing),
-      uniqueTokens: e.reports.reduce((a, x) => a + x.uniqueTokens, 0),
-      totalTokens: e.reports.reduce((a, x) => a + x.totalTokens, 0),
+      loss: meanOf((x) => x.loss),
+      gradNorm: meanOf((x) => x.gradNorm),
+      ratioMean: meanOf((x) => x.stats?.ratioMean),
+      clipHighFrac: meanOf((x) => x.stats?.clipHighFrac),
+      entropy: withStats.some((x) => x.stats?.entropyMean !== undefined) ? meanOf((x) => x.stats?.entropyMean) : null,
+      klRef: withStats.some((x) => x.stats?.klRefK3 !== undefined) ? meanOf((x) => x.stats?.klRefK3) : null,
+      mismatchAbs: tokenMean((x) => x.mismatch.meanAbsDeltaLogp),
+      mismatchKl: tokenMean((x) => x.mismatch.klK3),
+      mismatchTokens,
+      sharing: totalTokens > 0 ? 1 - uniqueTokens / totalTokens : NaN,
+      uniqueTokens,
+      totalTokens,
       trainSeconds: e.busyMs / 1000,
       idleSeconds: e.idleMs / 1000,
       stalenessMean: num(e.staleness.mean),
       stalenessMax: num(e.staleness.max),
-      skipped: r.skipped,
+      skipped: applied.length > 0 ? null : e.reports.map((x) => x.skipped).join('; ') || 'no optimizer step',
     };
     this.steps.push(row);
     for (const x of e.reports) {
