@@ -146,30 +146,18 @@ describe('trainer loss wiring', () => {
     m.dispose();
   });
 
-  it("measures every mini-batch's mismatch on the current version's weights: the later ones by a forward before the batch's first step", async () => {
+  it("measures the mismatch only on mini-batches trained on the current version's weights (before the batch's first applied step)", async () => {
     const parts = miniBatchesOf(tree, 2);
     const currentIn = (members: number[]) => members.reduce((a, k) => a + samples[k].versions.filter((v) => v === 4).length, 0);
     expect(parts.every((p) => currentIn(p) > 0)).toBe(true);
-    // What one forward of each mini-batch on the untouched weights measures (no training in between).
-    const fresh = model();
-    const expected: Awaited<ReturnType<typeof lossAndGradients>>['mismatch'][] = [];
-    for (const p of parts) expected.push((await lossAndGradients(fresh, tree, p, { loss: lossConfig(), packTokens: 100_000 }, { currentVersion: 4, splitOf: (k) => (k % 2 ? 'odd' : 'even') })).mismatch);
-    fresh.dispose();
     const m = model();
-    const reports = await trainOnTree(m, tree, { loss: lossConfig(), lr: 1e-1, maxGradNorm: 0, packTokens: 100_000, miniBatches: 2 }, { currentVersion: 4, splitOf: (k) => (k % 2 ? 'odd' : 'even') });
-    expect(m.stepCount).toBe(2);
-    expect(reports.map((r) => r.mismatch.tokens)).toEqual(parts.map(currentIn));
-    // Equal to the untouched weights' figures, although the first step (lr 0.1) moved the weights before the second mini-batch trained.
-    reports.forEach((r, i) => {
-      expect(r.mismatch.meanAbsDeltaLogp).toBeCloseTo(expected[i].all.meanAbsDeltaLogp, 6);
-      expect(r.mismatchBySplit).toEqual(expected[i].splits.map((s) => ({ ...s, meanAbsDeltaLogp: expect.closeTo(s.meanAbsDeltaLogp, 6), klK3: expect.closeTo(s.klK3, 6) })));
-    });
-    const after = await lossAndGradients(m, tree, parts[1], { loss: lossConfig(), packTokens: 100_000 }, { currentVersion: 4 });
-    expect(Math.abs(after.mismatch.all.meanAbsDeltaLogp - expected[1].all.meanAbsDeltaLogp)).toBeGreaterThan(1e-3);
+    const reports = await trainOnTree(m, tree, { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 }, { currentVersion: 4 });
+    expect(reports.map((r) => r.mismatch.tokens)).toEqual([currentIn(parts[0]), 0]);
+    expect(reports[1].mismatchBySplit).toEqual([]);
     m.dispose();
   });
 
-  it('the measuring forward changes nothing that is trained: the weights equal those of the same steps taken without it', async () => {
+  it('trainOnTree takes the same steps as forward + loss + backward, clip and AdamW per mini-batch: the weights are equal bit for bit', async () => {
     const settings = { loss: lossConfig(), lr: 1e-2, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 };
     const a = model();
     await trainOnTree(a, tree, settings, { currentVersion: 4 });
