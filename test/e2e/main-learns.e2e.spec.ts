@@ -6,7 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 /**
  * The learning test: `npm run main` (the embedded default, its own warm start included) on a fresh
- * data directory must raise held-out success at the end of RL by 5 points over the warm start's (same
+ * data directory must raise held-out success at the end of RL by 15 points over the warm start's (same
  * tasks, same sampler seeds), and keep the train/inference mismatch of the tokens the current version generated within bounds (a
  * peer's CI fails when the mean KL over its last steps exceeds 0.15; the embedded engine both
  * generates and trains, so ours is a measure of the engine itself and is held to 1e-5 in |Δlogp|).
@@ -54,11 +54,14 @@ describe('npm run main', () => {
     // Every evaluation runs 4 samples of each of the 100 held-out tasks with the same sampler seeds per
     // (task, sample), so the warm start and the RL-trained policy are compared on paired samples: the
     // noise on their difference is about 2.5 to 3 points, where one unpaired 100-sample evaluation moved by ±5.
-    // The default run gained +22.3, +21.0 and +21.7 on seeds 1-3 (2026-12-03: 120 steps, AdamW eps 1e-6;
-    // +16.3, +19.8 and +15.5 over 90 steps before): 5 points is a rise outside that noise.
-    expect(summary.heldOutSuccess.final, out.slice(-4000)).toBeGreaterThanOrEqual(summary.heldOutSuccess.warmStart + 0.05);
+    // The default run gained +35.3 to +48.8 in six runs of seeds 1-3 (2026-12-04: 120 batches of 8 AdamW
+    // steps each; +14.2 to +22.5 with one step a batch the day before): the issue's bar for every seed, +15
+    // points, is far outside that noise and well under what the default reaches.
+    expect(summary.heldOutSuccess.final, out.slice(-4000)).toBeGreaterThanOrEqual(summary.heldOutSuccess.warmStart + 0.15);
     expect(out).toMatch(/held-out evaluation of the warm start \(100 tasks x 4 samples, temperature 1\)/);
-    expect(summary.mismatch.tokens).toBeGreaterThan(10_000);
+    // Measured only in each batch's mini-batches trained before its first AdamW step (one group of eight with
+    // the default): 860 tokens in a seed-1 run on 2026-12-04, most of them step 1's (12-16 thousand with one step a batch).
+    expect(summary.mismatch.tokens).toBeGreaterThan(200);
     expect(summary.mismatch.klK3).toBeLessThan(0.15);
     expect(summary.mismatch.meanAbsDeltaLogp).toBeLessThan(1e-5);
     const report = out.match(/^report: (.+)$/m)?.[1];

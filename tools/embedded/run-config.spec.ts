@@ -33,6 +33,15 @@ describe('run config', () => {
     expect(() => parseRunConfig({ algorithm: { klCoef: -0.1 } })).toThrow(/algorithm\.klCoef/);
   });
 
+  it('optimizer steps per train batch: 8 for the tiny model, 1 for a model directory, what the user names otherwise', () => {
+    expect(parseRunConfig({}).algorithm.miniBatches).toBe(8);
+    expect(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false } }).algorithm.miniBatches).toBe(1);
+    expect(parseRunConfig({ algorithm: { miniBatches: 1 } }).algorithm.miniBatches).toBe(1);
+    expect(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false }, algorithm: { miniBatches: 2 } }).algorithm.miniBatches).toBe(2);
+    expect(() => parseRunConfig({ algorithm: { miniBatches: 0 } })).toThrow(/algorithm\.miniBatches/);
+    expect(() => parseRunConfig({ algorithm: { miniBatches: 65 } })).toThrow(/algorithm\.miniBatches/);
+  });
+
   it('refuses unknown and out-of-range knobs, listing every problem at once', () => {
     let err: unknown;
     try {
