@@ -51,6 +51,18 @@ describe('main job report', () => {
     expect(html).toContain('3.00e-8');
   });
 
+  it('draws the mismatch of the steps that measured it as points over every step, and says how many measured', () => {
+    const r = run(30);
+    r.steps = r.steps.map((s) => (s.step === 1 || s.step === 17 ? s : { ...s, mismatchAbs: NaN, mismatchKl: NaN, mismatchTokens: 0 }));
+    const html = renderReport(r);
+    const i = html.indexOf('<figcaption>Train/inference mismatch on tokens of the current version (2 of 29 trained steps measured)</figcaption>');
+    expect(i).toBeGreaterThan(0);
+    const fig = html.slice(i, html.indexOf('</figure>', i));
+    expect((fig.match(/<circle/g) ?? []).length).toBe(2);
+    // the x axis spans the run (steps 1..30; step 4 was skipped), not just the measured steps
+    expect(fig).toContain('>30</text>');
+  });
+
   it('writes report.html and summary.json (summary, evaluations, steps) into the run directory', () => {
     const dir = mkdtempSync(join(tmpdir(), 'anvil-report-'));
     const file = writeRunReport(dir, run(5));

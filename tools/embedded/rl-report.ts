@@ -161,10 +161,15 @@ export function renderReport(r: RunReport): string {
       ],
     }),
     lineChart({
-      title: 'Train/inference mismatch on tokens of the current version',
+      // With several AdamW steps a batch only the mini-batches before its first step measure it, so many steps have no point.
+      title: `Train/inference mismatch on tokens of the current version (${s.filter((x) => x.mismatchTokens > 0).length} of ${s.length} trained steps measured)`,
       xLabel: 'train step',
       yLabel: 'mean |Δlogp|',
-      series: [{ name: 'mean |Δlogp|', color: '#d2462f', points: s.filter((x) => x.mismatchTokens > 0).map((x) => [x.step, x.mismatchAbs] as [number, number]) }],
+      // Markers over every step's range: a measured step is a point, not a line across unmeasured ones.
+      xMin: 1,
+      xMax: Math.max(2, s.length ? s[s.length - 1].step : 2),
+      yMin: 0,
+      series: [{ name: 'mean |Δlogp|', color: '#d2462f', markers: true, points: s.filter((x) => x.mismatchTokens > 0).map((x) => [x.step, x.mismatchAbs] as [number, number]) }],
     }),
   ];
   const splitRows = r.mismatchBySplit.map((m) => `<tr><td>${esc(m.key)}</td><td>${m.meanAbsDeltaLogp.toExponential(2)}</td><td>${m.klK3.toExponential(2)}</td><td>${m.tokens}</td></tr>`).join('');

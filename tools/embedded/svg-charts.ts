@@ -13,6 +13,9 @@ export interface ChartOptions {
   xLabel: string;
   yLabel: string;
   series: Series[];
+  /** The x range to draw (default: the data's), e.g. every train step when only a few have a point. */
+  xMin?: number;
+  xMax?: number;
   yMin?: number;
   yMax?: number;
   width?: number;
@@ -39,8 +42,8 @@ export function lineChart(o: ChartOptions): string {
   const pad = { l: 56, r: 16, t: 30, b: 42 };
   const all = o.series.flatMap((s) => s.points).filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y));
   if (all.length === 0) return `<figure><figcaption>${esc(o.title)}</figcaption><p class="empty">no data</p></figure>`;
-  const xMin = Math.min(...all.map((p) => p[0]));
-  let xMax = Math.max(...all.map((p) => p[0]));
+  const xMin = o.xMin ?? Math.min(...all.map((p) => p[0]));
+  let xMax = o.xMax ?? Math.max(...all.map((p) => p[0]));
   if (xMax === xMin) xMax = xMin + 1;
   let yMin = o.yMin ?? Math.min(...all.map((p) => p[1])),
     yMax = o.yMax ?? Math.max(...all.map((p) => p[1]));
