@@ -179,11 +179,11 @@ export const runConfigSchema = z
         /**
          * AdamW steps per train batch (the batch split along group boundaries: with B = 8, one group
          * a step); absent: 8 for the tiny model, 1 for a model directory. The tiny model's trainer
-         * waits for batches more than half the time, so more, smaller steps per batch cost almost no
-         * wall clock (0.75 -> 0.8 s a batch) and learn more from each rollout. Held-out gains over 120
+         * waits for batches about half the time, so more, smaller steps per batch cost almost no
+         * wall clock (0.75 -> 0.85 s a batch) and learn more from each rollout. Held-out gains over 120
          * batches on seeds 1-3 (2026-12-04, same day, same machine): 1 step +21, +18, +19; 2 steps
-         * +26, +17.3, +27; 4 steps +37.5/+37.3, +18.8/+29.8, +31.5/+39.8; 8 steps +42.8/+48.8,
-         * +35.3/+42.0, +38.5/+37.7 (README). A model directory keeps the usual one step per batch
+         * +26, +17.3, +27; 4 steps +37.5/+37.3, +18.8/+29.8, +31.5/+39.8; 8 steps
+         * +42.8/+48.8/+41.3/+45.5, +35.3/+42.0, +38.5/+37.7/+43.8 (README). A model directory keeps the usual one step per batch
          * until it is measured there.
          */
         miniBatches: positiveInt().max(64).optional(),
