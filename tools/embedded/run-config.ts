@@ -161,7 +161,8 @@ export const runConfigSchema = z
         /** λ of the process-reward rule: a call's advantage = its rollout's + λ · its normalised process reward (0 = outcome only). */
         processRewardWeight: z.number().min(0).max(100).default(1),
         /**
-         * Peak AdamW lr. Measured with one AdamW step per batch (see miniBatches), 1e-4 constant: +22.3, +21.0 and +21.7 held-out points on seeds 1-3 over 120
+         * Peak AdamW lr, measured with one AdamW step per batch (see miniBatches). 1e-4 constant:
+         * +22.3, +21.0 and +21.7 held-out points on seeds 1-3 over 120
          * steps with eps 1e-6 (2026-12-03); +16.3, +19.8 and +15.5 over 90 steps with eps 1e-15 and the
          * 565-step warm start and shuffled train passes (2026-12-02); with passes in task id order +12,
          * +6.5 and +11.5, and +21, +24 and +11 on a 530-step warm start. In task id order, 1.5e-4 with a cosine
@@ -183,8 +184,8 @@ export const runConfigSchema = z
          * wall clock (0.75 -> 0.85 s a batch) and learn more from each rollout. Held-out gains over 120
          * batches on seeds 1-3 (2026-12-04, same day, same machine): 1 step +21, +18, +19; 2 steps
          * +26, +17.3, +27; 4 steps +37.5/+37.3, +18.8/+29.8, +31.5/+39.8; 8 steps
-         * +42.8/+48.8/+41.3/+45.5, +35.3/+42.0, +38.5/+37.7/+43.8 (README). A model directory keeps the usual one step per batch
-         * until it is measured there.
+         * +42.8/+48.8/+41.3/+45.5, +35.3/+42.0, +38.5/+37.7/+43.8 (README). A model directory keeps
+         * the usual one step per batch until it is measured there.
          */
         miniBatches: positiveInt().max(64).optional(),
         beta1: z.number().min(0).lt(1).default(0.9),
