@@ -305,13 +305,23 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   // optimizerState(): {step, m: Float32Array [num_params] | null, v: ... } copies of AdamW's moments
   // (null before the first step), for checkpoints that resume training exactly. Call between
   // steps (the trainer never overlaps it with a queued step).
+  // On the CUDA backend the moments live on the device: they are copied through the host arenas
+  // (allocated at the first call), under the model's lock, which no queued step holds between steps.
   Napi::Value OptimizerState(const Napi::CallbackInfo& info) {
     Model& m = model();
-#ifdef ANVIL_WITH_CUDA
-    if (m.device) throw Error("optimizerState: not available on the CUDA backend (moments live on the device)");
-#endif
     Napi::Env env = info.Env();
     Napi::Object o = Napi::Object::New(env);
+#ifdef ANVIL_WITH_CUDA
+    if (m.device) {
+      std::lock_guard<std::mutex> lock(m.mu);
+      auto hm = m.adam_m ? m.adam_m : std::make_shared<FloatArena>(m.num_params);
+      auto hv = m.adam_v ? m.adam_v : std::make_shared<FloatArena>(m.num_params);
+      if (m.device->pull_moments(hm->data(), hv->data())) {
+        m.adam_m = hm;
+        m.adam_v = hv;
+      }
+    }
+#endif
     o.Set("step", (double)m.step);
     if (!m.adam_m) {
       o.Set("m", env.Null());
@@ -331,9 +341,6 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   // setOptimizerState(step, m: Float32Array [num_params], v: Float32Array [num_params]): restores them.
   Napi::Value SetOptimizerState(const Napi::CallbackInfo& info) {
     Model& m = model();
-#ifdef ANVIL_WITH_CUDA
-    if (m.device) throw Error("setOptimizerState: not available on the CUDA backend (moments live on the device)");
-#endif
     if (!info[0].IsNumber()) throw Error("setOptimizerState(step, m, v): step must be a number");
     const double step = info[0].As<Napi::Number>().DoubleValue();
     if (!(step >= 0) || step != std::floor(step) || step > 2e9) throw Error("setOptimizerState: step must be an integer >= 0");
@@ -347,6 +354,12 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     }
     std::memcpy(m.adam_m->data(), mm.Data(), m.num_params * sizeof(float));
     std::memcpy(m.adam_v->data(), vv.Data(), m.num_params * sizeof(float));
+#ifdef ANVIL_WITH_CUDA
+    if (m.device) {
+      std::lock_guard<std::mutex> lock(m.mu);
+      m.device->push_moments(m.adam_m->data(), m.adam_v->data());
+    }
+#endif
     m.step = (int)step;
     return info.Env().Undefined();
   }

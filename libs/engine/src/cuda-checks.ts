@@ -5,6 +5,7 @@
 //   - whole-model forward (log-probs, entropies) and backward (every gradient tensor) vs the CPU
 //   - tree ≡ flat on the GPU (a prefix-merged pack gives the flat packs' log-probs and gradients)
 //   - a short training run whose losses track the CPU run's
+//   - AdamW's moments out of and back into a model (a trainer checkpoint) resume training
 import { buildPack, flatPack, mergeSampleValues, seededRandom, type Pack, type PackSample } from '@anvil/rl';
 import type { ModelConfigInput } from './config';
 import { loadBackend } from './loader';
@@ -328,6 +329,79 @@ export async function generationMatchesCpu(cfg: ModelConfigInput, backend: 'cuda
   }
 }
 
+/**
+ * A trainer checkpoint's optimizer state on this backend: AdamW's moments copied out after two
+ * steps, restored into a second model that was given the same weights, must make the next step
+ * land where the uninterrupted model's step lands, and the moments must round-trip bit for bit.
+ * A restore that silently dropped the moments would instead match a model stepped from zero
+ * moments, so that difference is measured too and must be far larger.
+ * `backend` 'cpu' only tests the check itself (there the resumed step is bitwise).
+ */
+export async function optimizerStateResumes(cfg: ModelConfigInput, backend: 'cuda' | 'cpu' = 'cuda'): Promise<CudaCheck> {
+  const samples = branchingSamples(11, cfg.vocabSize ?? 256, 2, 3, 40, 16);
+  const pack = buildPack(samples);
+  const coef = coefficients(pack, samples, 4);
+  const step = async (m: Model) => {
+    const f = await m.forward(pack);
+    await m.zeroGrad();
+    await m.backward(f, coef);
+    f.handle.dispose();
+    await m.clipGradNorm(1.0);
+    await m.step({ lr: 1e-3 });
+  };
+  const weights = async (m: Model) => {
+    await m.syncToHost();
+    return m.tensors.map((t) => Float32Array.from(t.data));
+  };
+  const sameWeightsAs = async (from: Model, seed: number) => {
+    const m = Model.create(cfg, { backend, seed, initStd: 0.05 });
+    const w = await weights(from);
+    m.tensors.forEach((t, i) => t.data.set(w[i]));
+    await m.syncToDevice();
+    return m;
+  };
+  const a = Model.create(cfg, { backend, seed: 3, initStd: 0.05 });
+  const models: Model[] = [a];
+  try {
+    const before = a.optimizerState();
+    await step(a);
+    await step(a);
+    const state = a.optimizerState();
+    if (!state.m || !state.v) throw new Error('no optimizer moments after two steps');
+    const resumed = await sameWeightsAs(a, 99);
+    const zeroMoments = await sameWeightsAs(a, 98);
+    models.push(resumed, zeroMoments);
+    resumed.setOptimizerState({ step: state.step, m: state.m, v: state.v });
+    const back = resumed.optimizerState();
+    const bits = (x: Float32Array | null) => (x ? Buffer.from(x.buffer, x.byteOffset, x.byteLength) : Buffer.alloc(0));
+    const roundTrip = back.step === 2 && bits(back.m).equals(bits(state.m)) && bits(back.v).equals(bits(state.v));
+    zeroMoments.setOptimizerState({ step: state.step, m: new Float32Array(a.numParams), v: new Float32Array(a.numParams) });
+    await step(a);
+    await step(resumed);
+    await step(zeroMoments);
+    const [wa, wr, wz] = [await weights(a), await weights(resumed), await weights(zeroMoments)];
+    let resumedGap = 0,
+      zeroGap = 0,
+      bitwise = true;
+    wa.forEach((t, i) => {
+      bitwise &&= bits(t).equals(bits(wr[i]));
+      for (let k = 0; k < t.length; k++) {
+        resumedGap = Math.max(resumedGap, Math.abs(t[k] - wr[i][k]));
+        zeroGap = Math.max(zeroGap, Math.abs(t[k] - wz[i][k]));
+      }
+    });
+    const passed = before.m === null && before.step === 0 && state.step === 2 && roundTrip && resumed.stepCount === 3 && resumedGap <= 1e-6 && zeroGap > 100 * Math.max(resumedGap, 1e-9);
+    return {
+      name: `optimizer state (${backend}): moments out after 2 steps, into a copy, the 3rd step lands where the uninterrupted run's does`,
+      passed,
+      detail: `moments round-trip ${roundTrip ? 'bitwise' : 'CHANGED'}; after step 3 the resumed weights are ${bitwise ? 'bitwise equal' : `within ${resumedGap.toExponential(2)}`} (limit 1e-6); zero moments instead are off by ${zeroGap.toExponential(2)}`,
+      metrics: { resumedMaxAbsGap: resumedGap, zeroMomentsMaxAbsGap: zeroGap, bitwise: bitwise ? 1 : 0 },
+    };
+  } finally {
+    for (const m of models) m.dispose();
+  }
+}
+
 /** Every model-level check, in the order the device script prints them. */
 export async function modelChecks(): Promise<CudaCheck[]> {
   const out: CudaCheck[] = [];
@@ -344,5 +418,6 @@ export async function modelChecks(): Promise<CudaCheck[]> {
   }
   out.push(await trainingTracksCpu(CHECK_CONFIGS[0].cfg));
   out.push(await generationMatchesCpu(CHECK_CONFIGS[0].cfg));
+  out.push(await optimizerStateResumes(CHECK_CONFIGS[0].cfg));
   return out;
 }

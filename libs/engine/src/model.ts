@@ -374,7 +374,7 @@ export class Model {
   /**
    * Copies of AdamW's moments (m, v: one float per parameter, in the arena's tensor order) and its
    * step count, for checkpoints that resume training exactly; null moments before the first step.
-   * CPU backend only (the CUDA backend's moments live on the device): it throws there.
+   * On the CUDA backend they are copied from the device (synchronously: call it between steps).
    */
   optimizerState(): { step: number; m: Float32Array | null; v: Float32Array | null } {
     return this.nat().optimizerState();

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { CHECK_CONFIGS, optimizerStateResumes } from './cuda-checks';
 import { Model } from './model';
 
 async function oneStep(m: Model, seed: number) {
@@ -41,5 +42,15 @@ describe('optimizer state', () => {
     const n = m.numParams;
     expect(() => m.setOptimizerState({ step: -1, m: new Float32Array(n), v: new Float32Array(n) })).toThrow(/step must be an integer/);
     m.dispose();
+  });
+});
+
+describe('the optimizer-state device check (cuda-checks.ts), run on the CPU backend', () => {
+  it('passes there with a bitwise resume and sees that zero moments land elsewhere', async () => {
+    const c = await optimizerStateResumes(CHECK_CONFIGS[0].cfg, 'cpu');
+    expect(c.detail).toMatch(/round-trip bitwise/);
+    expect(c.metrics.bitwise).toBe(1);
+    expect(c.metrics.zeroMomentsMaxAbsGap).toBeGreaterThan(1e-5);
+    expect(c.passed).toBe(true);
   });
 });

@@ -631,6 +631,28 @@ void DeviceModel::adamw(const std::vector<uint8_t>& decay, float lr, float beta1
   m.sync("adamw");
 }
 
+bool DeviceModel::pull_moments(float* m_out, float* v_out) {
+  Impl& m = *impl_;
+  m.use();
+  if (!m.m32) return false;
+  ANVIL_CUDA(cudaMemcpyAsync(m_out, m.m32, m.P * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+  ANVIL_CUDA(cudaMemcpyAsync(v_out, m.v32, m.P * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+  m.sync("pull_moments");
+  return true;
+}
+
+void DeviceModel::push_moments(const float* m_in, const float* v_in) {
+  Impl& m = *impl_;
+  m.use();
+  if (!m.m32) {
+    ANVIL_CUDA(cudaMalloc(&m.m32, m.P * sizeof(float)));
+    ANVIL_CUDA(cudaMalloc(&m.v32, m.P * sizeof(float)));
+  }
+  ANVIL_CUDA(cudaMemcpyAsync(m.m32, m_in, m.P * sizeof(float), cudaMemcpyHostToDevice, m.stream));
+  ANVIL_CUDA(cudaMemcpyAsync(m.v32, v_in, m.P * sizeof(float), cudaMemcpyHostToDevice, m.stream));
+  m.sync("push_moments");  // the caller's host arrays must outlive the copies
+}
+
 size_t DeviceModel::param_bytes() const { return impl_->P * (sizeof(float) + sizeof(bf16)); }
 size_t DeviceModel::grad_bytes() const { return impl_->P * sizeof(float); }
 size_t DeviceModel::optimizer_bytes() const { return impl_->m32 ? impl_->P * 2 * sizeof(float) : 0; }

@@ -71,6 +71,12 @@ class DeviceModel {
   void adamw(const std::vector<uint8_t>& decay, float lr, float beta1, float beta2, float eps, float weight_decay,
              int step);
 
+  // AdamW's moments [P] each, in the host arena's order, for checkpoints that resume exactly.
+  // pull_moments returns false (and writes nothing) before the first step; push_moments allocates
+  // them when needed. Both finish before they return.
+  bool pull_moments(float* m_out, float* v_out);
+  void push_moments(const float* m_in, const float* v_in);
+
   size_t param_bytes() const;      // fp32 master + bf16 copy
   size_t grad_bytes() const;
   size_t optimizer_bytes() const;  // 0 before the first step
