@@ -1,8 +1,9 @@
 #!/bin/bash
 # Prepares .device/ (git-ignored) for a run on the GPU machine, which has a CUDA driver, nvcc and
 # Python but no Node.js, no node_modules and no OpenBLAS: a compressed copy of this Node, the
-# shared libraries the engine binaries need, and esbuild bundles of the GPU checks and of the
-# engine-cuda benchmark. The engine binaries themselves are carried from their build folders.
+# shared libraries the engine binaries need, and esbuild bundles of the GPU checks (engine and
+# trainer) and of the engine-cuda benchmark. The engine binaries themselves are carried from their
+# build folders.
 # Usage: bash tools/device/prepare.sh   (after `npm run build:native` and `npm run build:cuda`)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,5 +21,6 @@ bundle() {
     --tsconfig=tsconfig.base.json --outfile="$2"
 }
 bundle tools/device/cuda-check.ts "$out/cuda-check.js"
+bundle tools/device/trainer-check.ts "$out/trainer-check.js"
 bundle tools/bench/suites/engine-cuda.ts "$out/engine-cuda.js"
 du -sh "$out" "$out"/* | sed 's/^/  /'

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Runs on the GPU machine (see prepare.sh): the kernel and model checks, then the engine-cuda
-# benchmark. Logs go to $OUT (the device tool's result folder) when it is set.
+# Runs on the GPU machine (see prepare.sh): the kernel and model checks, the trainer's checks
+# (trainer-check.ts), then the engine-cuda benchmark. Logs go to $OUT (the device tool's result folder) when it is set.
 # Usage: bash tools/device/run-gpu.sh [checks|bench|all]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +17,7 @@ node --version
 rc=0
 if [ "$what" = checks ] || [ "$what" = all ]; then
   node .device/cuda-check.js 2>&1 | tee "$out/checks.log"; rc=${PIPESTATUS[0]}
+  node .device/trainer-check.js 2>&1 | tee "$out/trainer-checks.log"; trc=${PIPESTATUS[0]}; [ $trc -ne 0 ] && rc=$trc
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   # benchmark the FA2 attention kernels only if none of their checks failed in this run
