@@ -92,7 +92,7 @@ export async function trainerChecks(device: Backend = 'cuda'): Promise<TrainerCh
     models.push(resumed);
     const state = await store.restoreInto(resumed, written.dir);
     report(
-      'CheckpointStore on the GPU: full checkpoint written and restored',
+      `CheckpointStore on ${device}: full checkpoint written and restored`,
       state.step === 6 && resumed.stepCount === 6 && state.sha256 === written.sha256,
       `${written.dir}: step ${state.step}, restored model at AdamW step ${resumed.stepCount}, sha256 ${written.sha256.slice(0, 12)}...`,
     );
@@ -112,7 +112,7 @@ export async function trainerChecks(device: Backend = 'cuda'): Promise<TrainerCh
       }
     });
     report(
-      'resume after a GPU checkpoint: the next batch (2 AdamW steps) lands where the uninterrupted run lands',
+      `resume after a ${device} checkpoint: the next batch (2 AdamW steps) lands where the uninterrupted run lands`,
       gap <= 1e-6 && moved > 100 * Math.max(gap, 1e-9),
       `max |resumed - uninterrupted| ${gap.toExponential(2)} (limit 1e-6); the batch moved weights by up to ${moved.toExponential(2)}`,
     );

@@ -333,8 +333,8 @@ async function main() {
 }
 
 main().then(
-  // Once in five runs something (a client's reconnect timer after the broker stopped, as far as
-  // could be told) kept the process alive for minutes after the JSON line: exit once stdout drained.
+  // Once in five runs a handle nobody identified (the broker and the database were already
+  // stopped) kept the process alive for minutes after the JSON line: exit once stdout drained.
   () => process.stdout.write('', () => process.exit(0)),
   (err) => {
     console.error(err);
