@@ -77,6 +77,10 @@ describe('run config', () => {
     expect(() => parseRunConfig({ algorithm: { aggregation: 'constant' } })).toThrow(/algorithm\.constantNormalizer: is required with aggregation 'constant'/);
     expect(() => parseRunConfig({ algorithm: { constantNormalizer: 10 } })).toThrow(/only used with aggregation 'constant'/);
     expect(() => parseRunConfig({ algorithm: { tokenTisCap: 0, weightDecay: 2, packTokens: 0 } })).toThrow(/tokenTisCap[\s\S]*weightDecay[\s\S]*packTokens/);
+    expect(lossConfigOf(parseRunConfig({ algorithm: { cispoMask: {} } })).cispoMask).toEqual({ epsLow: 0.2, epsHigh: 0.28 });
+    expect(lossConfigOf(parseRunConfig({ algorithm: { cispoMask: { epsHigh: 0.5 } } })).cispoMask).toEqual({ epsLow: 0.2, epsHigh: 0.5 });
+    expect(() => parseRunConfig({ algorithm: { loss: 'ppo', cispoMask: {} } })).toThrow(/algorithm\.cispoMask: cispoMask: is CISPO's token mask, not used by kind 'ppo'/);
+    expect(() => parseRunConfig({ algorithm: { cispoMask: { low: 0.2 } } })).toThrow(/cispoMask/);
   });
 
   it('lists each problem on its own for callers that add more (a user run adds its files)', () => {

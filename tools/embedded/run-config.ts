@@ -151,6 +151,11 @@ export const runConfigSchema = z
         loss: z.enum(['cispo', 'ppo', 'decoupled_ppo', 'reinforce_tis']).default('cispo'),
         epsLow: z.number().min(0).max(1).optional(),
         epsHigh: z.number().min(0).max(100).optional(),
+        /**
+         * CISPO only: MiniMax-M1's token mask, no gradient for a token whose ratio π_θ/π_behaviour left
+         * [1 − epsLow, 1 + epsHigh] in its advantage's direction ({} = 0.2 / 0.28). Absent: none.
+         */
+        cispoMask: z.object({ epsLow: z.number().min(0).max(1).optional(), epsHigh: z.number().min(0).max(100).optional() }).strict().optional(),
         aggregation: z.enum(['token_mean', 'trajectory', 'group', 'seq_mean_token_mean', 'constant']).default('token_mean'),
         /** With aggregation 'constant' (required there): the loss is divided by this (Dr. GRPO: max tokens × samples). */
         constantNormalizer: z.number().positive().max(1e12).optional(),
@@ -409,6 +414,7 @@ export function lossConfigOf(cfg: Pick<RunConfig, 'algorithm'> | { algorithm: Om
     aggregation: a.aggregation,
     ...(a.epsLow !== undefined ? { epsLow: a.epsLow } : {}),
     ...(a.epsHigh !== undefined ? { epsHigh: a.epsHigh } : {}),
+    ...(a.cispoMask !== undefined ? { cispoMask: a.cispoMask } : {}),
     ...(a.constantNormalizer !== undefined ? { constantNormalizer: a.constantNormalizer } : {}),
     ...(Object.keys(correction).length ? { correction } : {}),
     ...(a.klCoef ? { klCoef: a.klCoef } : {}),

@@ -6,6 +6,7 @@
  * docker-compose.yml carries the values for the default configuration
  * (test/integration/infra.int.spec.ts holds the two together).
  */
+import { DEFAULT_CISPO_MASK } from '@anvil/rl';
 import type { RunConfig } from '../embedded/run-config';
 
 export const APPS = ['middleware', 'inference-proxy', 'trainer', 'gateway', 'rollout-manager'] as const;
@@ -68,6 +69,7 @@ export function knobEnvs(cfg: RunConfig): Record<App, Env> {
   trainer.TRAINER_LR_MIN_FACTOR = String(a.minLrFactor);
   if (a.epsLow !== undefined) trainer.TRAINER_EPS_LOW = String(a.epsLow);
   if (a.epsHigh !== undefined) trainer.TRAINER_EPS_HIGH = String(a.epsHigh);
+  if (a.cispoMask !== undefined) trainer.TRAINER_CISPO_MASK = `${a.cispoMask.epsLow ?? DEFAULT_CISPO_MASK.epsLow},${a.cispoMask.epsHigh ?? DEFAULT_CISPO_MASK.epsHigh}`;
   if (a.constantNormalizer !== undefined) trainer.TRAINER_CONSTANT_NORMALIZER = String(a.constantNormalizer);
   if (a.tokenTisCap !== undefined) trainer.TRAINER_TOKEN_TIS_CAP = String(a.tokenTisCap);
   if (a.seqTisCap !== undefined) trainer.TRAINER_SEQ_TIS_CAP = String(a.seqTisCap);

@@ -91,6 +91,7 @@ describe('trainer configuration', () => {
     });
     expect(optimizerOf(c)).toEqual({ beta1: 0.8, beta2: 0.99, eps: 1e-8, weightDecay: 0.01 });
     expect(trainerOptionsOf(load({ ...base, TRAINER_LOSS: 'reinforce_tis' })).settings.loss.correction).toEqual({ tokenTis: { cap: 2 } });
+    expect(trainerOptionsOf(load({ ...base, TRAINER_CISPO_MASK: '0.1, 0.5' })).settings.loss.cispoMask).toEqual({ epsLow: 0.1, epsHigh: 0.5 });
   });
 
   it('lists every out-of-range or unknown value at once, by variable', () => {
@@ -158,6 +159,9 @@ describe('trainer configuration', () => {
     expect(problemsOf({ ...base, TRAINER_CONSTANT_NORMALIZER: '100' })).toEqual(['TRAINER_CONSTANT_NORMALIZER']);
     expect(problemsOf({ ...base, TRAINER_LOSS: 'ppo', TRAINER_TOKEN_TIS_CAP: '2' })).toEqual(['TRAINER_TOKEN_TIS_CAP']);
     expect(problemsOf({ ...base, TRAINER_LOSS: 'reinforce_tis', TRAINER_TOKEN_TIS_CAP: '2', TRAINER_SEQ_TIS_CAP: '5' })).toEqual(['TRAINER_SEQ_TIS_CAP']);
+    expect(problemsOf({ ...base, TRAINER_LOSS: 'ppo', TRAINER_CISPO_MASK: '0.2,0.28' })).toEqual(['TRAINER_CISPO_MASK']); // PPO masks through its own clip
+    expect(problemsOf({ ...base, TRAINER_CISPO_MASK: '1.5,0.28' })).toEqual(['TRAINER_CISPO_MASK']);
+    expect(problemsOf({ ...base, TRAINER_CISPO_MASK: '0.2' })).toEqual(['TRAINER_CISPO_MASK']);
     expect(problemsOf({ ...base, TRAINER_LOSS: 'decoupled_ppo', TRAINER_SEQ_TIS_CAP: '5' })).toEqual(['TRAINER_SEQ_TIS_CAP']);
     expect(problemsOf({ ...base, TRAINER_KL_COEF: '-0.1' })).toEqual(['TRAINER_KL_COEF']);
     // a knob that fails on its own is reported once, not again by the relation check

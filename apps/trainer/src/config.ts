@@ -30,6 +30,9 @@ const LOSS_ENV: Record<string, string> = {
   'correction.seqTis': 'TRAINER_SEQ_TIS_CAP',
   'correction.seqTis.cap': 'TRAINER_SEQ_TIS_CAP',
   klCoef: 'TRAINER_KL_COEF',
+  cispoMask: 'TRAINER_CISPO_MASK',
+  'cispoMask.epsLow': 'TRAINER_CISPO_MASK',
+  'cispoMask.epsHigh': 'TRAINER_CISPO_MASK',
 };
 
 const shape = {
@@ -50,6 +53,15 @@ const shape = {
   /** Clip band [1 − eps_low, 1 + eps_high] of the ratio; unset: the loss's default (CISPO [0, 5], PPO kinds 0.2 / 0.28). */
   TRAINER_EPS_LOW: optionalNumber(z.number().min(0).max(1)),
   TRAINER_EPS_HIGH: optionalNumber(z.number().min(0).max(100)),
+  /** CISPO only: MiniMax-M1's token mask, "epsLow,epsHigh" (e.g. 0.2,0.28): no gradient for a token whose ratio left that band in its advantage's direction. Unset: none. */
+  TRAINER_CISPO_MASK: z
+    .string()
+    .regex(/^\s*[0-9.eE+-]+\s*,\s*[0-9.eE+-]+\s*$/, 'must be "epsLow,epsHigh", e.g. 0.2,0.28')
+    .transform((v) => {
+      const [epsLow, epsHigh] = v.split(',').map(Number);
+      return { epsLow, epsHigh };
+    })
+    .optional(),
   TRAINER_AGGREGATION: z.enum(AGGREGATIONS as [Aggregation, ...Aggregation[]]).default('token_mean'),
   /** Only with TRAINER_AGGREGATION=constant: the loss is divided by this (Dr. GRPO: max tokens × samples). */
   TRAINER_CONSTANT_NORMALIZER: optionalNumber(z.number().positive()),
@@ -103,6 +115,7 @@ export const trainerEnv = z.object(shape).superRefine(
     // Relations between the loss knobs, exactly as libs/rl refuses them; only once each knob parsed on its own.
     const knobs = ['TRAINER_LOSS', 'TRAINER_EPS_LOW', 'TRAINER_EPS_HIGH', 'TRAINER_AGGREGATION', 'TRAINER_CONSTANT_NORMALIZER', 'TRAINER_TOKEN_TIS_CAP', 'TRAINER_SEQ_TIS_CAP'] as const;
     if (!knobs.every((k) => shape[k].safeParse(env[k]).success)) return;
+    if (typeof env.TRAINER_CISPO_MASK === 'string') return; // did not parse (still the raw text)
     if (env.TRAINER_LOSS === 'ppo' && (env.TRAINER_TOKEN_TIS_CAP !== undefined || env.TRAINER_SEQ_TIS_CAP !== undefined))
       ctx.addIssue({
         code: 'custom',
@@ -123,7 +136,7 @@ export const trainerEnv = z.object(shape).superRefine(
 );
 export type TrainerConfig = z.infer<typeof trainerEnv>;
 
-type LossEnv = Pick<TrainerConfig, 'TRAINER_LOSS' | 'TRAINER_EPS_LOW' | 'TRAINER_EPS_HIGH' | 'TRAINER_AGGREGATION' | 'TRAINER_CONSTANT_NORMALIZER' | 'TRAINER_TOKEN_TIS_CAP' | 'TRAINER_SEQ_TIS_CAP' | 'TRAINER_KL_COEF'>;
+type LossEnv = Pick<TrainerConfig, 'TRAINER_LOSS' | 'TRAINER_EPS_LOW' | 'TRAINER_EPS_HIGH' | 'TRAINER_AGGREGATION' | 'TRAINER_CONSTANT_NORMALIZER' | 'TRAINER_TOKEN_TIS_CAP' | 'TRAINER_SEQ_TIS_CAP' | 'TRAINER_KL_COEF'> & Partial<Pick<TrainerConfig, 'TRAINER_CISPO_MASK'>>;
 
 /** The loss configuration the knobs name (libs/rl lossConfig: defaults per kind; throws LossConfigError naming the field). */
 export function lossConfigOf(c: LossEnv): LossConfig {
@@ -139,6 +152,7 @@ export function lossConfigOf(c: LossEnv): LossConfig {
     aggregation: c.TRAINER_AGGREGATION,
     ...(c.TRAINER_EPS_LOW !== undefined ? { epsLow: c.TRAINER_EPS_LOW } : {}),
     ...(c.TRAINER_EPS_HIGH !== undefined ? { epsHigh: c.TRAINER_EPS_HIGH } : {}),
+    ...(c.TRAINER_CISPO_MASK !== undefined ? { cispoMask: c.TRAINER_CISPO_MASK } : {}),
     ...(c.TRAINER_CONSTANT_NORMALIZER !== undefined ? { constantNormalizer: c.TRAINER_CONSTANT_NORMALIZER } : {}),
     ...(correction ? { correction } : {}),
     ...(c.TRAINER_KL_COEF ? { klCoef: c.TRAINER_KL_COEF } : {}),

@@ -45,6 +45,14 @@ export interface LossConfig {
   correction?: LossCorrection;
   /** Only with kind 'decoupled_ppo' (default { mode: 'recomputed' }). */
   prox?: ProxConfig;
+  /**
+   * Only with kind 'cispo': MiniMax-M1's token mask M (its unified formulation). A token gets no
+   * gradient once its ratio r = π_θ/π_behaviour has left [1 − epsLow, 1 + epsHigh] in the direction
+   * its advantage pushes (A > 0 and r > 1 + epsHigh, or A < 0 and r < 1 − epsLow): PPO-clip's trust
+   * region on CISPO's clipped IS weight. Absent: M = 1 everywhere (M1's default). Given as {}:
+   * DEFAULT_CISPO_MASK. For several optimizer steps per batch on stale tokens (README, "Losses").
+   */
+  cispoMask?: { epsLow: number; epsHigh: number };
   /** Log-ratios are clamped to [−logRatioClamp, logRatioClamp] before exp (default 20): exp(89) overflows and 0·inf is NaN. */
   logRatioClamp: number;
   /**
@@ -89,6 +97,7 @@ export const DEFAULT_SEQ_TIS_CAP = 5;
 export const DEFAULT_GEO_MASK = { low: 0.99, high: 1.01 } as const;
 export const DEFAULT_LOG_RATIO_CLAMP = 20;
 export const DEFAULT_KL_LOG_RATIO_CAP = 3;
+export const DEFAULT_CISPO_MASK = { epsLow: 0.2, epsHigh: 0.28 } as const;
 
 const EPS_DEFAULTS: Record<LossKind, { epsLow: number; epsHigh: number }> = {
   cispo: { epsLow: 1, epsHigh: 4 },
@@ -97,12 +106,15 @@ const EPS_DEFAULTS: Record<LossKind, { epsLow: number; epsHigh: number }> = {
   reinforce_tis: { epsLow: 0.2, epsHigh: 0.28 },
 };
 
-const CONFIG_KEYS = new Set(['kind', 'epsLow', 'epsHigh', 'aggregation', 'constantNormalizer', 'correction', 'prox', 'logRatioClamp', 'klCoef', 'klLogRatioCap']);
+const CONFIG_KEYS = new Set(['kind', 'epsLow', 'epsHigh', 'aggregation', 'constantNormalizer', 'correction', 'prox', 'logRatioClamp', 'klCoef', 'klLogRatioCap', 'cispoMask']);
 const CORRECTION_KEYS = new Set(['tokenTis', 'seqTis', 'geoMask']);
 
 function finitePositive(v: unknown, field: string): void {
   if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new LossConfigError(field, `must be a finite number > 0, got ${String(v)}`);
 }
+
+/** What lossConfig takes: any field may be left out, the mask's bounds too. */
+export type LossConfigInput = Omit<Partial<LossConfig>, 'cispoMask'> & { cispoMask?: { epsLow?: number; epsHigh?: number } };
 
 /**
  * Validates a partial configuration and fills the defaults: CISPO with the clip band [0, 5]
@@ -110,7 +122,7 @@ function finitePositive(v: unknown, field: string): void {
  * (reinforce_tis gets tokenTis { cap: 2 } when no TIS is given: it is its IS weight).
  * Correction entries given as `{}` get their defaults (cap 2 / cap 5 / [0.99, 1.01]).
  */
-export function lossConfig(input: Partial<LossConfig> = {}): LossConfig {
+export function lossConfig(input: LossConfigInput = {}): LossConfig {
   if (input === null || typeof input !== 'object') throw new LossConfigError('config', 'must be an object');
   for (const k of Object.keys(input)) if (!CONFIG_KEYS.has(k)) throw new LossConfigError(k, 'unknown loss config key');
   const kind = input.kind ?? 'cispo';
@@ -138,6 +150,12 @@ export function lossConfig(input: Partial<LossConfig> = {}): LossConfig {
   if (input.klCoef !== undefined && input.klCoef !== 0) cfg.klCoef = input.klCoef;
   if (input.klLogRatioCap !== undefined) cfg.klLogRatioCap = input.klLogRatioCap;
   if (correction) cfg.correction = correction;
+  if (input.cispoMask !== undefined) {
+    const m = input.cispoMask as { epsLow?: number; epsHigh?: number } | null;
+    if (m === null || typeof m !== 'object') throw new LossConfigError('cispoMask', 'must be an object ({} takes the defaults)');
+    for (const k of Object.keys(m)) if (k !== 'epsLow' && k !== 'epsHigh') throw new LossConfigError(`cispoMask.${k}`, 'unknown key (epsLow, epsHigh)');
+    cfg.cispoMask = { epsLow: m.epsLow ?? DEFAULT_CISPO_MASK.epsLow, epsHigh: m.epsHigh ?? DEFAULT_CISPO_MASK.epsHigh };
+  }
   if (input.prox !== undefined) cfg.prox = { ...input.prox };
   else if (kind === 'decoupled_ppo') cfg.prox = { mode: 'recomputed' };
   validateLossConfig(cfg);
@@ -159,6 +177,15 @@ export function validateLossConfig(cfg: LossConfig): void {
   if (cfg.klLogRatioCap !== undefined) finitePositive(cfg.klLogRatioCap, 'klLogRatioCap');
   if (cfg.klCoef !== undefined && (typeof cfg.klCoef !== 'number' || !Number.isFinite(cfg.klCoef) || cfg.klCoef < 0))
     throw new LossConfigError('klCoef', `must be a finite number >= 0, got ${String(cfg.klCoef)}`);
+  if (cfg.cispoMask !== undefined) {
+    if (cfg.kind !== 'cispo') throw new LossConfigError('cispoMask', `is CISPO's token mask, not used by kind '${cfg.kind}' (PPO kinds mask through their clip already)`);
+    const m = cfg.cispoMask;
+    if (m === null || typeof m !== 'object') throw new LossConfigError('cispoMask', 'must be an object');
+    for (const k of Object.keys(m)) if (k !== 'epsLow' && k !== 'epsHigh') throw new LossConfigError(`cispoMask.${k}`, 'unknown key (epsLow, epsHigh)');
+    if (typeof m.epsLow !== 'number' || !Number.isFinite(m.epsLow) || m.epsLow < 0 || m.epsLow > 1)
+      throw new LossConfigError('cispoMask.epsLow', `must be in [0, 1], got ${String(m.epsLow)}`);
+    if (typeof m.epsHigh !== 'number' || !Number.isFinite(m.epsHigh) || m.epsHigh < 0) throw new LossConfigError('cispoMask.epsHigh', `must be a finite number >= 0, got ${String(m.epsHigh)}`);
+  }
   const c = cfg.correction;
   if (c !== undefined) {
     if (c === null || typeof c !== 'object') throw new LossConfigError('correction', 'must be an object');

@@ -183,6 +183,8 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
   const tokenTis = cfg.correction?.tokenTis;
   const seqTis = cfg.correction?.seqTis;
   const geo = cfg.correction?.geoMask;
+  const maskLo = cfg.cispoMask ? 1 - cfg.cispoMask.epsLow : -Infinity;
+  const maskHi = cfg.cispoMask ? 1 + cfg.cispoMask.epsHigh : Infinity;
   const coef = aggregationCoefficients(samples, cfg.aggregation, cfg.constantNormalizer);
 
   const acc = new RatioAccumulator();
@@ -270,6 +272,13 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
           if (r > hi) clipHigh++;
           else if (r < lo) clipLow++;
           const rc = r > hi ? hi : r < lo ? lo : r;
+          // M1's token mask M (cispoMask): no gradient once r left the band in the direction A pushes.
+          if ((A > 0 && r > maskHi) || (A < 0 && r < maskLo)) {
+            if (kappa !== 0) masked++; // not counted twice under the geometric mask
+            j = 0;
+            dj = 0;
+            break;
+          }
           j = rc * A * lp;
           dj = rc * A;
           break;

@@ -137,6 +137,39 @@ describe('CISPO (hand-computed)', () => {
   });
 });
 
+describe("CISPO's token mask (MiniMax-M1's M, cispoMask)", () => {
+  const masked = lossConfig({ cispoMask: {} }); // [0, 5] weights, mask band [0.8, 1.28]
+
+  it('A > 0: the token whose ratio rose above 1 + epsHigh gets no gradient; the others keep CISPO weights', () => {
+    const { loss, dLdlogp, stats } = computeLoss([ratioSample(1)], masked);
+    expectArrayClose(dLdlogp[0], [0, -1 / 3, -0.5 / 3]); // ratios 6 (masked), 1, 0.5 (below the band: A > 0 keeps it)
+    const lp = [-1, -0.5 - LN2];
+    expect(loss).toBeCloseTo(-(1 * lp[0] + 0.5 * lp[1]) / 3, 6);
+    expect(stats.maskedFrac).toBeCloseTo(1 / 3, 9);
+  });
+
+  it('A < 0: the token whose ratio fell below 1 − epsLow gets none; the one above the band keeps 5·A', () => {
+    const { dLdlogp, stats } = computeLoss([ratioSample(-1)], masked);
+    expectArrayClose(dLdlogp[0], [5 / 3, 1 / 3, 0]);
+    expect(stats.maskedFrac).toBeCloseTo(1 / 3, 9);
+  });
+
+  it('the band is its own knob, apart from the weight clip: lower bound 0.6 masks the 0.5 ratio, 0.49 does not; upper 6.5 keeps the 6', () => {
+    expectArrayClose(computeLoss([ratioSample(-1)], lossConfig({ cispoMask: { epsLow: 0.4 } })).dLdlogp[0], [5 / 3, 1 / 3, 0]);
+    expectArrayClose(computeLoss([ratioSample(-1)], lossConfig({ cispoMask: { epsLow: 0.51 } })).dLdlogp[0], [5 / 3, 1 / 3, 0.5 / 3]);
+    expectArrayClose(computeLoss([ratioSample(1)], lossConfig({ cispoMask: { epsHigh: 5.5 } })).dLdlogp[0], [-5 / 3, -1 / 3, -0.5 / 3]);
+  });
+
+  it('defaults to 0.2 / 0.28, and is refused outside CISPO or with a bad band, naming the field', () => {
+    expect(masked.cispoMask).toEqual({ epsLow: 0.2, epsHigh: 0.28 });
+    expect(lossConfig().cispoMask).toBeUndefined();
+    expect(() => lossConfig({ kind: 'ppo', cispoMask: {} } as Partial<LossConfig>)).toThrow(/cispoMask: .*not used by kind 'ppo'/);
+    expect(() => lossConfig({ cispoMask: { epsLow: 1.5 } } as Partial<LossConfig>)).toThrow(/cispoMask.epsLow: must be in \[0, 1\]/);
+    expect(() => lossConfig({ cispoMask: { epsHigh: -1 } } as Partial<LossConfig>)).toThrow(/cispoMask.epsHigh/);
+    expect(() => lossConfig({ cispoMask: { epsLow: 0.2, epsHigh: 0.2, x: 1 } } as unknown as Partial<LossConfig>)).toThrow(/cispoMask.x: unknown key/);
+  });
+});
+
 describe('KL penalty to the reference policy (hand-computed)', () => {
   const sample = (): LossSample => ({ logp: f64([-1, -2]), behaviourLogp: f64([-1, -2]), refLogp: f64([-1, -1]), advantage: 0 });
 
@@ -428,6 +461,7 @@ const KIND_CONFIGS: [string, Partial<LossConfig>, { prox?: boolean; versions?: b
   ['cispo + KL to the reference', { kind: 'cispo', klCoef: 0.3 }, { ref: true }],
   ['ppo + KL to the reference', { kind: 'ppo', klCoef: 0.05 }, { ref: true }],
   ['cispo + lower bound + geoMask', { kind: 'cispo', epsLow: 0.2, epsHigh: 0.25, correction: { geoMask: { low: 0.9, high: 1.1 } } }, {}],
+  ['cispo + token mask', { kind: 'cispo', cispoMask: { epsLow: 0.2, epsHigh: 0.28 } }, {}],
   ['ppo', { kind: 'ppo' }, {}],
   ['ppo + prox anchor + tokenTis', { kind: 'ppo', correction: { tokenTis: { cap: 1.1 } } }, { prox: true }],
   ['ppo + seqTis', { kind: 'ppo', correction: { seqTis: { cap: 1.2 } } }, { prox: true }],
