@@ -8,7 +8,8 @@
  *
  * Runs, each with the same train-clock budget (BENCH_E2E_SECONDS of training; the evaluations
  * inside a run are taken out of its clock, so runs that reach more evaluation points lose nothing):
- * - async CISPO: the main job's defaults (η = 2, Windowed FIFO W = round(0.3 N), CISPO), seeds 1..SEEDS;
+ * - async CISPO: the main job's defaults (η = 2, Windowed FIFO W = round(0.3 N), CISPO) with N, the
+ *   rollouts in flight, at what η allows ((η + 1)·B·G = 192, not the main job's 64), seeds 1..SEEDS;
  * - async GRPO: the same with PPO-clip (loss 'ppo', epsilons 0.2 / 0.28), seeds 1..SEEDS;
  * - sync CISPO: W = 1 and η = 0 (rollouts of a step all start on the current version, none starts
  *   until it is trained, and the trainer waits for every rollout of its step), seeds 1..SYNC_SEEDS.
@@ -28,7 +29,8 @@
  * Knobs: BENCH_E2E_SECONDS (180), BENCH_E2E_SEEDS (3), BENCH_E2E_SYNC_SEEDS (1), BENCH_E2E_EVAL_EVERY
  * (5), BENCH_E2E_EVAL_TASKS (100), BENCH_E2E_EVAL_SAMPLES (2), BENCH_E2E_TOOL_DELAY (JSON, a
  * task.toolDelay), BENCH_E2E_ONLY (comma list of async-cispo, async-ppo, sync-cispo),
- * BENCH_E2E_KEEP_RUNS=1 (keep each run's database and checkpoints), ANVIL_DATA_DIR; `--config run.json`
+ * BENCH_E2E_KEEP_RUNS=1 (keep each run's database and checkpoints), BENCH_E2E_CONCURRENCY (rollouts in
+ * flight, default (η + 1)·B·G of the run configuration: 192 for the defaults), ANVIL_DATA_DIR; `--config run.json`
  * starts from a run configuration of your own (its model, task and knobs; the bench sets the budget,
  * the evaluations and the tool delay).
  */
@@ -60,6 +62,14 @@ const EVAL_SAMPLES = Math.round(num('BENCH_E2E_EVAL_SAMPLES', 2));
 const TOOL_DELAY = JSON.parse(env.BENCH_E2E_TOOL_DELAY ?? '{"kind":"pareto","scaleMs":1000,"alpha":1.5,"capMs":60000}') as unknown;
 const ONLY = new Set((env.BENCH_E2E_ONLY ?? 'async-cispo,async-ppo,sync-cispo').split(',').filter(Boolean));
 const KEEP_RUNS = env.BENCH_E2E_KEEP_RUNS === '1';
+/**
+ * N, rollouts in flight, in every variant. Default: what η lets async hold, (η + 1)·B groups of G.
+ * The main job's 64 slots are one batch: with tool calls of seconds to a minute the slots, not η,
+ * capped async (5.25 against 4.06 trajectories/s with 192 on seed 1). Sync never holds more than
+ * one batch (η = 0), so it runs the same with either.
+ */
+const CONCURRENCY = env.BENCH_E2E_CONCURRENCY ? Math.round(num('BENCH_E2E_CONCURRENCY', 64)) : null;
+const concurrencyOf = (base: RunConfig) => CONCURRENCY ?? (base.rollouts.eta + 1) * base.scheduler.groupsPerBatch * base.rollouts.groupSize;
 /** The last share of the budget whose train rewards are compared ("reward at equal wall clock"). */
 const LAST_SHARE = 0.2;
 
@@ -73,12 +83,13 @@ function variantConfig(base: RunConfig, v: Variant, seed: number): RunConfig {
   raw.task = { ...raw.task, toolDelay: TOOL_DELAY, evalTasks: EVAL_TASKS };
   raw.budget = { steps: 1_000_000, seconds: SECONDS, stallSeconds: Math.max(180, SECONDS) };
   raw.eval = { ...raw.eval, everyVersions: EVAL_EVERY, samplesPerTask: EVAL_SAMPLES };
+  raw.rollouts = { ...raw.rollouts, concurrency: concurrencyOf(base) };
   if (v.mode === 'sync') {
     raw.scheduler = { ...raw.scheduler, window: 1 };
     raw.rollouts = { ...raw.rollouts, eta: 0 };
   }
   if (v.loss !== base.algorithm.loss) {
-    const { epsLow: _l, epsHigh: _h, ...algorithm } = raw.algorithm;
+    const { epsLow: _l, epsHigh: _h, cispoMask: _m, ...algorithm } = raw.algorithm;
     raw.algorithm = { ...algorithm, loss: v.loss };
   }
   return parseRunConfig(raw);
@@ -159,7 +170,7 @@ async function main(): Promise<void> {
   setThreads(base.engineThreads);
   const info = engineInfo();
   console.log(
-    `e2e bench: ${SECONDS} s of training per run, seeds 1..${SEEDS} (sync 1..${SYNC_SEEDS}), held-out ${EVAL_TASKS} tasks x ${EVAL_SAMPLES} every ${EVAL_EVERY} versions, tool delay ${JSON.stringify(TOOL_DELAY)}, engine ${info.backend}, ${base.engineThreads} thread(s) per engine call`,
+    `e2e bench: ${SECONDS} s of training per run, seeds 1..${SEEDS} (sync 1..${SYNC_SEEDS}), held-out ${EVAL_TASKS} tasks x ${EVAL_SAMPLES} every ${EVAL_EVERY} versions, tool delay ${JSON.stringify(TOOL_DELAY)}, ${concurrencyOf(base)} rollouts in flight at most, engine ${info.backend}, ${base.engineThreads} thread(s) per engine call`,
   );
   const start = await startingModel(base, (l) => console.log(l));
   const plan: { v: Variant; seed: number }[] = [];
@@ -314,7 +325,7 @@ async function main(): Promise<void> {
       rewardAtEqualWallClockNoWorse: rewardNoWorse,
       cispoAtLeastGrpo: cmp.equalSteps.cispo >= cmp.equalSteps.grpo && cmp.equalWallClock.cispo >= cmp.equalWallClock.grpo,
     },
-    config: { secondsPerRun: SECONDS, seeds: SEEDS, syncSeeds: SYNC_SEEDS, evalEvery: EVAL_EVERY, evalTasks: EVAL_TASKS, evalSamples: EVAL_SAMPLES, toolDelay: TOOL_DELAY, model: base.model },
+    config: { secondsPerRun: SECONDS, seeds: SEEDS, syncSeeds: SYNC_SEEDS, evalEvery: EVAL_EVERY, evalTasks: EVAL_TASKS, evalSamples: EVAL_SAMPLES, toolDelay: TOOL_DELAY, concurrency: concurrencyOf(base), model: base.model },
     wallClockSeconds: fix((performance.now() - started) / 1000, 0),
   };
   console.log(JSON.stringify(summary));
