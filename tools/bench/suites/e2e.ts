@@ -64,9 +64,9 @@ const ONLY = new Set((env.BENCH_E2E_ONLY ?? 'async-cispo,async-ppo,sync-cispo').
 const KEEP_RUNS = env.BENCH_E2E_KEEP_RUNS === '1';
 /**
  * N, rollouts in flight, in every variant. Default: what η lets async hold, (η + 1)·B groups of G.
- * The main job's 64 slots are one batch: with tool calls of seconds to a minute the slots, not η,
- * capped async (5.25 against 4.06 trajectories/s with 192 on seed 1). Sync never holds more than
- * one batch (η = 0), so it runs the same with either.
+ * The main job's 64 slots are one batch, which leaves async no room beyond it (measured, 192 bought
+ * little: 4.22 against 4.06 trajectories/s over three seeds; the Windowed FIFO's head holds async,
+ * README "npm run bench -- e2e"). Sync never holds more than one batch (η = 0): the same with either.
  */
 const CONCURRENCY = env.BENCH_E2E_CONCURRENCY ? Math.round(num('BENCH_E2E_CONCURRENCY', 64)) : null;
 const concurrencyOf = (base: RunConfig) => CONCURRENCY ?? (base.rollouts.eta + 1) * base.scheduler.groupsPerBatch * base.rollouts.groupSize;
