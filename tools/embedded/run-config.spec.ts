@@ -15,6 +15,13 @@ describe('run config', () => {
     });
   });
 
+  it("Windowed-FIFO window: adaptive unless a number is named (DESIGN.md's round(0.3 N) is the bare Data Pool service's default)", () => {
+    expect(parseRunConfig({}).scheduler.window).toBe('adaptive');
+    expect(parseRunConfig({ scheduler: { groupsPerBatch: 4 } }).scheduler.window).toBe('adaptive');
+    expect(parseRunConfig({ scheduler: { window: 19 } }).scheduler.window).toBe(19);
+    expect(() => parseRunConfig({ scheduler: { window: 'greedy' } })).toThrow(/scheduler\.window/);
+  });
+
   it("AdamW eps: 1e-6 for the tiny model, the design's 1e-15 for a model directory, what the user names otherwise", () => {
     expect(parseRunConfig({}).algorithm.eps).toBe(1e-6);
     expect(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false } }).algorithm.eps).toBe(1e-15);
@@ -68,7 +75,7 @@ describe('run config', () => {
   });
 
   it("builds the trainer loss from the algorithm knobs: the default is CISPO with the tiny model's KL penalty, corrections and a constant normaliser when asked", () => {
-    expect(lossConfigOf(parseRunConfig({}))).toEqual(lossConfig({ kind: 'cispo', aggregation: 'token_mean', klCoef: 0.05 }));
+    expect(lossConfigOf(parseRunConfig({}))).toEqual(lossConfig({ kind: 'cispo', aggregation: 'token_mean', klCoef: 0.05, cispoMask: {} }));
     expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', epsHigh: 0.3, tokenTisCap: 2 } }))).toMatchObject({ kind: 'ppo', epsLow: 0.2, epsHigh: 0.3, correction: { tokenTis: { cap: 2 } } });
     expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', seqTisCap: 5 } }))).toMatchObject({ kind: 'ppo', correction: { seqTis: { cap: 5 } } });
     expect(() => parseRunConfig({ algorithm: { seqTisCap: 5 } })).toThrow(/algorithm\.seqTisCap: correction\.seqTis: CISPO is anchored on the behaviour logprobs/);
@@ -81,6 +88,23 @@ describe('run config', () => {
     expect(lossConfigOf(parseRunConfig({ algorithm: { cispoMask: { epsHigh: 0.5 } } })).cispoMask).toEqual({ epsLow: 0.2, epsHigh: 0.5 });
     expect(() => parseRunConfig({ algorithm: { loss: 'ppo', cispoMask: {} } })).toThrow(/algorithm\.cispoMask: cispoMask: is CISPO's token mask, not used by kind 'ppo'/);
     expect(() => parseRunConfig({ algorithm: { cispoMask: { low: 0.2 } } })).toThrow(/cispoMask/);
+  });
+
+  it("CISPO's token mask: on by default with several AdamW steps a batch, M1's unmasked CISPO with one or when the run says false, never for other losses", () => {
+    expect(parseRunConfig({}).algorithm.cispoMask).toEqual({});
+    expect(lossConfigOf(parseRunConfig({})).cispoMask).toEqual({ epsLow: 0.2, epsHigh: 0.28 });
+    expect(parseRunConfig({ algorithm: { miniBatches: 1 } }).algorithm.cispoMask).toBe(false);
+    expect(lossConfigOf(parseRunConfig({ algorithm: { miniBatches: 1 } })).cispoMask).toBeUndefined();
+    expect(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false } }).algorithm.cispoMask).toBe(false);
+    expect(lossConfigOf(parseRunConfig({ algorithm: { cispoMask: false } })).cispoMask).toBeUndefined();
+    expect(parseRunConfig({ algorithm: { loss: 'ppo' } }).algorithm.cispoMask).toBeUndefined();
+    expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo' } })).cispoMask).toBeUndefined();
+    expect(parseRunConfig({ algorithm: { loss: 'ppo', cispoMask: false } }).algorithm.cispoMask).toBe(false);
+    // a parsed config parses again to itself (the e2e bench derives its variants this way)
+    for (const c of [{}, { algorithm: { cispoMask: false } }, { algorithm: { miniBatches: 1 } }]) {
+      const once = parseRunConfig(c);
+      expect(parseRunConfig(JSON.parse(JSON.stringify(once)))).toEqual(once);
+    }
   });
 
   it('lists each problem on its own for callers that add more (a user run adds its files)', () => {

@@ -50,6 +50,11 @@ describe('the services environments of a stack run', () => {
     expect(APPS.filter((a) => 'GATEWAY_ADMIN_TOKEN' in env[a])).toEqual(['gateway', 'rollout-manager']);
     expect([env['inference-proxy'].EMBEDDED_CHECKPOINT_DIR, env.trainer.TRAINER_INITIAL_CHECKPOINT_DIR]).toEqual([model, model]);
     expect(env.middleware).toMatchObject({ DATA_POOL_IN_FLIGHT: '16', DATA_POOL_BATCH_TRAJECTORIES: '8', DATA_POOL_WINDOW: '5' });
+    // the run configuration's default window reaches the service, whose own default differs
+    expect(serviceEnv('middleware', parseRunConfig({}), wiring, urls).DATA_POOL_WINDOW).toBe('adaptive');
+    // and so does its CISPO mask (on with several AdamW steps a batch; the bare trainer's default is none)
+    expect(serviceEnv('trainer', parseRunConfig({}), wiring, urls).TRAINER_CISPO_MASK).toBe('0.2,0.28');
+    expect(serviceEnv('trainer', parseRunConfig({ algorithm: { cispoMask: false } }), wiring, urls)).not.toHaveProperty('TRAINER_CISPO_MASK');
     expect(env.trainer).toMatchObject({ TRAINER_MAX_BATCHES: '12', CHECKPOINT_DIR: wiring.checkpointDir, TRAINER_LR_DECAY_STEPS: '0' }); // the default lr is constant
     const cosine = parseRunConfig({ algorithm: { lrSchedule: 'cosine', minLrFactor: 0.2, miniBatches: 2 }, budget: { steps: 12 } });
     expect(serviceEnv('trainer', cosine, wiring, urls)).toMatchObject({ TRAINER_LR_DECAY_STEPS: '24', TRAINER_LR_MIN_FACTOR: '0.2' });

@@ -43,8 +43,9 @@ export function knobEnvs(cfg: RunConfig): Record<App, Env> {
     DATA_POOL_IN_FLIGHT: String(cfg.rollouts.concurrency),
     DATA_POOL_BATCH_TRAJECTORIES: String(cfg.scheduler.groupsPerBatch * cfg.rollouts.groupSize),
     DATA_POOL_DROP_ZERO_VARIANCE: String(cfg.scheduler.dropZeroVariance),
+    // always set: the run configuration's default ('adaptive') is not the bare service's (round(0.3 N))
+    DATA_POOL_WINDOW: String(cfg.scheduler.window),
   };
-  if (cfg.scheduler.window !== undefined) middleware.DATA_POOL_WINDOW = String(cfg.scheduler.window);
   const trainer: Env = {
     TRAINER_LOSS: a.loss,
     TRAINER_AGGREGATION: a.aggregation,
@@ -69,7 +70,7 @@ export function knobEnvs(cfg: RunConfig): Record<App, Env> {
   trainer.TRAINER_LR_MIN_FACTOR = String(a.minLrFactor);
   if (a.epsLow !== undefined) trainer.TRAINER_EPS_LOW = String(a.epsLow);
   if (a.epsHigh !== undefined) trainer.TRAINER_EPS_HIGH = String(a.epsHigh);
-  if (a.cispoMask !== undefined) trainer.TRAINER_CISPO_MASK = `${a.cispoMask.epsLow ?? DEFAULT_CISPO_MASK.epsLow},${a.cispoMask.epsHigh ?? DEFAULT_CISPO_MASK.epsHigh}`;
+  if (a.cispoMask) trainer.TRAINER_CISPO_MASK = `${a.cispoMask.epsLow ?? DEFAULT_CISPO_MASK.epsLow},${a.cispoMask.epsHigh ?? DEFAULT_CISPO_MASK.epsHigh}`;
   if (a.constantNormalizer !== undefined) trainer.TRAINER_CONSTANT_NORMALIZER = String(a.constantNormalizer);
   if (a.tokenTisCap !== undefined) trainer.TRAINER_TOKEN_TIS_CAP = String(a.tokenTisCap);
   if (a.seqTisCap !== undefined) trainer.TRAINER_SEQ_TIS_CAP = String(a.seqTisCap);

@@ -8,7 +8,7 @@
  *
  * Runs, each with the same train-clock budget (BENCH_E2E_SECONDS of training; the evaluations
  * inside a run are taken out of its clock, so runs that reach more evaluation points lose nothing):
- * - async CISPO: the main job's defaults (η = 2, Windowed FIFO W = round(0.3 N), CISPO) with N, the
+ * - async CISPO: the main job's defaults (η = 2, the adaptive Windowed FIFO W, CISPO) with N, the
  *   rollouts in flight, at what η allows ((η + 1)·B·G = 192, not the main job's 64), seeds 1..SEEDS;
  * - async GRPO: the same with PPO-clip (loss 'ppo', epsilons 0.2 / 0.28), seeds 1..SEEDS;
  * - sync CISPO: W = 1 and η = 0 (rollouts of a step all start on the current version, none starts
