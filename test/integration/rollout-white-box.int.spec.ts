@@ -244,8 +244,15 @@ describe('staleness admission', () => {
       await new Promise((r) => setTimeout(r, 1500));
       expect(startedIds()).not.toContain(c.rolloutIds[0]);
       expect(eta1.snapshot().queuedGroups).toBe(1);
+      // The wait is timed by what held it: the version bound, not capacity or slots.
+      expect(eta1.snapshot().admissionBlockedSeconds.version).toBeGreaterThan(1.2);
+      expect(eta1.snapshot().admissionBlockedSeconds).toMatchObject({ capacity: 0, slots: 0 });
       writeFileSync(file('A'), '');
       await until('C admitted once A finished (2 − 1 = η)', () => startedIds().includes(c.rolloutIds[0]) || undefined, 15_000);
+      // ... and stops once C is admitted
+      const blockedAtAdmission = eta1.snapshot().admissionBlockedSeconds.version;
+      await new Promise((r) => setTimeout(r, 300));
+      expect(eta1.snapshot().admissionBlockedSeconds.version).toBe(blockedAtAdmission);
       // Its capacity is released once rollout.completed is durable; listeners hear of it after its session is closed.
       const aOut = await until('A outcome', () => mine.find((o) => o.rolloutId === a.rolloutIds[0]));
       expect(aOut.versionsSpanned).toBe(3);
@@ -285,6 +292,8 @@ describe('capacity release', () => {
       // g1 finished but is untrained: capacity 1 is still held.
       expect(mine.some((o) => o.rolloutId === g2.rolloutIds[0])).toBe(false);
       expect(rt.snapshot().staleness).toMatchObject({ inFlight: [], untrained: [g1.groupIds[0]], capacity: 1 });
+      expect(rt.snapshot().admissionBlockedSeconds.capacity).toBeGreaterThan(0.5);
+      expect(rt.snapshot().admissionBlockedSeconds).toMatchObject({ version: 0, slots: 0 });
       await stack.bus.publish(
         createEvent(
           'train_batch.trained',

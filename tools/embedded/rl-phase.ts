@@ -74,6 +74,10 @@ export interface RlPhaseResult {
   trainRolloutsInLoop: number;
   /** The trainer's busy time (training, checkpointing, publishing) over the loop. */
   trainerBusySeconds: number;
+  /** Over the loop: seconds a train group waited at the head of the rollout queue, by what held it (the rollout-manager's admissionBlockedSeconds). */
+  admissionBlockedSeconds: { capacity: number; version: number; slots: number };
+  /** Over the loop (sampled every 200 ms, evaluations aside): mean groups holding the staleness capacity, by state. */
+  capacityHeld: { running: number; untrained: number; awaitingVersion: number };
   tasks: { train: number; eval: number };
 }
 
@@ -164,6 +168,7 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
     const loopStarted = performance.now();
     const completedBefore = rec.completedTrain;
     const busyBefore = loop.trainer.totals.busyMs;
+    const blockedBefore = loop.rollouts.snapshot().admissionBlockedSeconds;
     trainStartedAtS = wall();
     await loop.trainer.start();
     // Train groups are queued a pass over the train split at a time and topped up while the trainer
@@ -178,9 +183,15 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
     const budgetMs = cfg.budget.seconds > 0 ? cfg.budget.seconds * 1000 : Infinity;
     const spent = () => performance.now() - loopStarted - (o.budgetExcludesEvals ? evalSeconds * 1000 : 0);
     lastStepAt = performance.now();
+    const held = { samples: 0, running: 0, untrained: 0, awaitingVersion: 0 };
     while (!loop.trainer.done && spent() < budgetMs) {
       await new Promise((r) => setTimeout(r, 200));
       if (fatal) break;
+      const st = loop.rollouts.snapshot().staleness;
+      held.samples++;
+      held.running += st.inFlight.length;
+      held.untrained += st.untrained.length;
+      held.awaitingVersion += st.awaitingVersion.length;
       if (!loop.trainer.done) await topUp();
       if (evaluations && loop.trainer.currentVersion - lastEval >= cfg.eval.everyVersions && !loop.trainer.done) {
         lastEval = loop.trainer.currentVersion;
@@ -212,6 +223,14 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
     await loop.trainer.pause();
     trainRolloutsInLoop = rec.completedTrain - completedBefore;
     const trainerBusySeconds = (loop.trainer.totals.busyMs - busyBefore) / 1000;
+    const blockedAfter = loop.rollouts.snapshot().admissionBlockedSeconds;
+    const n = Math.max(1, held.samples);
+    const capacityHeld = { running: held.running / n, untrained: held.untrained / n, awaitingVersion: held.awaitingVersion / n };
+    const admissionBlockedSeconds = {
+      capacity: blockedAfter.capacity - blockedBefore.capacity,
+      version: blockedAfter.version - blockedBefore.version,
+      slots: blockedAfter.slots - blockedBefore.slots,
+    };
     if (rlStoppedBy === 'steps' && !loop.trainer.done) rlStoppedBy = 'seconds';
     progress.stop();
     if (fatal) throw fatal;
@@ -239,6 +258,8 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
       loopEndedAtS,
       trainRolloutsInLoop,
       trainerBusySeconds,
+      admissionBlockedSeconds,
+      capacityHeld,
       tasks,
     };
   } finally {

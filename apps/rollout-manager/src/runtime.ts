@@ -80,6 +80,8 @@ export interface RolloutRuntimeOptions {
 }
 
 export type { RolloutOutcome };
+/** What holds a train group at the head of the queue: the staleness controller's two bounds, or all N slots running. */
+export type AdmissionBlock = 'capacity' | 'version' | 'slots';
 
 export class EvaluationError extends Error {
   override readonly name = 'EvaluationError';
@@ -130,7 +132,9 @@ export class RolloutRuntime {
   private pollTimer: NodeJS.Timeout | null = null;
   private stopping = false;
   private started = false;
-  private waitingSince: number | null = null;
+  /** What holds the head of the train queue since when (null: nothing waits, or an evaluation gates admissions). */
+  private blocked: { reason: AdmissionBlock; since: number } | null = null;
+  private readonly blockedMs: Record<AdmissionBlock, number> = { capacity: 0, version: 0, slots: 0 };
 
   constructor(private readonly opts: RolloutRuntimeOptions) {
     this.config = { ...RUNTIME_DEFAULTS, ...opts.config };
@@ -238,9 +242,32 @@ export class RolloutRuntime {
       readyRollouts: this.ready.length,
       running: this.running.size,
       staleness: this.controller.snapshot(),
+      admissionBlockedSeconds: this.admissionBlockedSeconds(),
       evaluationsRunning: this.evalGates.size,
       sessionsAhead: this.lookahead.size,
     };
+  }
+
+  /**
+   * Seconds the head of the train queue has waited so far, by what held it (the open wait included):
+   * why rollouts are not starting, which refusal counts cannot say (a refusal is counted per attempt).
+   */
+  admissionBlockedSeconds(now = Date.now()): Record<AdmissionBlock, number> {
+    const out = { ...this.blockedMs };
+    if (this.blocked) out[this.blocked.reason] += now - this.blocked.since;
+    return { capacity: out.capacity / 1000, version: out.version / 1000, slots: out.slots / 1000 };
+  }
+
+  /** Ends the open wait (its time to its reason) and opens one for `reason` unless null or unchanged. */
+  private markBlocked(reason: AdmissionBlock | null): void {
+    if (this.blocked?.reason === reason) return;
+    const now = Date.now();
+    if (this.blocked) {
+      const ms = now - this.blocked.since;
+      this.blockedMs[this.blocked.reason] += ms;
+      this.metrics.admissionBlockedSeconds.inc({ reason: this.blocked.reason }, ms / 1000);
+    }
+    this.blocked = reason === null ? null : { reason, since: now };
   }
 
   private isIdle(): boolean {
@@ -451,7 +478,10 @@ export class RolloutRuntime {
         const next = this.ready.shift() as { group: GroupState; rollout: RolloutRow };
         this.launch(next.group, next.rollout);
       }
-      if (this.running.size + this.ready.length >= this.config.concurrency) break;
+      if (this.running.size + this.ready.length >= this.config.concurrency) {
+        this.markBlocked(this.queue.length > 0 && this.evalQueue.length === 0 && this.evalGates.size === 0 ? 'slots' : null);
+        break;
+      }
       // Eval groups first, and only at their pinned version.
       const ev = this.evalQueue[0];
       if (ev) {
@@ -463,16 +493,18 @@ export class RolloutRuntime {
         this.admit(ev);
         continue;
       }
-      if (this.evalGates.size > 0) break;
-      const head = this.queue[0];
-      if (!head) break;
+      const head = this.evalGates.size > 0 ? undefined : this.queue[0];
+      if (!head) {
+        this.markBlocked(null);
+        break;
+      }
       const r = this.controller.tryAdmit(head.row.id, this.currentVersion);
       if (!r.admitted) {
         this.metrics.admissionRefusals.inc({ reason: r.reason });
-        if (this.waitingSince === null) this.waitingSince = Date.now();
+        this.markBlocked(r.reason);
         break;
       }
-      this.waitingSince = null;
+      this.markBlocked(null);
       this.queue.shift();
       this.metrics.admissionWaitSeconds.observe((Date.now() - head.submittedAt) / 1000);
       this.admit(head);

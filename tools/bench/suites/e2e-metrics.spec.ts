@@ -10,6 +10,8 @@ function run(over: Partial<RunRecord>): RunRecord {
     trainSeconds: 100,
     rolloutsCompleted: 0,
     trainerBusySeconds: 0,
+    admissionBlockedSeconds: { capacity: 0, version: 0, slots: 0 },
+    capacityHeld: { running: 0, untrained: 0, awaitingVersion: 0 },
     steps: [],
     rewards: [],
     evals: [],

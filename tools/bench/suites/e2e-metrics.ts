@@ -19,6 +19,13 @@ export interface RunRecord {
   rolloutsCompleted: number;
   /** The trainer's busy seconds (training, checkpointing, publishing) within them. */
   trainerBusySeconds: number;
+  /**
+   * Seconds within them the next train group waited at the head of the rollout queue, by what held
+   * it: the staleness controller's capacity ((η + 1)·B groups) or version bound, or all N slots running.
+   */
+  admissionBlockedSeconds: { capacity: number; version: number; slots: number };
+  /** Mean groups holding the staleness capacity within them: running, finished but untrained, trained into a version not serving yet. */
+  capacityHeld: { running: number; untrained: number; awaitingVersion: number };
   /** Trained batches: the version each produced, when (train clock), their sample and unique tokens. */
   steps: { version: number; trainS: number; totalTokens: number; uniqueTokens: number; skipped: boolean }[];
   /** Every train rollout's outcome reward and when it finished (train clock), in order. */

@@ -129,6 +129,8 @@ async function runOne(base: RunConfig, v: Variant, seed: number, model: Awaited<
     trainSeconds: r.trainSeconds,
     rolloutsCompleted: done.length,
     trainerBusySeconds: steps.reduce((a, s) => a + s.trainSeconds, 0),
+    admissionBlockedSeconds: r.admissionBlockedSeconds,
+    capacityHeld: r.capacityHeld,
     steps: steps.map((s) => ({ version: s.version, trainS: clock(s.wallS), totalTokens: s.totalTokens, uniqueTokens: s.uniqueTokens, skipped: s.skipped !== null })),
     rewards: done.filter((c): c is [number, number] => c[1] !== null).map(([t, x]) => [clock(t), x]),
     evals: baseline ? [baseline, ...evals] : evals,
@@ -149,6 +151,8 @@ function modeJson(r: {
   heldOutRewardEnd: number;
   heldOutEnd: number;
   steps: number;
+  heldBy: (k: keyof RunRecord['admissionBlockedSeconds']) => number;
+  capacityHeld: (k: keyof RunRecord['capacityHeld']) => number;
 }) {
   return {
     trajectoriesPerS: fix(r.trajectoriesPerS),
@@ -159,6 +163,10 @@ function modeJson(r: {
     trainRewardLast: fix(r.rewardLast, 3),
     heldOutRewardEnd: fix(r.heldOutRewardEnd, 3),
     heldOutEnd: fix(r.heldOutEnd, 3),
+    /** Share of the train time the next group waited at admission, by what held it. */
+    admissionHeld: { capacity: fix(r.heldBy('capacity'), 3), version: fix(r.heldBy('version'), 3), slots: fix(r.heldBy('slots'), 3) },
+    /** Mean groups holding the staleness capacity, by state. */
+    capacityHeld: { running: fix(r.capacityHeld('running'), 1), untrained: fix(r.capacityHeld('untrained'), 1), awaitingVersion: fix(r.capacityHeld('awaitingVersion'), 1) },
   };
 }
 
@@ -190,6 +198,12 @@ async function main(): Promise<void> {
     console.log(
       `  -> ${t.steps} steps (v${rec.steps[rec.steps.length - 1]?.version ?? 0}) in ${rec.trainSeconds.toFixed(0)} s: ${t.trajectoriesPerS.toFixed(2)} trajectories/s, trainer idle ${pct(t.trainerIdle)}, held-out ${pct(heldOutFinal(rec)?.success)} at the end (${rec.rlStoppedBy})`,
     );
+    const b = rec.admissionBlockedSeconds;
+    const h = rec.capacityHeld;
+    console.log(
+      `     next group held at admission: capacity ${pct(b.capacity / rec.trainSeconds)}, version bound ${pct(b.version / rec.trainSeconds)}, all N slots running ${pct(b.slots / rec.trainSeconds)} of the time; ` +
+        `capacity held by ${h.running.toFixed(1)} running, ${h.untrained.toFixed(1)} finished untrained, ${h.awaitingVersion.toFixed(1)} trained awaiting their version (groups, mean)`,
+    );
     runs.push(rec);
   }
 
@@ -216,6 +230,8 @@ async function main(): Promise<void> {
       heldOutEnd: mean(rs.map((r) => heldOutFinal(r)?.success ?? NaN)),
       heldOutRewardEnd: mean(rs.map((r) => heldOutFinal(r)?.meanReward ?? NaN)),
       meanLag: lagDistribution(rs).mean,
+      heldBy: (k: keyof RunRecord['admissionBlockedSeconds']) => mean(rs.map((r) => r.admissionBlockedSeconds[k] / r.trainSeconds)),
+      capacityHeld: (k: keyof RunRecord['capacityHeld']) => mean(rs.map((r) => r.capacityHeld[k])),
     };
   };
   const pairedSeeds = syncC.map((r) => r.seed).filter((s) => asyncC.some((a) => a.seed === s));
@@ -244,6 +260,7 @@ async function main(): Promise<void> {
       'held-out reward at end': r.heldOutRewardEnd,
       'held-out success at end': pct(r.heldOutEnd),
       'mean lag': r.meanLag,
+      'admission held: capacity / version / slots': `${pct(r.heldBy('capacity'))} / ${pct(r.heldBy('version'))} / ${pct(r.heldBy('slots'))}`,
     })),
   );
   console.log(`async / sync: ${speedup.toFixed(2)}x trajectories/s, ${trainedSpeedup.toFixed(2)}x trained trajectories/s`);

@@ -212,7 +212,9 @@ export class DataPool {
   // ---------------------------------------------------------------- scheduling
 
   /** The Windowed FIFO rebuilt from the queue rows (from the head on): any instance gets the same. */
-  private async fifo(m: Pick<EntityManager, 'query'>): Promise<{ fifo: WindowedFifo; rows: Map<string, QueueRow>; newest: number | null; state: { adaptive?: WindowedFifoState['adaptive'] } }> {
+  private async fifo(
+    m: Pick<EntityManager, 'query'>,
+  ): Promise<{ fifo: WindowedFifo; rows: Map<string, QueueRow>; newest: number | null; state: { adaptive?: WindowedFifoState['adaptive'] }; trainerWaitingSince: number | null }> {
     // From the head to the end of what one take can reach (fifoReach): a run that queues a whole pass
     // of tasks ahead keeps thousands of pending rows, and reading them all every round cost more than
     // the round itself (125 ms a round at 3,200 queued rows on PGlite, 23 ms at 100).
@@ -232,8 +234,16 @@ export class DataPool {
               (SELECT max("position") FROM "data_pool_queue" WHERE "run_id" = $1) AS newest`,
       [this.cfg.runId, rows.length ? rows[0].position : '9223372036854775807'],
     );
-    const [sched]: { state: { adaptive?: WindowedFifoState['adaptive'] } }[] = await m.query(`SELECT "state" FROM "data_pool_scheduler" WHERE "run_id" = $1`, [this.cfg.runId]);
+    const [sched]: { state: { adaptive?: WindowedFifoState['adaptive'] }; last_trained_ms: string | null; last_batch_ms: string | null }[] = await m.query(
+      `SELECT "state", (extract(epoch from "last_trained_at") * 1000)::bigint AS last_trained_ms, (extract(epoch from "last_batch_at") * 1000)::bigint AS last_batch_ms
+       FROM "data_pool_scheduler" WHERE "run_id" = $1`,
+      [this.cfg.runId],
+    );
     const state = sched?.state ?? {};
+    // The trainer waits from its last acknowledgement when no batch it has not acknowledged exists.
+    const lastTrained = ms(sched?.last_trained_ms ?? null);
+    const lastBatch = ms(sched?.last_batch_ms ?? null);
+    const trainerWaitingSince = lastTrained !== null && (lastBatch === null || lastBatch <= lastTrained) ? lastTrained : null;
     const fifo = WindowedFifo.restore(this.cfg.window, {
       entries: rows.map((r) => ({
         id: r.rollout_id,
@@ -248,7 +258,7 @@ export class DataPool {
       passedPosition: passed?.p === null || passed?.p === undefined ? null : Number(passed.p),
       ...(this.cfg.window.window === 'adaptive' && state.adaptive ? { adaptive: state.adaptive } : {}),
     });
-    return { fifo, rows: new Map(rows.map((r) => [r.rollout_id, r])), newest: ms(passed?.newest), state };
+    return { fifo, rows: new Map(rows.map((r) => [r.rollout_id, r])), newest: ms(passed?.newest), state, trainerWaitingSince };
   }
 
   /** Current W (for metrics). */
@@ -258,7 +268,13 @@ export class DataPool {
 
   /** Takes one batch if the window allows it and cuts it; returns its id or null. */
   async scheduleOnce(now: number): Promise<string | null> {
-    const { fifo } = await this.fifo(this.ds);
+    const { fifo, trainerWaitingSince } = await this.fifo(this.ds);
+    // Adaptive W widens while the trainer waits, so it must hear of the wait before the take that
+    // ends it (as libs/rl's scheduler bench reports it). The FIFO is rebuilt from the rows each
+    // round with the state of the last take, whose wait is 0: the whole wait so far goes in.
+    // (Until 2026-12-05 the pool reported a wait only after the batch that ended it was cut, so the
+    // window widened one batch late: finished groups sat behind a straggling head while the trainer idled.)
+    if (trainerWaitingSince !== null && now > trainerWaitingSince) fifo.trainerWaited(now - trainerWaitingSince);
     this.lastWindow = fifo.window;
     const expired = fifo.expiredHead(now);
     if (expired) {
@@ -368,7 +384,6 @@ export class DataPool {
         // the trainer waited from its last acknowledgement until this batch existed (0 when a batch was already waiting)
         trainerWaitMs: lastTrained === null ? null : lastBatch === null || lastBatch <= lastTrained ? Math.max(0, now - lastTrained) : 0,
       };
-      if (stats.trainerWaitMs !== null && stats.trainerWaitMs > 0) fifo.trainerWaited(stats.trainerWaitMs);
       const createdAt = now;
       const event = createEvent(
         'train_batch.created',

@@ -219,6 +219,52 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.stop();
   });
 
+  it('adaptive window: while the trainer waits for a batch (its last acknowledgement newer than the last batch), W widens past a slow head before that head completes', async () => {
+    // base W 1, no mix gate: only the trainer's wait can widen it (patience: a notch per 0.25 x the usual step interval)
+    const rt = runtime(env, {
+      batchTrajectories: 1,
+      window: { inFlight: 4, window: 'adaptive', adaptive: { min: 1, initial: 1, max: 4, mixGate: 0, patience: 0.25 } },
+      filters: { dropZeroVariance: false },
+    });
+    await rt.start();
+    const runId = rt.config.runId;
+    const rs = [0, 1, 2, 3].map((i) => rollout({ rolloutId: `${uid('g')}-r`, groupId: uid('g'), groupSize: 1, reward: 1, queuePosition: i }));
+    await env.bus().publish(rs.map((r) => r.started));
+    await until('four queue rows', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "data_pool_queue" WHERE "run_id" = $1`, [runId]))[0].n) === 4);
+    const statusOf = async (i: number) =>
+      ((await env.ds().query(`SELECT "status" FROM "data_pool_queue" WHERE "rollout_id" = $1`, [rs[i].started.payload.rolloutId])) as { status: string }[])[0]?.status;
+    // Two batches in order, 300 ms apart: the controller learns the usual step interval.
+    await env.bus().publish([...rs[0].calls, rs[0].completed]);
+    await until('position 0 taken', async () => (await statusOf(0)) === 'taken');
+    await new Promise((r) => setTimeout(r, 300));
+    await env.bus().publish([...rs[1].calls, rs[1].completed]);
+    await until('position 1 taken', async () => (await statusOf(1)) === 'taken');
+    // Position 2 stays running; 3 completes behind it, outside W = 1 ([2, 2]).
+    await env.bus().publish([...rs[3].calls, rs[3].completed]);
+    await until('position 3 completed', async () => (await statusOf(3)) === 'completed');
+    await new Promise((r) => setTimeout(r, 600));
+    await rt.settle();
+    expect(await statusOf(3)).toBe('completed'); // blocked: the trainer has not asked for more (batch 1 unacknowledged)
+    // The trainer acknowledges batch 1 and waits: after a notch or two of patience W covers position 3.
+    const [b1]: { batch_id: string; step: number }[] = await env.ds().query(`SELECT "batch_id", "step" FROM "data_pool_batch_stats" WHERE "run_id" = $1 AND "step" = 1`, [runId]);
+    const base = sampleEventOf('train_batch.trained', b1.batch_id, b1.step) as EventEnvelope<'train_batch.trained'>;
+    await env
+      .bus()
+      .publish([
+        createEvent(
+          'train_batch.trained',
+          { ...base.payload, batchId: b1.batch_id, batchStep: b1.step, runId, policyVersion: 2, trajectoryIds: [rs[1].started.payload.rolloutId], groupIds: [], checkpointed: false },
+          { key: b1.batch_id, producer: 'trainer' },
+        ),
+      ]);
+    await until('position 3 taken while the head (2) still runs', async () => (await statusOf(3)) === 'taken', 10_000);
+    expect(await statusOf(2)).toBe('pending');
+    const [stats]: { stats: { outOfOrder: { max: number }; trainerWaitMs: number } }[] = await env.ds().query(`SELECT "stats" FROM "data_pool_batch_stats" WHERE "run_id" = $1 AND "step" = 2`, [runId]);
+    expect(stats.stats.outOfOrder.max).toBe(1);
+    expect(stats.stats.trainerWaitMs).toBeGreaterThan(0);
+    await rt.stop();
+  });
+
   it('linear in unique tokens: a 100-call trajectory growing to ~200k tokens; bytes on the bus and in the database are O(unique), the tree read back equals buildPack over the materialised samples', async () => {
     const g = uid('g');
     const r = `${g}-r`;
