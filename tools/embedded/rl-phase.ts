@@ -216,6 +216,7 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
       }
     }
     trainSeconds = (performance.now() - loopStarted) / 1000 - evalSeconds;
+    const blockedAfter = loop.rollouts.snapshot().admissionBlockedSeconds; // over the same span as trainSeconds
     loopEndedAtS = wall();
     // No batch is trained after the budget: the trainer stays held through the final evaluation
     // until the loop closes (the batches queued meanwhile are handed back untrained), so the final
@@ -223,7 +224,6 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
     await loop.trainer.pause();
     trainRolloutsInLoop = rec.completedTrain - completedBefore;
     const trainerBusySeconds = (loop.trainer.totals.busyMs - busyBefore) / 1000;
-    const blockedAfter = loop.rollouts.snapshot().admissionBlockedSeconds;
     const n = Math.max(1, held.samples);
     const capacityHeld = { running: held.running / n, untrained: held.untrained / n, awaitingVersion: held.awaitingVersion / n };
     const admissionBlockedSeconds = {
