@@ -146,10 +146,10 @@ export const runConfigSchema = z
          * default is round(0.3 N); the run configuration departs from it (2026-12-05) because on the
          * e2e bench's heavy-tailed tool workload a fixed 0.3 N (58 < one 64-rollout batch) lets one
          * straggling group at the head hold every finished group behind it: async 4.22 trajectories/s
-         * with it, 5.71 adaptive (seeds 1-3; sync 1.68), held-out 24.0% against 27.8%. In the main
-         * job (generation-bound, no tool delays) it is a wash: +39.8, +43.8, +35.0 on seeds 1-3
-         * against +35.3 to +48.8 fixed. A number restores a fixed window (the scheduler bench's
-         * regimes: adaptive is beyond the fixed-W frontier in two of three, libs/rl README).
+         * with it (2.52x sync), 5.39 adaptive (3.17x, seeds 1-3, after the Data Pool's wait fix of
+         * 2026-12-05). In the main job (generation-bound, no tool delays) it is a wash: +45.8, +38.5,
+         * +43.3 on seeds 1-3 against +35.3 to +48.8 fixed. A number restores a fixed window (the
+         * scheduler bench's regimes: adaptive is beyond the fixed-W frontier in two of three, libs/rl README).
          */
         window: z.union([positiveInt(), z.literal('adaptive')]).default('adaptive'),
         dropZeroVariance: z.boolean().default(true),
@@ -169,8 +169,8 @@ export const runConfigSchema = z
          * Why (2026-12-04/05, README "npm run bench -- e2e"): with 8 steps a batch and lag 1-2 versions,
          * most trained tokens are 8-16 optimizer steps off the policy that sampled them, and unmasked
          * CISPO keeps pushing tokens whose ratio already left the band: held-out 24.0% at 180 s against
-         * GRPO's 28.5%, 28.7% with the mask. The main job learns as well with it (seeds 1-3 with the
-         * adaptive window: +42.8, +37.5, +45.0).
+         * GRPO's 28.5%, 28.7% with the mask (fixed W); with the adaptive W 28.8% against 28.7%
+         * (2026-12-05). The main job learns as well with it (+45.8, +38.5, +43.3 on seeds 1-3).
          */
         cispoMask: z
           .union([z.object({ epsLow: z.number().min(0).max(1).optional(), epsHigh: z.number().min(0).max(100).optional() }).strict(), z.literal(false)])
