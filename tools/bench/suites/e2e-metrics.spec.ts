@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { commonEvalVersion, duringEvaluation, heldOutAt, heldOutFinal, lagDistribution, rewardOfLast, throughput, trainClock, type RunRecord } from './e2e-metrics';
+import { commonEvalVersion, pairedDifference, duringEvaluation, heldOutAt, heldOutFinal, lagDistribution, rewardOfLast, throughput, trainClock, type RunRecord } from './e2e-metrics';
 
 function run(over: Partial<RunRecord>): RunRecord {
   return {
@@ -84,5 +84,19 @@ describe('e2e bench figures', () => {
     expect(l.max).toBe(4);
     expect(l.staleShare).toBeCloseTo(0.5, 12);
     expect(lagDistribution([run({ staleness: [] })])).toMatchObject({ tokens: 0, staleShare: 0 });
+  });
+
+  it('pairs the two losses by seed: mean difference and its standard error', () => {
+    // differences 0.04, -0.01, 0.03: mean 0.02, sample sd sqrt(((0.02)^2 + (0.03)^2 + (0.01)^2) / 2) = sqrt(0.0007)
+    const d = pairedDifference([
+      [0.3, 0.26],
+      [0.25, 0.26],
+      [0.33, 0.3],
+    ]);
+    expect(d.n).toBe(3);
+    expect(d.mean).toBeCloseTo(0.02, 12);
+    expect(d.se).toBeCloseTo(Math.sqrt(0.0007 / 3), 12);
+    expect(pairedDifference([[0.5, 0.4]]).se).toBeNaN();
+    expect(pairedDifference([]).mean).toBeNaN();
   });
 });

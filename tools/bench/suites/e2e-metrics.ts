@@ -114,6 +114,19 @@ export function commonEvalVersion(runs: readonly RunRecord[]): number | null {
   return shared.length ? Math.max(...shared) : null;
 }
 
+/**
+ * Mean of paired differences a − b (one pair per seed) and its standard error (sample standard
+ * deviation / √n; NaN with fewer than two pairs). Runs of one seed share the warm start and the
+ * evaluation tasks, so the paired spread is what says whether a gap between two losses is noise.
+ */
+export function pairedDifference(pairs: readonly (readonly [number, number])[]): { n: number; mean: number; se: number } {
+  const d = pairs.map(([a, b]) => a - b);
+  const m = mean(d);
+  if (d.length < 2) return { n: d.length, mean: m, se: NaN };
+  const variance = d.reduce((acc, x) => acc + (x - m) ** 2, 0) / (d.length - 1);
+  return { n: d.length, mean: m, se: Math.sqrt(variance / d.length) };
+}
+
 export interface LagDistribution {
   tokens: number;
   /** Share of output tokens per lag in versions: 0, 1, 2, 3 or more. */

@@ -43,7 +43,7 @@ import { loadRunConfigOrExit, parseRunConfig, type RunConfig } from '../../embed
 import { startingModel } from '../../embedded/starting-model';
 import { taskSetOf } from '../../embedded/user-run';
 import { printTable } from './bench-kit';
-import { commonEvalVersion, duringEvaluation, heldOutAt, heldOutFinal, lagDistribution, mean, rewardOfLast, throughput, trainClock, type RunRecord } from './e2e-metrics';
+import { commonEvalVersion, duringEvaluation, heldOutAt, heldOutFinal, lagDistribution, mean, pairedDifference, rewardOfLast, throughput, trainClock, type RunRecord } from './e2e-metrics';
 
 const env = process.env;
 const num = (name: string, fallback: number) => {
@@ -89,7 +89,7 @@ function variantConfig(base: RunConfig, v: Variant, seed: number): RunConfig {
     raw.rollouts = { ...raw.rollouts, eta: 0 };
   }
   if (v.loss !== base.algorithm.loss) {
-    const { epsLow: _l, epsHigh: _h, cispoMask: _m, ...algorithm } = raw.algorithm;
+    const { epsLow: _l, epsHigh: _h, cispoMask: _m, dualClip: _d, ...algorithm } = raw.algorithm;
     raw.algorithm = { ...algorithm, loss: v.loss };
   }
   return parseRunConfig(raw);
@@ -285,6 +285,13 @@ async function main(): Promise<void> {
     equalSteps: { version: equalSteps, cispo: meanOf(lossRows.map((r) => r.cispoSteps)), grpo: meanOf(lossRows.map((r) => r.grpoSteps)) },
     equalWallClock: { seconds: SECONDS, cispo: meanOf(lossRows.map((r) => r.cispoEnd?.success)), grpo: meanOf(lossRows.map((r) => r.grpoEnd?.success)) },
   };
+  // The same gaps paired by seed (same warm start, same evaluation tasks): whether a gap is more than noise.
+  const pairsOf = (f: (r: (typeof lossRows)[number]) => [number | null | undefined, number | null | undefined]) =>
+    lossRows.map(f).filter((p): p is [number, number] => typeof p[0] === 'number' && typeof p[1] === 'number');
+  const gap = {
+    equalSteps: pairedDifference(pairsOf((r) => [r.cispoSteps, r.grpoSteps])),
+    equalWallClock: pairedDifference(pairsOf((r) => [r.cispoEnd?.success, r.grpoEnd?.success])),
+  };
   printTable(`CISPO against GRPO (PPO-clip), async, held-out success (${EVAL_TASKS} tasks x ${EVAL_SAMPLES} samples, temperature ${base.eval.temperature})`, [
     ...lossRows.map((r) => ({
       seed: String(r.seed),
@@ -303,6 +310,9 @@ async function main(): Promise<void> {
       [`GRPO end (${SECONDS} s)`]: pct(cmp.equalWallClock.grpo),
     },
   ]);
+
+  const points = (d: { n: number; mean: number; se: number }) => `${(d.mean * 100).toFixed(1)} ± ${Number.isFinite(d.se) ? (d.se * 100).toFixed(1) : '-'} points (${d.n} seeds)`;
+  console.log(`CISPO − GRPO, paired by seed (mean ± standard error): ${points(gap.equalSteps)} at v${equalSteps ?? '-'}, ${points(gap.equalWallClock)} at ${SECONDS} s`);
 
   // 3. How asynchronous is it really: versions behind per trained output token.
   const lags = { async: lagDistribution([...asyncC, ...asyncG]), sync: lagDistribution(syncC) };
@@ -333,8 +343,8 @@ async function main(): Promise<void> {
     async: modeJson(asyncPaired),
     cispoVsGrpo: {
       seeds: seeds.length,
-      equalSteps: { version: equalSteps, cispo: fix(cmp.equalSteps.cispo, 3), grpo: fix(cmp.equalSteps.grpo, 3) },
-      equalWallClock: { seconds: SECONDS, cispo: fix(cmp.equalWallClock.cispo, 3), grpo: fix(cmp.equalWallClock.grpo, 3) },
+      equalSteps: { version: equalSteps, cispo: fix(cmp.equalSteps.cispo, 3), grpo: fix(cmp.equalSteps.grpo, 3), pairedGap: fix(gap.equalSteps.mean, 3), pairedGapSe: fix(gap.equalSteps.se, 3) },
+      equalWallClock: { seconds: SECONDS, cispo: fix(cmp.equalWallClock.cispo, 3), grpo: fix(cmp.equalWallClock.grpo, 3), pairedGap: fix(gap.equalWallClock.mean, 3), pairedGapSe: fix(gap.equalWallClock.se, 3) },
     },
     lag: Object.fromEntries(Object.entries(lags).map(([k, l]) => [k, { mean: fix(l.mean, 3), max: l.max, staleShare: fix(l.staleShare, 3), shares: l.shares.map((x) => fix(x, 3)) }])),
     targets: {
