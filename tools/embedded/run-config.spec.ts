@@ -107,6 +107,19 @@ describe('run config', () => {
     }
   });
 
+  it("PPO's dual-clip: 3 by default for the PPO kinds (verl's and SkyRL's), none for CISPO, false turns it off", () => {
+    expect(parseRunConfig({ algorithm: { loss: 'ppo' } }).algorithm.dualClip).toBe(3);
+    expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo' } })).dualClip).toBe(3);
+    expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'decoupled_ppo', dualClip: 5 } })).dualClip).toBe(5);
+    expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', dualClip: false } })).dualClip).toBeUndefined();
+    expect(parseRunConfig({}).algorithm.dualClip).toBeUndefined();
+    expect(lossConfigOf(parseRunConfig({})).dualClip).toBeUndefined();
+    expect(() => parseRunConfig({ algorithm: { dualClip: 3 } })).toThrow(/algorithm\.dualClip: dualClip: is PPO-clip's lower bound for negative advantages, not used by kind 'cispo'/);
+    expect(() => parseRunConfig({ algorithm: { loss: 'ppo', dualClip: 1 } })).toThrow(/algorithm\.dualClip/);
+    const once = parseRunConfig({ algorithm: { loss: 'ppo' } });
+    expect(parseRunConfig(JSON.parse(JSON.stringify(once)))).toEqual(once);
+  });
+
   it('lists each problem on its own for callers that add more (a user run adds its files)', () => {
     try {
       parseRunConfig({ seed: -1, budget: { steps: 0 } });

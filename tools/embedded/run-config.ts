@@ -175,6 +175,12 @@ export const runConfigSchema = z
         cispoMask: z
           .union([z.object({ epsLow: z.number().min(0).max(1).optional(), epsHigh: z.number().min(0).max(100).optional() }).strict(), z.literal(false)])
           .optional(),
+        /**
+         * PPO kinds only: dual-clip c (verl's clip_ratio_c, SkyRL's; Ye et al. 2020): a token with a
+         * negative advantage whose ratio passed c gets no gradient instead of one growing with the
+         * ratio; false = plain PPO-clip. Absent: 3 for ppo and decoupled_ppo (verl's and SkyRL's default).
+         */
+        dualClip: z.union([z.number().gt(1).max(1e6), z.literal(false)]).optional(),
         aggregation: z.enum(['token_mean', 'trajectory', 'group', 'seq_mean_token_mean', 'constant']).default('token_mean'),
         /** With aggregation 'constant' (required there): the loss is divided by this (Dr. GRPO: max tokens × samples). */
         constantNormalizer: z.number().positive().max(1e12).optional(),
@@ -318,6 +324,8 @@ export const defaultKlCoef = (model: string): number => (model === 'tiny' ? 0.05
 /** Optimizer steps per train batch a run uses when it names none (see algorithm.miniBatches). */
 export const defaultMiniBatches = (model: string): number => (model === 'tiny' ? 8 : 1);
 
+/** PPO's dual-clip a run uses when it names none (see algorithm.dualClip): the peers' 3 for the PPO kinds. */
+export const defaultDualClip = (loss: string): number | undefined => (loss === 'ppo' || loss === 'decoupled_ppo' ? 3 : undefined);
 type CispoMaskKnob = { epsLow?: number; epsHigh?: number } | false;
 /** CISPO's token mask a run uses when it names none (see algorithm.cispoMask): on with several AdamW steps a batch. */
 export const defaultCispoMask = (loss: string, miniBatches: number): CispoMaskKnob | undefined => (loss !== 'cispo' ? undefined : miniBatches > 1 ? {} : false);
@@ -353,9 +361,17 @@ export function parseRunConfig(input: unknown): RunConfig {
   const model = r.data.model;
   const miniBatches = a.miniBatches ?? defaultMiniBatches(model);
   const cispoMask = a.cispoMask ?? defaultCispoMask(a.loss, miniBatches);
+  const dualClip = a.dualClip ?? defaultDualClip(a.loss);
   return {
     ...r.data,
-    algorithm: { ...a, eps: a.eps ?? defaultAdamEps(model), klCoef: a.klCoef ?? defaultKlCoef(model), miniBatches, ...(cispoMask !== undefined ? { cispoMask } : {}) },
+    algorithm: {
+      ...a,
+      eps: a.eps ?? defaultAdamEps(model),
+      klCoef: a.klCoef ?? defaultKlCoef(model),
+      miniBatches,
+      ...(cispoMask !== undefined ? { cispoMask } : {}),
+      ...(dualClip !== undefined ? { dualClip } : {}),
+    },
   };
 }
 
@@ -443,6 +459,7 @@ export function lossConfigOf(cfg: Pick<RunConfig, 'algorithm'> | { algorithm: Om
     ...(a.epsLow !== undefined ? { epsLow: a.epsLow } : {}),
     ...(a.epsHigh !== undefined ? { epsHigh: a.epsHigh } : {}),
     ...(a.cispoMask ? { cispoMask: a.cispoMask } : {}),
+    ...(a.dualClip ? { dualClip: a.dualClip } : {}),
     ...(a.constantNormalizer !== undefined ? { constantNormalizer: a.constantNormalizer } : {}),
     ...(Object.keys(correction).length ? { correction } : {}),
     ...(a.klCoef ? { klCoef: a.klCoef } : {}),

@@ -55,6 +55,10 @@ describe('the services environments of a stack run', () => {
     // and so does its CISPO mask (on with several AdamW steps a batch; the bare trainer's default is none)
     expect(serviceEnv('trainer', parseRunConfig({}), wiring, urls).TRAINER_CISPO_MASK).toBe('0.2,0.28');
     expect(serviceEnv('trainer', parseRunConfig({ algorithm: { cispoMask: false } }), wiring, urls)).not.toHaveProperty('TRAINER_CISPO_MASK');
+    // PPO's dual-clip: the run configuration's 3 for the PPO kinds, none for CISPO or when the run says false
+    expect(serviceEnv('trainer', parseRunConfig({ algorithm: { loss: 'ppo' } }), wiring, urls).TRAINER_DUAL_CLIP).toBe('3');
+    expect(serviceEnv('trainer', parseRunConfig({ algorithm: { loss: 'ppo', dualClip: false } }), wiring, urls)).not.toHaveProperty('TRAINER_DUAL_CLIP');
+    expect(serviceEnv('trainer', parseRunConfig({}), wiring, urls)).not.toHaveProperty('TRAINER_DUAL_CLIP');
     expect(env.trainer).toMatchObject({ TRAINER_MAX_BATCHES: '12', CHECKPOINT_DIR: wiring.checkpointDir, TRAINER_LR_DECAY_STEPS: '0' }); // the default lr is constant
     const cosine = parseRunConfig({ algorithm: { lrSchedule: 'cosine', minLrFactor: 0.2, miniBatches: 2 }, budget: { steps: 12 } });
     expect(serviceEnv('trainer', cosine, wiring, urls)).toMatchObject({ TRAINER_LR_DECAY_STEPS: '24', TRAINER_LR_MIN_FACTOR: '0.2' });

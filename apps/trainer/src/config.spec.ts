@@ -92,6 +92,14 @@ describe('trainer configuration', () => {
     expect(optimizerOf(c)).toEqual({ beta1: 0.8, beta2: 0.99, eps: 1e-8, weightDecay: 0.01 });
     expect(trainerOptionsOf(load({ ...base, TRAINER_LOSS: 'reinforce_tis' })).settings.loss.correction).toEqual({ tokenTis: { cap: 2 } });
     expect(trainerOptionsOf(load({ ...base, TRAINER_CISPO_MASK: '0.1, 0.5' })).settings.loss.cispoMask).toEqual({ epsLow: 0.1, epsHigh: 0.5 });
+    expect(trainerOptionsOf(load({ ...base, TRAINER_LOSS: 'ppo', TRAINER_DUAL_CLIP: '3' })).settings.loss.dualClip).toBe(3);
+    expect(trainerOptionsOf(load({ ...base, TRAINER_LOSS: 'ppo' })).settings.loss.dualClip).toBeUndefined();
+  });
+
+  it("refuses a dual-clip outside the PPO kinds or at c <= 1, naming TRAINER_DUAL_CLIP", () => {
+    expect(problemsOf({ ...base, TRAINER_DUAL_CLIP: '3' })).toEqual(['TRAINER_DUAL_CLIP']);
+    expect(() => load({ ...base, TRAINER_DUAL_CLIP: '3' })).toThrow(/TRAINER_DUAL_CLIP: .*not used by kind 'cispo'/);
+    expect(problemsOf({ ...base, TRAINER_LOSS: 'ppo', TRAINER_DUAL_CLIP: '1' })).toEqual(['TRAINER_DUAL_CLIP']);
   });
 
   it('lists every out-of-range or unknown value at once, by variable', () => {

@@ -33,6 +33,7 @@ const LOSS_ENV: Record<string, string> = {
   cispoMask: 'TRAINER_CISPO_MASK',
   'cispoMask.epsLow': 'TRAINER_CISPO_MASK',
   'cispoMask.epsHigh': 'TRAINER_CISPO_MASK',
+  dualClip: 'TRAINER_DUAL_CLIP',
 };
 
 const shape = {
@@ -62,6 +63,8 @@ const shape = {
       return { epsLow, epsHigh };
     })
     .optional(),
+  /** PPO kinds only: dual-clip c (> 1; verl and SkyRL use 3): a negative-advantage token whose ratio passed c gets no gradient. Unset: none. */
+  TRAINER_DUAL_CLIP: optionalNumber(z.number().gt(1).max(1e6)),
   TRAINER_AGGREGATION: z.enum(AGGREGATIONS as [Aggregation, ...Aggregation[]]).default('token_mean'),
   /** Only with TRAINER_AGGREGATION=constant: the loss is divided by this (Dr. GRPO: max tokens × samples). */
   TRAINER_CONSTANT_NORMALIZER: optionalNumber(z.number().positive()),
@@ -113,7 +116,7 @@ export const trainerEnv = z.object(shape).superRefine(
     if (typeof dir === 'string' && dir !== '' && !existsSync(join(dir, 'config.json')))
       ctx.addIssue({ code: 'custom', path: ['TRAINER_INITIAL_CHECKPOINT_DIR'], message: 'has no config.json (a Hugging Face model directory: config.json + safetensors)' });
     // Relations between the loss knobs, exactly as libs/rl refuses them; only once each knob parsed on its own.
-    const knobs = ['TRAINER_LOSS', 'TRAINER_EPS_LOW', 'TRAINER_EPS_HIGH', 'TRAINER_AGGREGATION', 'TRAINER_CONSTANT_NORMALIZER', 'TRAINER_TOKEN_TIS_CAP', 'TRAINER_SEQ_TIS_CAP'] as const;
+    const knobs = ['TRAINER_LOSS', 'TRAINER_EPS_LOW', 'TRAINER_EPS_HIGH', 'TRAINER_DUAL_CLIP', 'TRAINER_AGGREGATION', 'TRAINER_CONSTANT_NORMALIZER', 'TRAINER_TOKEN_TIS_CAP', 'TRAINER_SEQ_TIS_CAP'] as const;
     if (!knobs.every((k) => shape[k].safeParse(env[k]).success)) return;
     if (typeof env.TRAINER_CISPO_MASK === 'string') return; // did not parse (still the raw text)
     if (env.TRAINER_LOSS === 'ppo' && (env.TRAINER_TOKEN_TIS_CAP !== undefined || env.TRAINER_SEQ_TIS_CAP !== undefined))
@@ -136,7 +139,7 @@ export const trainerEnv = z.object(shape).superRefine(
 );
 export type TrainerConfig = z.infer<typeof trainerEnv>;
 
-type LossEnv = Pick<TrainerConfig, 'TRAINER_LOSS' | 'TRAINER_EPS_LOW' | 'TRAINER_EPS_HIGH' | 'TRAINER_AGGREGATION' | 'TRAINER_CONSTANT_NORMALIZER' | 'TRAINER_TOKEN_TIS_CAP' | 'TRAINER_SEQ_TIS_CAP' | 'TRAINER_KL_COEF'> & Partial<Pick<TrainerConfig, 'TRAINER_CISPO_MASK'>>;
+type LossEnv = Pick<TrainerConfig, 'TRAINER_LOSS' | 'TRAINER_EPS_LOW' | 'TRAINER_EPS_HIGH' | 'TRAINER_AGGREGATION' | 'TRAINER_CONSTANT_NORMALIZER' | 'TRAINER_TOKEN_TIS_CAP' | 'TRAINER_SEQ_TIS_CAP' | 'TRAINER_KL_COEF'> & Partial<Pick<TrainerConfig, 'TRAINER_CISPO_MASK' | 'TRAINER_DUAL_CLIP'>>;
 
 /** The loss configuration the knobs name (libs/rl lossConfig: defaults per kind; throws LossConfigError naming the field). */
 export function lossConfigOf(c: LossEnv): LossConfig {
@@ -153,6 +156,7 @@ export function lossConfigOf(c: LossEnv): LossConfig {
     ...(c.TRAINER_EPS_LOW !== undefined ? { epsLow: c.TRAINER_EPS_LOW } : {}),
     ...(c.TRAINER_EPS_HIGH !== undefined ? { epsHigh: c.TRAINER_EPS_HIGH } : {}),
     ...(c.TRAINER_CISPO_MASK !== undefined ? { cispoMask: c.TRAINER_CISPO_MASK } : {}),
+    ...(c.TRAINER_DUAL_CLIP !== undefined ? { dualClip: c.TRAINER_DUAL_CLIP } : {}),
     ...(c.TRAINER_CONSTANT_NORMALIZER !== undefined ? { constantNormalizer: c.TRAINER_CONSTANT_NORMALIZER } : {}),
     ...(correction ? { correction } : {}),
     ...(c.TRAINER_KL_COEF ? { klCoef: c.TRAINER_KL_COEF } : {}),

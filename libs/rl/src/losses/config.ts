@@ -53,6 +53,13 @@ export interface LossConfig {
    * DEFAULT_CISPO_MASK. For several optimizer steps per batch on stale tokens (README, "Losses").
    */
   cispoMask?: { epsLow: number; epsHigh: number };
+  /**
+   * Only with kinds 'ppo' and 'decoupled_ppo': dual-clip c (Ye et al. 2020; verl's clip_ratio_c and
+   * SkyRL's default 3). For a token with A < 0 the objective is max(min(r·A, clip(r)·A), c·A): once
+   * its ratio passes c it gets no gradient, where plain PPO-clip pushes it down with a weight that
+   * grows with r (a token the policy made far likelier since it was sampled). Must be > 1. Absent: none.
+   */
+  dualClip?: number;
   /** Log-ratios are clamped to [−logRatioClamp, logRatioClamp] before exp (default 20): exp(89) overflows and 0·inf is NaN. */
   logRatioClamp: number;
   /**
@@ -106,7 +113,7 @@ const EPS_DEFAULTS: Record<LossKind, { epsLow: number; epsHigh: number }> = {
   reinforce_tis: { epsLow: 0.2, epsHigh: 0.28 },
 };
 
-const CONFIG_KEYS = new Set(['kind', 'epsLow', 'epsHigh', 'aggregation', 'constantNormalizer', 'correction', 'prox', 'logRatioClamp', 'klCoef', 'klLogRatioCap', 'cispoMask']);
+const CONFIG_KEYS = new Set(['kind', 'epsLow', 'epsHigh', 'aggregation', 'constantNormalizer', 'correction', 'prox', 'logRatioClamp', 'klCoef', 'klLogRatioCap', 'cispoMask', 'dualClip']);
 const CORRECTION_KEYS = new Set(['tokenTis', 'seqTis', 'geoMask']);
 
 function finitePositive(v: unknown, field: string): void {
@@ -156,6 +163,7 @@ export function lossConfig(input: LossConfigInput = {}): LossConfig {
     for (const k of Object.keys(m)) if (k !== 'epsLow' && k !== 'epsHigh') throw new LossConfigError(`cispoMask.${k}`, 'unknown key (epsLow, epsHigh)');
     cfg.cispoMask = { epsLow: m.epsLow ?? DEFAULT_CISPO_MASK.epsLow, epsHigh: m.epsHigh ?? DEFAULT_CISPO_MASK.epsHigh };
   }
+  if (input.dualClip !== undefined) cfg.dualClip = input.dualClip;
   if (input.prox !== undefined) cfg.prox = { ...input.prox };
   else if (kind === 'decoupled_ppo') cfg.prox = { mode: 'recomputed' };
   validateLossConfig(cfg);
@@ -185,6 +193,12 @@ export function validateLossConfig(cfg: LossConfig): void {
     if (typeof m.epsLow !== 'number' || !Number.isFinite(m.epsLow) || m.epsLow < 0 || m.epsLow > 1)
       throw new LossConfigError('cispoMask.epsLow', `must be in [0, 1], got ${String(m.epsLow)}`);
     if (typeof m.epsHigh !== 'number' || !Number.isFinite(m.epsHigh) || m.epsHigh < 0) throw new LossConfigError('cispoMask.epsHigh', `must be a finite number >= 0, got ${String(m.epsHigh)}`);
+  }
+  if (cfg.dualClip !== undefined) {
+    if (cfg.kind !== 'ppo' && cfg.kind !== 'decoupled_ppo')
+      throw new LossConfigError('dualClip', `is PPO-clip's lower bound for negative advantages, not used by kind '${cfg.kind}'${cfg.kind === 'cispo' ? " (CISPO's weight is already clipped at 1 + epsHigh)" : ''}`);
+    if (typeof cfg.dualClip !== 'number' || !Number.isFinite(cfg.dualClip) || cfg.dualClip <= 1)
+      throw new LossConfigError('dualClip', `must be a finite number > 1 (verl and SkyRL use 3), got ${String(cfg.dualClip)}`);
   }
   const c = cfg.correction;
   if (c !== undefined) {

@@ -185,6 +185,7 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
   const geo = cfg.correction?.geoMask;
   const maskLo = cfg.cispoMask ? 1 - cfg.cispoMask.epsLow : -Infinity;
   const maskHi = cfg.cispoMask ? 1 + cfg.cispoMask.epsHigh : Infinity;
+  const dualC = cfg.dualClip;
   const coef = aggregationCoefficients(samples, cfg.aggregation, cfg.constantNormalizer);
 
   const acc = new RatioAccumulator();
@@ -298,6 +299,12 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
           // min(r·A, clip(r)·A): the gradient flows only through the unclipped branch, and not at all where the log-ratio is clamped.
           j = Math.min(unclipped, clipped);
           dj = unclipped <= clipped && rawLr === lr ? r * A : 0;
+          // Dual-clip: a negative-advantage token past r = c keeps the constant c·A and no gradient.
+          if (dualC !== undefined && A < 0 && j < dualC * A) {
+            j = dualC * A;
+            dj = 0;
+            if (kappa !== 0) masked++;
+          }
           if (cfg.kind === 'decoupled_ppo') {
             let bw = Math.exp(clampLr(anchor[t] - b[t]));
             if (tokenTis && bw > tokenTis.cap) {

@@ -170,6 +170,44 @@ describe("CISPO's token mask (MiniMax-M1's M, cispoMask)", () => {
   });
 });
 
+describe("PPO's dual-clip (verl's clip_ratio_c)", () => {
+  // ratioSample's ratios are 6, 1 and 0.5; PPO's band is [0.8, 1.28]
+  it('A < 0: the token whose ratio passed c keeps c·A and no gradient; plain PPO pushes it with weight r', () => {
+    const plain = computeLoss([ratioSample(-1)], lossConfig({ kind: 'ppo' }));
+    expectArrayClose(plain.dLdlogp[0], [6 / 3, 1 / 3, 0]); // min(6·A, 1.28·A) = 6·A: the unclipped branch, weight 6
+    expect(plain.loss).toBeCloseTo((6 + 1 + 0.8) / 3, 9);
+    const dual = computeLoss([ratioSample(-1)], lossConfig({ kind: 'ppo', dualClip: 3 }));
+    expectArrayClose(dual.dLdlogp[0], [0, 1 / 3, 0]);
+    expect(dual.loss).toBeCloseTo((3 + 1 + 0.8) / 3, 9);
+    expect(dual.stats.maskedFrac).toBeCloseTo(1 / 3, 9);
+    expect(plain.stats.maskedFrac).toBe(0);
+  });
+
+  it('leaves ratios below c and positive advantages alone', () => {
+    expectArrayClose(computeLoss([ratioSample(-1)], lossConfig({ kind: 'ppo', dualClip: 7 })).dLdlogp[0], [6 / 3, 1 / 3, 0]);
+    const up = computeLoss([ratioSample(1)], lossConfig({ kind: 'ppo', dualClip: 3 }));
+    expectArrayClose(up.dLdlogp[0], [0, -1 / 3, -0.5 / 3]); // 6 is clipped at 1.28 (no gradient), 0.5 is below the band on the unclipped branch
+    expect(up.stats.maskedFrac).toBe(0);
+  });
+
+  it('decoupled PPO: the dual-clipped objective is weighted by π_prox/π_behaviour like the rest', () => {
+    const s = { ...ratioSample(-1), proxLogp: f64([-2, -1, -0.5]).map((x) => x + Math.log(2)) };
+    // ratios against prox: 3, 0.5, 0.25; behaviour weight 2 each
+    const r = computeLoss([s], lossConfig({ kind: 'decoupled_ppo', dualClip: 2, correction: { tokenTis: { cap: 10 } } }));
+    expect(r.loss).toBeCloseTo((2 * 2 + 2 * 0.8 + 2 * 0.8) / 3, 9);
+    expectArrayClose(r.dLdlogp[0], [0, 0, 0]);
+  });
+
+  it('is refused outside the PPO kinds and at c <= 1, naming the field', () => {
+    expect(lossConfig({ kind: 'ppo', dualClip: 3 }).dualClip).toBe(3);
+    expect(lossConfig({ kind: 'ppo' }).dualClip).toBeUndefined();
+    expect(() => lossConfig({ kind: 'cispo', dualClip: 3 })).toThrow(/dualClip: .*not used by kind 'cispo'/);
+    expect(() => lossConfig({ kind: 'reinforce_tis', dualClip: 3 })).toThrow(/dualClip/);
+    expect(() => lossConfig({ kind: 'ppo', dualClip: 1 })).toThrow(/dualClip: must be a finite number > 1/);
+    expect(() => lossConfig({ kind: 'ppo', dualClip: Number.NaN })).toThrow(/dualClip/);
+  });
+});
+
 describe('KL penalty to the reference policy (hand-computed)', () => {
   const sample = (): LossSample => ({ logp: f64([-1, -2]), behaviourLogp: f64([-1, -2]), refLogp: f64([-1, -1]), advantage: 0 });
 
@@ -469,12 +507,13 @@ const KIND_CONFIGS: [string, Partial<LossConfig>, { prox?: boolean; versions?: b
   ['decoupled_ppo interpolated', { kind: 'decoupled_ppo', prox: { mode: 'interpolated', currentVersion: 7 } }, { versions: true }],
   ['reinforce_tis token', { kind: 'reinforce_tis', correction: { tokenTis: { cap: 1.1 } } }, {}],
   ['reinforce_tis sequence', { kind: 'reinforce_tis', correction: { seqTis: { cap: 1.3 } } }, {}],
+  ['ppo + dual-clip', { kind: 'ppo', dualClip: 1.4 }, {}],
 ];
 
 /** Random samples whose ratios stay at least `margin` away from every clip edge (so ±h never crosses a kink). */
 function randomBatch(seed: number, opts: { prox?: boolean; versions?: boolean; ref?: boolean }): LossSample[] {
   const rnd = seededRandom(seed);
-  const edges = [0.8, 1.28, 1.25, 1.2, 1.1, 1.3, 0.9];
+  const edges = [0.8, 1.28, 1.25, 1.2, 1.1, 1.3, 0.9, 1.4];
   const farFromEdges = (lr: number) => edges.every((e) => Math.abs(Math.exp(lr) - e) > 0.02);
   const pick = () => {
     for (;;) {

@@ -38,7 +38,7 @@ export interface LossStats {
   /** Share of tokens whose clipped ratio lies above 1 + epsHigh / below 1 − epsLow (0 for reinforce_tis). */
   clipHighFrac: number;
   clipLowFrac: number;
-  /** Share of tokens zeroed by the geometric sequence mask. */
+  /** Share of tokens zeroed by a mask: the geometric sequence mask, CISPO's token mask, PPO's dual-clip. */
   maskedFrac: number;
   /** Share of tokens whose TIS weight (token or sequence) hit its cap. */
   tisTruncatedFrac: number;
