@@ -1,7 +1,17 @@
 import nx from '@nx/eslint-plugin';
 
 // Frameworks and infrastructure clients: pure libraries (contracts, rl) import none of them.
-const FRAMEWORK_IMPORTS = ['@nestjs/*', 'typeorm', 'kafkajs', 'pg', '@electric-sql/*', 'fastify', 'express', '@opentelemetry/*', 'prom-client'];
+const FRAMEWORK_IMPORTS = [
+  '@nestjs/*',
+  'typeorm',
+  'kafkajs',
+  'pg',
+  '@electric-sql/*',
+  'fastify',
+  'express',
+  '@opentelemetry/*',
+  'prom-client',
+];
 
 export default [
   ...nx.configs['flat/base'],

@@ -38,7 +38,8 @@ const tools: OpenAI.Chat.ChatCompletionTool[] = [
 
 /** Runs one tool call; errors become the tool's answer, as agents usually do. */
 function runTool(call: OpenAI.Chat.ChatCompletionMessageToolCall): string {
-  if (call.type !== 'function' || call.function.name !== 'calculator') return `error: unknown tool ${call.type === 'function' ? call.function.name : call.type}`;
+  if (call.type !== 'function' || call.function.name !== 'calculator')
+    return `error: unknown tool ${call.type === 'function' ? call.function.name : call.type}`;
   try {
     const args = JSON.parse(call.function.arguments) as { expression?: unknown };
     if (typeof args.expression !== 'string') return 'error: expression must be a string';

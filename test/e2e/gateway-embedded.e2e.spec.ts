@@ -29,14 +29,19 @@ let gateway: ServiceProcess;
 let bus: MessageBus;
 let sub: Subscription;
 const records = new Map<string, EventEnvelope<'llm_call.recorded'>>();
-const ready = (svc: ServiceProcess) => waitFor(`${svc.app} /readyz`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
+const ready = (svc: ServiceProcess) =>
+  waitFor(`${svc.app} /readyz`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
 
 beforeAll(async () => {
   db = await createScratchDatabase(DATABASE_URL, 'anvil_e2e_gw_embedded');
   common = { KAFKA_BROKERS, DATABASE_URL: db.url, KAFKA_TOPIC_PREFIX: topicPrefix, LOG_LEVEL: 'info' };
   proxy = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'embedded', DEPLOYMENT_NAME: 'e2e-gw-embedded' }, 120_000);
   await ready(proxy);
-  gateway = await startService('gateway', { ...common, GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_POLICY_GROUP: `e2e.gwe.policy.${process.pid}` }, 120_000);
+  gateway = await startService(
+    'gateway',
+    { ...common, GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_POLICY_GROUP: `e2e.gwe.policy.${process.pid}` },
+    120_000,
+  );
   await ready(gateway);
   bus = createBus({ kind: 'kafka', brokers: KAFKA_BROKERS.split(','), clientId: 'e2e-gateway-embedded', topicPrefix });
   sub = await bus.subscribe({
@@ -58,7 +63,9 @@ afterAll(async () => {
 
 describe('gateway over the embedded engine (built-in tiny model)', () => {
   it('logs the served model, tokenizer and vocabulary in both services, and every sampled id decodes', async () => {
-    expect(proxy.output()).toMatch(/"msg":"inference backends ready".*"model":"built-in tiny model \(random init, seed 0\)","vocabSize":272/);
+    expect(proxy.output()).toMatch(
+      /"msg":"inference backends ready".*"model":"built-in tiny model \(random init, seed 0\)","vocabSize":272/,
+    );
     expect(gateway.output()).toMatch(/"msg":"serving model".*"model":"anvil-tiny".*"tokenizer":"byte","vocabSize":272/);
 
     const res = await fetch(`${gateway.baseUrl}/admin/v1/sessions`, {
@@ -70,12 +77,24 @@ describe('gateway over the embedded engine (built-in tiny model)', () => {
     const { apiKey, baseUrl } = (await res.json()) as { apiKey: string; baseUrl: string };
     const client = new OpenAI({ baseURL: baseUrl, apiKey: 'ignored', maxRetries: 0, timeout: 120_000 });
     const { data, response } = await client.chat.completions
-      .create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'Say something.' }], max_tokens: 48, n: 3, seed: 11, logprobs: true })
+      .create({
+        model: 'anvil-tiny',
+        messages: [{ role: 'user', content: 'Say something.' }],
+        max_tokens: 48,
+        n: 3,
+        seed: 11,
+        logprobs: true,
+      })
       .withResponse();
     expect(apiKey).toMatch(/^anvil-/);
     const ids = (response.headers.get('x-anvil-call-ids') ?? '').split(',');
     expect(ids).toHaveLength(3);
-    const events = await waitFor('3 records', async () => (ids.every((id) => records.has(id)) ? ids.map((id) => records.get(id)!) : undefined), 60_000, 100);
+    const events = await waitFor(
+      '3 records',
+      async () => (ids.every((id) => records.has(id)) ? ids.map((id) => records.get(id)!) : undefined),
+      60_000,
+      100,
+    );
     const tok = new ByteTokenizer();
     let sampled = 0;
     for (const e of events) {
@@ -101,16 +120,39 @@ describe('gateway over the embedded engine (built-in tiny model)', () => {
     const dir = mkdtempSync(join(tmpdir(), 'anvil-e2e-vocab-'));
     let other: ServiceProcess | undefined;
     try {
-      const m = Model.create({ vocabSize: 2048, hiddenSize: 32, intermediateSize: 64, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, maxPositionEmbeddings: 256 }, { seed: 1 });
+      const m = Model.create(
+        {
+          vocabSize: 2048,
+          hiddenSize: 32,
+          intermediateSize: 64,
+          numHiddenLayers: 1,
+          numAttentionHeads: 2,
+          numKeyValueHeads: 1,
+          maxPositionEmbeddings: 256,
+        },
+        { seed: 1 },
+      );
       await m.save(dir);
       m.dispose();
-      other = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'embedded', EMBEDDED_CHECKPOINT_DIR: dir, DEPLOYMENT_NAME: 'e2e-gw-embedded-2048' }, 120_000);
+      other = await startService(
+        'inference-proxy',
+        { ...common, INFERENCE_BACKEND: 'embedded', EMBEDDED_CHECKPOINT_DIR: dir, DEPLOYMENT_NAME: 'e2e-gw-embedded-2048' },
+        120_000,
+      );
       await ready(other);
-      const gw = runBuilt('gateway', { ...common, PORT: '0', GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: other.baseUrl, GATEWAY_POLICY_GROUP: `e2e.gwe.policy2.${process.pid}` });
+      const gw = runBuilt('gateway', {
+        ...common,
+        PORT: '0',
+        GATEWAY_ADMIN_TOKEN: ADMIN,
+        INFERENCE_PROXY_URL: other.baseUrl,
+        GATEWAY_POLICY_GROUP: `e2e.gwe.policy2.${process.pid}`,
+      });
       const code = await Promise.race([gw.exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 90_000))]);
       if (code === 'timeout') gw.child.kill('SIGKILL');
       expect(code).toBe(78);
-      expect(gw.output()).toMatch(/vocabulary \(2048 ids, replica embedded, model [^)]*\) disagrees with the gateway tokenizer's \(272 ids, byte\)/);
+      expect(gw.output()).toMatch(
+        /vocabulary \(2048 ids, replica embedded, model [^)]*\) disagrees with the gateway tokenizer's \(272 ids, byte\)/,
+      );
       expect(gw.output()).not.toMatch(/"msg":"listening"/);
     } finally {
       await other?.stop('SIGTERM');

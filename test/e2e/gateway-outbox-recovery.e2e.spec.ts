@@ -84,10 +84,10 @@ const captureOf = (e: EventEnvelope<'llm_call.recorded'>, promptIds: number[], p
 describe('gateway outbox recovery (built gateway, real Kafka and PostgreSQL)', () => {
   it('a new gateway publishes the records a dead one committed but never published, each once, token-exact', async () => {
     const sessionId = 'sess-outbox-e2e';
-    await ds.query(`INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "status") VALUES ($1, 'h', $2, 'g', 't', 'anvil-tiny', 'open')`, [
-      sessionId,
-      `rollout-${sessionId}`,
-    ]);
+    await ds.query(
+      `INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "status") VALUES ($1, 'h', $2, 'g', 't', 'anvil-tiny', 'open')`,
+      [sessionId, `rollout-${sessionId}`],
+    );
     const sql = new SqlClient(ds);
     const neverAcks = { publish: () => new Promise<void>(() => undefined) } as unknown as MessageBus;
     const dead = new RecordCommitter(sql, new OutboxRelay(sql, neverAcks));
@@ -105,7 +105,14 @@ describe('gateway outbox recovery (built gateway, real Kafka and PostgreSQL)', (
       { sessionId, calls: 2, newBranches: 1, captures: [], records: [event(sessionId, 13, 0), event(sessionId, 14, 1)] },
     ];
     const wholePrompt = (e: EventEnvelope<'llm_call.recorded'>) => (e.id === t1.id ? p1 : Array.from(e.payload.promptDeltaIds));
-    const expected = reqs.flatMap((r) => r.records.map((e) => ({ id: e.id, promptIds: wholePrompt(e), outputIds: Array.from(e.payload.outputIds), reused: e.payload.reusedPromptTokens })));
+    const expected = reqs.flatMap((r) =>
+      r.records.map((e) => ({
+        id: e.id,
+        promptIds: wholePrompt(e),
+        outputIds: Array.from(e.payload.outputIds),
+        reused: e.payload.reusedPromptTokens,
+      })),
+    );
     for (const r of reqs) expect(await dead.commit(r)).not.toBeNull();
     const count = async () => Number(((await ds.query(`SELECT count(*) AS "n" FROM "gateway_outbox"`)) as { n: string }[])[0].n);
     expect(await count()).toBe(4);

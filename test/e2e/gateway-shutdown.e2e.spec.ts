@@ -30,13 +30,19 @@ let sub: Subscription;
 let ds: DataSource;
 const records = new Map<string, EventEnvelope<'llm_call.recorded'>>();
 
-const ready = (svc: ServiceProcess) => waitFor(`${svc.app} /readyz`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
+const ready = (svc: ServiceProcess) =>
+  waitFor(`${svc.app} /readyz`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
 
 beforeAll(async () => {
   // 40 ms a token: a 24-token answer is in flight for about a second.
   fixture = await startVllmFixture({ vocabSize: 272, eosId: 100_000, tokenLatencyMs: 40, weights: 'tiny-e2e-stop' });
   const common = { KAFKA_BROKERS, DATABASE_URL, KAFKA_TOPIC_PREFIX: topicPrefix, LOG_LEVEL: 'info' };
-  proxy = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'e2e-gwstop' });
+  proxy = await startService('inference-proxy', {
+    ...common,
+    INFERENCE_BACKEND: 'vllm',
+    INFERENCE_REPLICAS: fixture.url,
+    DEPLOYMENT_NAME: 'e2e-gwstop',
+  });
   gateway = await startService('gateway', {
     ...common,
     GATEWAY_ADMIN_TOKEN: ADMIN,
@@ -67,7 +73,10 @@ afterAll(async () => {
   await fixture?.close();
 });
 
-type Outcome = { kind: 'answered'; callIds: string[]; streamed: boolean } | { kind: 'refused'; status: number; code: string | null } | { kind: 'unreachable'; error: string };
+type Outcome =
+  | { kind: 'answered'; callIds: string[]; streamed: boolean }
+  | { kind: 'refused'; status: number; code: string | null }
+  | { kind: 'unreachable'; error: string };
 
 async function chat(apiKey: string, stream: boolean): Promise<Outcome> {
   try {
@@ -77,7 +86,8 @@ async function chat(apiKey: string, stream: boolean): Promise<Outcome> {
       body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Count slowly.' }], max_tokens: 24, seed: 7, stream }),
     });
     const text = await res.text();
-    if (res.status !== 200) return { kind: 'refused', status: res.status, code: (JSON.parse(text) as { error: { code: string | null } }).error.code };
+    if (res.status !== 200)
+      return { kind: 'refused', status: res.status, code: (JSON.parse(text) as { error: { code: string | null } }).error.code };
     // A streamed answer is complete only with its final event and [DONE] (sent after the record is durable).
     if (stream && !text.trimEnd().endsWith('data: [DONE]')) throw new Error(`stream cut short: ${text.slice(-200)}`);
     return { kind: 'answered', callIds: (res.headers.get('x-anvil-call-ids') ?? '').split(',').filter(Boolean), streamed: stream };

@@ -37,7 +37,8 @@ const records = new Map<string, Recorded>();
 const chain = new PromptChain();
 const openSessions: string[] = [];
 
-const ready = (svc: ServiceProcess) => waitFor(`${svc.app} /readyz`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
+const ready = (svc: ServiceProcess) =>
+  waitFor(`${svc.app} /readyz`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
 
 beforeAll(async () => {
   fixture = await startVllmFixture({ vocabSize: 272, eosId: 258, weights: WEIGHTS });
@@ -82,7 +83,10 @@ function admin(path: string, init: RequestInit = {}): Promise<Response> {
 }
 
 async function session(rolloutId: string): Promise<{ sessionId: string; apiKey: string; baseUrl: string }> {
-  const res = await admin('/admin/v1/sessions', { method: 'POST', body: JSON.stringify({ rolloutId, groupId: 'e2e-group', taskId: 'e2e-task', model: MODEL }) });
+  const res = await admin('/admin/v1/sessions', {
+    method: 'POST',
+    body: JSON.stringify({ rolloutId, groupId: 'e2e-group', taskId: 'e2e-task', model: MODEL }),
+  });
   expect(res.status).toBe(201);
   const s = (await res.json()) as { sessionId: string; apiKey: string; baseUrl: string };
   openSessions.push(s.sessionId);
@@ -93,7 +97,12 @@ const sdk = (apiKey: string, baseURL = `${gateway.baseUrl}/v1`) => new OpenAI({ 
 const callIds = (res: Response) => (res.headers.get('x-anvil-call-ids') ?? '').split(',').filter(Boolean);
 
 async function recorded(ids: string[], timeoutMs = 60_000): Promise<Recorded[]> {
-  return waitFor(`records ${ids.length}`, async () => (ids.every((id) => records.has(id)) ? ids.map((id) => records.get(id)!) : undefined), timeoutMs, 100);
+  return waitFor(
+    `records ${ids.length}`,
+    async () => (ids.every((id) => records.has(id)) ? ids.map((id) => records.get(id)!) : undefined),
+    timeoutMs,
+    100,
+  );
 }
 
 async function inDataPool(ids: string[]): Promise<number> {
@@ -104,29 +113,51 @@ async function inDataPool(ids: string[]): Promise<number> {
 /** What the fixture engine samples for this prompt: the recorded output ids must be exactly these. */
 function engineOutput(e: Recorded, maxTokens: number): number[] {
   const seed = e.payload.sampling.seed ?? 0;
-  return fixtureGenerate(Array.from(e.payload.promptIds), { maxTokens, seed, weights: WEIGHTS, vocabSize: 272, stopIds: [258, 256], eosId: 258 }).ids;
+  return fixtureGenerate(Array.from(e.payload.promptIds), {
+    maxTokens,
+    seed,
+    weights: WEIGHTS,
+    vocabSize: 272,
+    stopIds: [258, 256],
+    eosId: 258,
+  }).ids;
 }
 
 describe('gateway → inference-proxy → vLLM fixture, records in Kafka and PostgreSQL', () => {
   it('captures a scripted multi-turn tool conversation token-exactly across turns', async () => {
     const s = await session('e2e-scripted');
     const client = sdk(s.apiKey);
-    const tools: OpenAI.Chat.ChatCompletionTool[] = [{ type: 'function', function: { name: 'calculator', parameters: { type: 'object', properties: { expression: { type: 'string' } } } } }];
+    const tools: OpenAI.Chat.ChatCompletionTool[] = [
+      {
+        type: 'function',
+        function: { name: 'calculator', parameters: { type: 'object', properties: { expression: { type: 'string' } } } },
+      },
+    ];
     // The client's own history already holds an assistant tool call and its result.
     const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [
       { role: 'system', content: 'Use the calculator.' },
       { role: 'user', content: 'What is 2+3?' },
-      { role: 'assistant', content: null, tool_calls: [{ id: 'call_scripted_1', type: 'function', function: { name: 'calculator', arguments: '{"expression": "2+3"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'call_scripted_1', type: 'function', function: { name: 'calculator', arguments: '{"expression": "2+3"}' } }],
+      },
       { role: 'tool', tool_call_id: 'call_scripted_1', content: '5' },
     ];
     const ids: string[] = [];
     const captures: (string | null)[] = [];
     for (let turn = 0; turn < 4; turn++) {
-      const { data, response } = await client.chat.completions.create({ model: MODEL, messages, tools, max_tokens: 12, seed: 11 }).withResponse();
+      const { data, response } = await client.chat.completions
+        .create({ model: MODEL, messages, tools, max_tokens: 12, seed: 11 })
+        .withResponse();
       ids.push(...callIds(response));
       captures.push(response.headers.get('x-anvil-capture'));
       messages.push(data.choices[0].message);
-      messages.push(turn % 2 === 0 ? { role: 'user', content: `and times ${turn + 2}?` } : { role: 'tool', tool_call_id: 'call_scripted_1', content: String(turn * 10) });
+      messages.push(
+        turn % 2 === 0
+          ? { role: 'user', content: `and times ${turn + 2}?` }
+          : { role: 'tool', tool_call_id: 'call_scripted_1', content: String(turn * 10) },
+      );
     }
     const evs = await recorded(ids);
     expect(captures[0]).toBe('branch:first-call');
@@ -152,11 +183,15 @@ describe('gateway → inference-proxy → vLLM fixture, records in Kafka and Pos
 
   it('runs the example black-box agent as its own process; its calls land in Kafka and PostgreSQL', async () => {
     const s = await session('e2e-agent');
-    const child = spawn(join(repoRoot, 'node_modules', '.bin', 'tsx'), ['examples/calculator-agent/main.ts', '--base-url', s.baseUrl, '--turns', '4'], {
-      cwd: repoRoot,
-      env: { PATH: process.env.PATH },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      join(repoRoot, 'node_modules', '.bin', 'tsx'),
+      ['examples/calculator-agent/main.ts', '--base-url', s.baseUrl, '--turns', '4'],
+      {
+        cwd: repoRoot,
+        env: { PATH: process.env.PATH },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
@@ -176,14 +211,26 @@ describe('gateway → inference-proxy → vLLM fixture, records in Kafka and Pos
       100,
     );
     expect(mine.every((e) => e.payload.rolloutId === 'e2e-agent')).toBe(true);
-    await waitFor('agent calls in the Data Pool', async () => ((await inDataPool(mine.map((e) => e.payload.callId))) === summary.calls ? true : undefined), 60_000, 200);
+    await waitFor(
+      'agent calls in the Data Pool',
+      async () => ((await inDataPool(mine.map((e) => e.payload.callId))) === summary.calls ? true : undefined),
+      60_000,
+      200,
+    );
   });
 
   it('streams, answers n > 1 and stop strings through the real proxy', async () => {
     const s = await session('e2e-stream');
     const client = sdk(s.apiKey);
     const { data: stream, response } = await client.chat.completions
-      .create({ model: MODEL, messages: [{ role: 'user', content: 'stream' }], max_tokens: 16, seed: 3, stream: true, stream_options: { include_usage: true } })
+      .create({
+        model: MODEL,
+        messages: [{ role: 'user', content: 'stream' }],
+        max_tokens: 16,
+        seed: 3,
+        stream: true,
+        stream_options: { include_usage: true },
+      })
       .withResponse();
     let text = '';
     let usage: OpenAI.CompletionUsage | undefined;
@@ -195,7 +242,9 @@ describe('gateway → inference-proxy → vLLM fixture, records in Kafka and Pos
     expect(Array.from(rec.payload.outputIds)).toEqual(engineOutput(rec, 16));
     expect(usage?.completion_tokens).toBe(rec.payload.outputIds.length);
     expect(text.length).toBeGreaterThan(0);
-    const n = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'three' }], max_tokens: 8, n: 3, seed: 5 }).withResponse();
+    const n = await client.chat.completions
+      .create({ model: MODEL, messages: [{ role: 'user', content: 'three' }], max_tokens: 8, n: 3, seed: 5 })
+      .withResponse();
     expect(n.data.choices).toHaveLength(3);
     const nrecs = await recorded(callIds(n.response));
     expect(new Set(nrecs.map((r) => r.payload.branchId)).size).toBe(1);
@@ -222,7 +271,9 @@ describe('gateway → inference-proxy → vLLM fixture, records in Kafka and Pos
       const [first, second] = r.ids.map((id) => records.get(id)!.payload);
       if (r.capture === `extend:${first.callId}`) {
         extended++;
-        expect(Array.from(second.promptIds.slice(0, second.reusedPromptTokens))).toEqual([...first.promptIds, ...first.outputIds].slice(0, second.reusedPromptTokens));
+        expect(Array.from(second.promptIds.slice(0, second.reusedPromptTokens))).toEqual(
+          [...first.promptIds, ...first.outputIds].slice(0, second.reusedPromptTokens),
+        );
         const full = first.promptIds.length + first.outputIds.length;
         expect(second.reusedPromptTokens === full || (second.reusedPromptTokens === full - 1 && first.outputIds.at(-1) === 256)).toBe(true);
       } else expect(second.parentCallId).toBeNull();
@@ -237,7 +288,9 @@ describe('gateway → inference-proxy → vLLM fixture, records in Kafka and Pos
     const req = { model: MODEL, messages: [{ role: 'user' as const, content: 'hi' }], max_tokens: 4 };
     const secretB = b.apiKey.split('.').pop();
     await expect(sdk(`anvil-${a.sessionId}.${secretB}`).chat.completions.create(req)).rejects.toMatchObject({ status: 401 });
-    await expect(sdk('x', `${gateway.baseUrl}/sessions/${a.sessionId}/v1`).chat.completions.create(req)).rejects.toMatchObject({ status: 404 });
+    await expect(sdk('x', `${gateway.baseUrl}/sessions/${a.sessionId}/v1`).chat.completions.create(req)).rejects.toMatchObject({
+      status: 404,
+    });
     await expect(sdk('not-a-key').chat.completions.create(req)).rejects.toMatchObject({ status: 401 });
     await admin(`/admin/v1/sessions/${a.sessionId}/close`, { method: 'POST' });
     await expect(sdk(a.apiKey).chat.completions.create(req)).rejects.toMatchObject({ status: 410 });
@@ -251,7 +304,12 @@ describe('fuzzing the agent API', () => {
     // Every record the earlier tests made is in Kafka; wait until the Data Pool has ingested them
     // all (answers now precede the publish, so the last ones may still be on their way).
     const before = [...records.keys()];
-    await waitFor('earlier records in the Data Pool', async () => ((await inDataPool(before)) === before.length ? true : undefined), 30_000, 100);
+    await waitFor(
+      'earlier records in the Data Pool',
+      async () => ((await inDataPool(before)) === before.length ? true : undefined),
+      30_000,
+      100,
+    );
     let seed = 0x2545f491;
     const rand = () => {
       seed ^= seed << 13;
@@ -262,7 +320,23 @@ describe('fuzzing the agent API', () => {
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)];
     const valid = () => ({ model: MODEL, messages: [{ role: 'user', content: 'fuzz' }], max_tokens: 2 });
     const weird: unknown[] = [null, true, -1, 0, 1e308, 'x', '', [], {}, [null], { role: 'user' }, '\u0000', 'ü'.repeat(50), Number.NaN];
-    const keys = ['model', 'messages', 'max_tokens', 'n', 'stop', 'temperature', 'top_p', 'seed', 'tools', 'tool_choice', 'stream', 'logprobs', 'max_completion_tokens', 'role', 'content'];
+    const keys = [
+      'model',
+      'messages',
+      'max_tokens',
+      'n',
+      'stop',
+      'temperature',
+      'top_p',
+      'seed',
+      'tools',
+      'tool_choice',
+      'stream',
+      'logprobs',
+      'max_completion_tokens',
+      'role',
+      'content',
+    ];
     const mutate = (): { body: Buffer | string; contentType: string; path: string; auth: string } => {
       const body: Record<string, unknown> = valid();
       const kind = rand();
@@ -271,7 +345,8 @@ describe('fuzzing the agent API', () => {
         for (let k = 0; k < 1 + Math.floor(rand() * 3); k++) {
           const key = pick(keys);
           const first = Array.isArray(body.messages) ? (body.messages as unknown[])[0] : null;
-          if ((key === 'role' || key === 'content') && first && typeof first === 'object') (first as Record<string, unknown>)[key] = pick(weird);
+          if ((key === 'role' || key === 'content') && first && typeof first === 'object')
+            (first as Record<string, unknown>)[key] = pick(weird);
           else body[key] = pick(weird);
         }
         text = JSON.stringify(body);
@@ -284,9 +359,16 @@ describe('fuzzing the agent API', () => {
       else
         text = JSON.stringify({
           ...body,
-          messages: Array.from({ length: 1 + Math.floor(rand() * 5) }, () => ({ role: pick(['user', 'assistant', 'tool', 'system']), content: pick(['a', null, 'ok']), tool_call_id: 'c' })),
+          messages: Array.from({ length: 1 + Math.floor(rand() * 5) }, () => ({
+            role: pick(['user', 'assistant', 'tool', 'system']),
+            content: pick(['a', null, 'ok']),
+            tool_call_id: 'c',
+          })),
         });
-      const path = rand() < 0.9 ? '/v1/chat/completions' : pick(['/v1/completions', '/v1/models', `/sessions/${s.apiKey}/v1/chat/completions`, '/v1/chat/completions/x']);
+      const path =
+        rand() < 0.9
+          ? '/v1/chat/completions'
+          : pick(['/v1/completions', '/v1/models', `/sessions/${s.apiKey}/v1/chat/completions`, '/v1/chat/completions/x']);
       return {
         body: text,
         contentType: rand() < 0.95 ? 'application/json' : pick(['text/plain', 'application/x-www-form-urlencoded']),
@@ -326,7 +408,9 @@ describe('fuzzing the agent API', () => {
     expect(statuses.get(400)).toBeGreaterThan(0);
     // Still up and serving; nothing recorded before the fuzzing was lost.
     expect((await fetch(`${gateway.baseUrl}/healthz`)).status).toBe(200);
-    await expect(sdk(s.apiKey).chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'after fuzz' }], max_tokens: 4 })).resolves.toBeTruthy();
+    await expect(
+      sdk(s.apiKey).chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'after fuzz' }], max_tokens: 4 }),
+    ).resolves.toBeTruthy();
     expect(await inDataPool(before)).toBe(before.length);
     expect(gateway.child.exitCode).toBeNull();
   });

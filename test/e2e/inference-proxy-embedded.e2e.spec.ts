@@ -66,7 +66,9 @@ describe('inference-proxy process with the embedded engine', () => {
     expect(second.cachedPromptTokens).toBe(seq.length - 1);
     expect((await client.replicas()).replicas[0].prefixCacheHitRate).toBeGreaterThan(0);
 
-    const bad = await client.generate({ requestId: 'e2e-e3', sessionId: 's1', promptIds: [1, 10_000_000], maxTokens: 2 }).catch((e: unknown) => e);
+    const bad = await client
+      .generate({ requestId: 'e2e-e3', sessionId: 's1', promptIds: [1, 10_000_000], maxTokens: 2 })
+      .catch((e: unknown) => e);
     expect(bad).toBeInstanceOf(InferenceProxyError);
     expect((bad as InferenceProxyError).status).toBeLessThan(500);
 
@@ -80,18 +82,41 @@ describe('inference-proxy process with the embedded engine', () => {
     await bus.publish(
       createEvent(
         'weights.published',
-        { version: 6, parentVersion: 5, step: 60, checkpointId: 'ck-6', checkpointUri: dir, format: 'hf-safetensors', sha256: 'c'.repeat(64), publishedAt: Date.now() },
+        {
+          version: 6,
+          parentVersion: 5,
+          step: 60,
+          checkpointId: 'ck-6',
+          checkpointUri: dir,
+          format: 'hf-safetensors',
+          sha256: 'c'.repeat(64),
+          publishedAt: Date.now(),
+        },
         { key: '6', producer: 'trainer' },
       ),
     );
     await bus.publish(
       createEvent(
         'weights.published',
-        { version: 7, parentVersion: 6, step: 70, checkpointId: 'ck-7', checkpointUri: dir, format: 'hf-safetensors', sha256: await checkpointDigest(dir), publishedAt: Date.now() },
+        {
+          version: 7,
+          parentVersion: 6,
+          step: 70,
+          checkpointId: 'ck-7',
+          checkpointUri: dir,
+          format: 'hf-safetensors',
+          sha256: await checkpointDigest(dir),
+          publishedAt: Date.now(),
+        },
         { key: '7', producer: 'trainer' },
       ),
     );
-    const event = await waitFor('policy_version.activated', async () => seen.find((e) => e.type === 'policy_version.activated'), 60_000, 100);
+    const event = await waitFor(
+      'policy_version.activated',
+      async () => seen.find((e) => e.type === 'policy_version.activated'),
+      60_000,
+      100,
+    );
     expect(event.payload).toMatchObject({ version: 7, deployment: 'e2e-embedded' });
     expect(seen.filter((e) => e.type === 'policy_version.activated').map((e) => (e.payload as { version: number }).version)).toEqual([7]);
     expect(proxy.output()).toContain('checksum mismatch');

@@ -58,11 +58,25 @@ describe('inference-proxy process with vLLM replicas', () => {
     await bus.publish(
       createEvent(
         'weights.published',
-        { version: 7, parentVersion: 6, step: 70, checkpointId: 'ck-7', checkpointUri: '/checkpoints/step-70', format: 'hf-safetensors', sha256: 'c'.repeat(64), publishedAt: Date.now() },
+        {
+          version: 7,
+          parentVersion: 6,
+          step: 70,
+          checkpointId: 'ck-7',
+          checkpointUri: '/checkpoints/step-70',
+          format: 'hf-safetensors',
+          sha256: 'c'.repeat(64),
+          publishedAt: Date.now(),
+        },
         { key: '7', producer: 'trainer' },
       ),
     );
-    const event = await waitFor('policy_version.activated', async () => seen.find((e) => e.type === 'policy_version.activated'), 60_000, 100);
+    const event = await waitFor(
+      'policy_version.activated',
+      async () => seen.find((e) => e.type === 'policy_version.activated'),
+      60_000,
+      100,
+    );
     expect(event.payload).toMatchObject({ version: 7, deployment: 'e2e', swapPolicy: 'drain-then-swap' });
     for (const f of fixtures) expect(f.stats.loads).toEqual(['/checkpoints/step-70']);
 

@@ -26,7 +26,10 @@ const SERVED = 'tiny-qwen2';
 
 function runMain(configFile: string): Promise<{ code: number | null; out: string; err: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['tools/main.mjs', '--config', configFile], { cwd: process.cwd(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['tools/main.mjs', '--config', configFile], {
+      cwd: process.cwd(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -41,7 +44,17 @@ beforeAll(async () => {
   for (const f of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(QWEN3_DIR, f), join(model, f));
   const vocabSize = loadChatFormat(model).tokenizer.vocabSize;
   const m = Model.create(
-    { modelType: 'qwen2', vocabSize, hiddenSize: 64, intermediateSize: 128, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, tieWordEmbeddings: true, maxPositionEmbeddings: 4096 },
+    {
+      modelType: 'qwen2',
+      vocabSize,
+      hiddenSize: 64,
+      intermediateSize: 128,
+      numHiddenLayers: 2,
+      numAttentionHeads: 4,
+      numKeyValueHeads: 2,
+      tieWordEmbeddings: true,
+      maxPositionEmbeddings: 4096,
+    },
     { seed: 7 },
   );
   await m.save(model);
@@ -68,63 +81,75 @@ process.stdin.on('end', () => {
 }, 120_000);
 
 describe('npm run main -- --config run.json: a user run', () => {
-  it('trains a Hugging Face model directory on a task JSONL with a black-box agent and a command verifier, and reports', { timeout: 600_000 }, async () => {
-    const configFile = join(work, 'run.json');
-    writeFileSync(
-      configFile,
-      JSON.stringify({
-        dataDir: join(work, 'data'),
-        // relative to the config file
-        model: 'model',
-        servedModelName: SERVED,
-        task: {
-          set: 'tasks.jsonl',
-          evalTasks: 4,
-          agent: { kind: 'black-box', name: 'python-agent', command: ['python3', 'examples/python-agent/agent.py'], env: { AGENT_MODEL: SERVED, AGENT_MAX_TURNS: '2' } },
-          verifier: { kind: 'command', command: ['node', join(work, 'verifier.mjs')], mode: 'json' },
-          limits: { timeoutMs: 120_000 },
-        },
-        rollouts: { groupSize: 4, concurrency: 8, eta: 1 },
-        scheduler: { groupsPerBatch: 2 },
-        algorithm: { lr: 1e-3, warmupSteps: 0 },
-        budget: { steps: 3, stallSeconds: 120 },
-        eval: { everyVersions: 3, samplesPerTask: 1 },
-        checkpointEvery: 3,
-      }),
-    );
-    const { code, out, err } = await runMain(configFile);
-    expect(code, `${out.slice(-3000)}\n${err.slice(-3000)}`).toBe(0);
-    expect(out).toContain(`model: ${join(work, 'model')} (served as ${SERVED}), RL starts from its weights as given (no warm start)`);
-    const lines = out.trim().split('\n');
-    const summary = JSON.parse(lines[lines.length - 1]) as {
-      heldOutSuccess: { warmStart: number; final: number };
-      rlSteps: number;
-      rlStoppedBy: string;
-      finalVersion: number;
-      trainRollouts: number;
-      warmStart: { enabled: boolean };
-      mismatch: { meanAbsDeltaLogp: number; tokens: number };
-    };
-    expect(summary).toMatchObject({ rlSteps: 3, rlStoppedBy: 'steps', finalVersion: 3, warmStart: { enabled: false } });
-    expect(summary.trainRollouts).toBeGreaterThanOrEqual(3 * 2 * 4);
-    // held-out tasks (the JSONL's eval lines) evaluated before step 1 and at the end, each pinned to its version
-    const evals = [...out.matchAll(/^held-out success ([\d.]+)% at policy version (\d+)/gm)].map((m) => Number(m[2]));
-    expect(evals).toEqual([0, 3]);
-    for (const v of [summary.heldOutSuccess.warmStart, summary.heldOutSuccess.final]) expect(v >= 0 && v <= 1).toBe(true);
-    // the engine generated and trained: recorded vs recomputed log-probs of the current version's tokens agree
-    expect(summary.mismatch.tokens).toBeGreaterThan(0);
-    expect(summary.mismatch.meanAbsDeltaLogp).toBeLessThan(1e-5);
-    const report = out.match(/^report: (.+)$/m)?.[1] as string;
-    expect(existsSync(report)).toBe(true);
-    const saved = JSON.parse(readFileSync(join(dirname(report), 'summary.json'), 'utf8')) as { mismatchBySplit: { key: string }[]; evals: { tasks: number }[] };
-    expect(saved.mismatchBySplit.map((s) => s.key)).toEqual(['context=append_only agent=black-box']);
-    expect(saved.evals.map((e) => e.tasks)).toEqual([4, 4]);
-    // every published version is a servable Hugging Face directory of the user's model family, and the weights moved
-    const v3 = join(out.match(/^checkpoints: (.+)$/m)?.[1] as string, 'v3');
-    expect(JSON.parse(readFileSync(join(v3, 'config.json'), 'utf8'))).toMatchObject({ model_type: 'qwen2', vocab_size: 151_669 });
-    expect(existsSync(join(v3, 'tokenizer.json')) && existsSync(join(v3, 'tokenizer_config.json'))).toBe(true);
-    expect(readFileSync(join(v3, 'model.safetensors')).equals(readFileSync(join(work, 'model', 'model.safetensors')))).toBe(false);
-  });
+  it(
+    'trains a Hugging Face model directory on a task JSONL with a black-box agent and a command verifier, and reports',
+    { timeout: 600_000 },
+    async () => {
+      const configFile = join(work, 'run.json');
+      writeFileSync(
+        configFile,
+        JSON.stringify({
+          dataDir: join(work, 'data'),
+          // relative to the config file
+          model: 'model',
+          servedModelName: SERVED,
+          task: {
+            set: 'tasks.jsonl',
+            evalTasks: 4,
+            agent: {
+              kind: 'black-box',
+              name: 'python-agent',
+              command: ['python3', 'examples/python-agent/agent.py'],
+              env: { AGENT_MODEL: SERVED, AGENT_MAX_TURNS: '2' },
+            },
+            verifier: { kind: 'command', command: ['node', join(work, 'verifier.mjs')], mode: 'json' },
+            limits: { timeoutMs: 120_000 },
+          },
+          rollouts: { groupSize: 4, concurrency: 8, eta: 1 },
+          scheduler: { groupsPerBatch: 2 },
+          algorithm: { lr: 1e-3, warmupSteps: 0 },
+          budget: { steps: 3, stallSeconds: 120 },
+          eval: { everyVersions: 3, samplesPerTask: 1 },
+          checkpointEvery: 3,
+        }),
+      );
+      const { code, out, err } = await runMain(configFile);
+      expect(code, `${out.slice(-3000)}\n${err.slice(-3000)}`).toBe(0);
+      expect(out).toContain(`model: ${join(work, 'model')} (served as ${SERVED}), RL starts from its weights as given (no warm start)`);
+      const lines = out.trim().split('\n');
+      const summary = JSON.parse(lines[lines.length - 1]) as {
+        heldOutSuccess: { warmStart: number; final: number };
+        rlSteps: number;
+        rlStoppedBy: string;
+        finalVersion: number;
+        trainRollouts: number;
+        warmStart: { enabled: boolean };
+        mismatch: { meanAbsDeltaLogp: number; tokens: number };
+      };
+      expect(summary).toMatchObject({ rlSteps: 3, rlStoppedBy: 'steps', finalVersion: 3, warmStart: { enabled: false } });
+      expect(summary.trainRollouts).toBeGreaterThanOrEqual(3 * 2 * 4);
+      // held-out tasks (the JSONL's eval lines) evaluated before step 1 and at the end, each pinned to its version
+      const evals = [...out.matchAll(/^held-out success ([\d.]+)% at policy version (\d+)/gm)].map((m) => Number(m[2]));
+      expect(evals).toEqual([0, 3]);
+      for (const v of [summary.heldOutSuccess.warmStart, summary.heldOutSuccess.final]) expect(v >= 0 && v <= 1).toBe(true);
+      // the engine generated and trained: recorded vs recomputed log-probs of the current version's tokens agree
+      expect(summary.mismatch.tokens).toBeGreaterThan(0);
+      expect(summary.mismatch.meanAbsDeltaLogp).toBeLessThan(1e-5);
+      const report = out.match(/^report: (.+)$/m)?.[1] as string;
+      expect(existsSync(report)).toBe(true);
+      const saved = JSON.parse(readFileSync(join(dirname(report), 'summary.json'), 'utf8')) as {
+        mismatchBySplit: { key: string }[];
+        evals: { tasks: number }[];
+      };
+      expect(saved.mismatchBySplit.map((s) => s.key)).toEqual(['context=append_only agent=black-box']);
+      expect(saved.evals.map((e) => e.tasks)).toEqual([4, 4]);
+      // every published version is a servable Hugging Face directory of the user's model family, and the weights moved
+      const v3 = join(out.match(/^checkpoints: (.+)$/m)?.[1] as string, 'v3');
+      expect(JSON.parse(readFileSync(join(v3, 'config.json'), 'utf8'))).toMatchObject({ model_type: 'qwen2', vocab_size: 151_669 });
+      expect(existsSync(join(v3, 'tokenizer.json')) && existsSync(join(v3, 'tokenizer_config.json'))).toBe(true);
+      expect(readFileSync(join(v3, 'model.safetensors')).equals(readFileSync(join(work, 'model', 'model.safetensors')))).toBe(false);
+    },
+  );
 
   it('refuses a bad run config before starting anything, every problem at once (exit 78)', { timeout: 120_000 }, async () => {
     const bad = join(work, 'bad-model');

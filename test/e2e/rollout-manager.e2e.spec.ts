@@ -35,14 +35,18 @@ let bus: MessageBus;
 let sub: Subscription;
 const events: AnyEventEnvelope[] = [];
 const ckptDir = mkdtempSync(join(tmpdir(), 'anvil-e2e-rm-ckpt-'));
-const ready = (svc: ServiceProcess) => waitFor(`${svc.app} /readyz`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
+const ready = (svc: ServiceProcess) =>
+  waitFor(`${svc.app} /readyz`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
 
 beforeAll(async () => {
   for (const [cmd, hint] of [
     ['python3 -c "import openai"', 'the openai package'],
     ['llm --version', 'the llm CLI'],
   ]) {
-    if (spawnSync('sh', ['-c', cmd]).status !== 0) throw new Error(`this test runs ${hint} from PyPI: npm test installs examples/*/requirements.txt into .cache/python-agents (first on PATH)`);
+    if (spawnSync('sh', ['-c', cmd]).status !== 0)
+      throw new Error(
+        `this test runs ${hint} from PyPI: npm test installs examples/*/requirements.txt into .cache/python-agents (first on PATH)`,
+      );
   }
   db = await createScratchDatabase(DATABASE_URL, 'anvil_e2e_rollout_manager');
   pg = new Client({ connectionString: db.url });
@@ -59,13 +63,26 @@ beforeAll(async () => {
   await ready(proxy);
   gateway = await startService(
     'gateway',
-    { ...common, GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_POLICY_GROUP: `e2e.rm.gw.${process.pid}`, MAX_STALENESS: '100' },
+    {
+      ...common,
+      GATEWAY_ADMIN_TOKEN: ADMIN,
+      INFERENCE_PROXY_URL: proxy.baseUrl,
+      GATEWAY_POLICY_GROUP: `e2e.rm.gw.${process.pid}`,
+      MAX_STALENESS: '100',
+    },
     120_000,
   );
   await ready(gateway);
   manager = await startService(
     'rollout-manager',
-    { ...common, GATEWAY_URL: gateway.baseUrl, GATEWAY_ADMIN_TOKEN: ADMIN, MAX_CONCURRENT_ROLLOUTS: '24', MAX_STALENESS: '100', ROLLOUT_CONSUMER_GROUP: `e2e.rm.${process.pid}` },
+    {
+      ...common,
+      GATEWAY_URL: gateway.baseUrl,
+      GATEWAY_ADMIN_TOKEN: ADMIN,
+      MAX_CONCURRENT_ROLLOUTS: '24',
+      MAX_STALENESS: '100',
+      ROLLOUT_CONSUMER_GROUP: `e2e.rm.${process.pid}`,
+    },
     120_000,
   );
   await ready(manager);
@@ -81,7 +98,11 @@ afterAll(async () => {
 });
 
 async function api<T>(path: string, body: unknown, want: number): Promise<T> {
-  const res = await fetch(`${manager.baseUrl}/internal/v1/${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(`${manager.baseUrl}/internal/v1/${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   const text = await res.text();
   if (res.status !== want) throw new Error(`POST ${path}: ${res.status} ${text}`);
   return JSON.parse(text) as T;
@@ -91,12 +112,14 @@ async function api<T>(path: string, body: unknown, want: number): Promise<T> {
 const VOWELS = /[aeiou]/;
 const scorer = `let t='';process.stdin.on('data',d=>t+=d).on('end',()=>{const c=JSON.parse(t).calls||[];const v=c.map(x=>${VOWELS.toString()}.test(x.message.content||'')?1:0);console.log(JSON.stringify({outcomeReward:v.length?v.reduce((a,b)=>a+b,0)/v.length:0,processRewards:v}))})`;
 const verifier = { kind: 'command', command: ['node', '-e', scorer], mode: 'json', timeoutMs: 20_000 };
-const jsonl = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => JSON.stringify({ id: `${prefix}-${i}`, prompt: `Say something about ${i}.` })).join('\n');
+const jsonl = (prefix: string, n: number) =>
+  Array.from({ length: n }, (_, i) => JSON.stringify({ id: `${prefix}-${i}`, prompt: `Say something about ${i}.` })).join('\n');
 /** A shell agent making `calls` chat calls of up to `maxTokens` tokens each, one after the other. */
 const curlAgent = (calls: number, maxTokens: number) =>
   `for i in $(seq 1 ${calls}); do curl -sf -m 120 -X POST -H 'content-type: application/json' -d '{"model":"anvil-tiny","messages":[{"role":"user","content":"go on"}],"max_tokens":${maxTokens}}' "$OPENAI_BASE_URL/chat/completions" >/dev/null || exit 3; done; echo done`;
 
-const ofRollout = (type: string, id: string) => events.filter((e) => e.type === type && (e.payload as { rolloutId: string }).rolloutId === id);
+const ofRollout = (type: string, id: string) =>
+  events.filter((e) => e.type === type && (e.payload as { rolloutId: string }).rolloutId === id);
 const callsOf = (id: string) => ofRollout('llm_call.recorded', id) as EventEnvelope<'llm_call.recorded'>[];
 
 /** The replies the gateway recorded for a rollout (PostgreSQL), in turn order. */
@@ -115,15 +138,45 @@ describe('rollout-manager, gateway and inference-proxy as built processes', () =
     // they waited for slots, and the abort-and-resume rollouts could all have finished their calls
     // before the update was swapped in: no call left to split.
     const sets = [
-      { id: 'e2e-resume', agent: { kind: 'black-box', name: 'curl-loop', command: ['sh', '-c', curlAgent(8, 400)] }, weightSwap: 'abort-and-resume', n: 4 },
-      { id: 'e2e-finish', agent: { kind: 'black-box', name: 'curl-loop', command: ['sh', '-c', curlAgent(8, 400)] }, weightSwap: 'finish', n: 4 },
-      { id: 'e2e-python', agent: { kind: 'black-box', name: 'python-openai', command: ['python3', 'examples/python-agent/agent.py'] }, n: 4 },
-      { id: 'e2e-llm', agent: { kind: 'black-box', name: 'llm-cli', command: ['sh', 'examples/llm-cli-agent/run.sh', '{prompt}'], taskInput: 'file', env: { LLM_MAX_REPLY: '48' } }, n: 4 },
+      {
+        id: 'e2e-resume',
+        agent: { kind: 'black-box', name: 'curl-loop', command: ['sh', '-c', curlAgent(8, 400)] },
+        weightSwap: 'abort-and-resume',
+        n: 4,
+      },
+      {
+        id: 'e2e-finish',
+        agent: { kind: 'black-box', name: 'curl-loop', command: ['sh', '-c', curlAgent(8, 400)] },
+        weightSwap: 'finish',
+        n: 4,
+      },
+      {
+        id: 'e2e-python',
+        agent: { kind: 'black-box', name: 'python-openai', command: ['python3', 'examples/python-agent/agent.py'] },
+        n: 4,
+      },
+      {
+        id: 'e2e-llm',
+        agent: {
+          kind: 'black-box',
+          name: 'llm-cli',
+          command: ['sh', 'examples/llm-cli-agent/run.sh', '{prompt}'],
+          taskInput: 'file',
+          env: { LLM_MAX_REPLY: '48' },
+        },
+        n: 4,
+      },
     ];
     const ids: Record<string, string[]> = {};
     for (const s of sets) {
       const { n, ...spec } = s;
-      expect(await api<{ tasks: number }>('task-sets', { spec: { ...spec, verifier, groupSize: 2, limits: { timeoutMs: 180_000 } }, jsonl: jsonl(s.id, n) }, 201)).toMatchObject({ tasks: n });
+      expect(
+        await api<{ tasks: number }>(
+          'task-sets',
+          { spec: { ...spec, verifier, groupSize: 2, limits: { timeoutMs: 180_000 } }, jsonl: jsonl(s.id, n) },
+          201,
+        ),
+      ).toMatchObject({ tasks: n });
       ids[s.id] = (await api<{ rolloutIds: string[] }>('submissions', { taskSetId: s.id }, 202)).rolloutIds;
       expect(ids[s.id]).toHaveLength(n * 2);
     }
@@ -146,14 +199,32 @@ describe('rollout-manager, gateway and inference-proxy as built processes', () =
     await bus.publish(
       createEvent(
         'weights.published',
-        { version: 1, parentVersion: 0, step: 1, checkpointId: 'e2e-rm-1', checkpointUri: ckptDir, format: 'hf-safetensors', sha256: await checkpointDigest(ckptDir), publishedAt: Date.now() },
+        {
+          version: 1,
+          parentVersion: 0,
+          step: 1,
+          checkpointId: 'e2e-rm-1',
+          checkpointUri: ckptDir,
+          format: 'hf-safetensors',
+          sha256: await checkpointDigest(ckptDir),
+          publishedAt: Date.now(),
+        },
         { key: '1', producer: 'e2e' },
       ),
     );
-    await waitFor('policy_version.activated 1', async () => events.find((e) => e.type === 'policy_version.activated' && (e.payload as { version: number }).version === 1), 120_000);
+    await waitFor(
+      'policy_version.activated 1',
+      async () => events.find((e) => e.type === 'policy_version.activated' && (e.payload as { version: number }).version === 1),
+      120_000,
+    );
     const activatedAt = (events.find((e) => e.type === 'policy_version.activated')?.payload as { activatedAt: number }).activatedAt;
 
-    await waitFor('every rollout.completed', async () => (all.every((id) => ofRollout('rollout.completed', id).length > 0) ? true : undefined), 240_000, 250);
+    await waitFor(
+      'every rollout.completed',
+      async () => (all.every((id) => ofRollout('rollout.completed', id).length > 0) ? true : undefined),
+      240_000,
+      250,
+    );
     // Give a duplicate the time to show up.
     await new Promise((r) => setTimeout(r, 1_000));
 
@@ -162,7 +233,13 @@ describe('rollout-manager, gateway and inference-proxy as built processes', () =
       const completed = ofRollout('rollout.completed', id);
       expect(started.map((e) => e.id)).toEqual([`${id}:started`]);
       expect(completed.map((e) => e.id)).toEqual([`${id}:completed`]);
-      const c = completed[0].payload as { finishReason: string; error: string | null; numCalls: number; outcomeReward: number | null; processRewards: { callId: string; value: number }[] };
+      const c = completed[0].payload as {
+        finishReason: string;
+        error: string | null;
+        numCalls: number;
+        outcomeReward: number | null;
+        processRewards: { callId: string; value: number }[];
+      };
       expect(c.finishReason, `${id}: ${c.error}`).toBe('completed');
       // Its calls: in PostgreSQL (the gateway's capture rows) and on Kafka, as many as it reported.
       const replies = await recordedReplies(id);
@@ -175,7 +252,10 @@ describe('rollout-manager, gateway and inference-proxy as built processes', () =
       expect(c.processRewards).toEqual(replies.map((r, i) => ({ callId: r.id, value: scores[i] })));
       expect(c.outcomeReward).toBeCloseTo(scores.reduce((a: number, b) => a + b, 0) / scores.length, 12);
     }
-    const { rows: sessions } = await pg.query<{ rollout_id: string; status: string }>(`SELECT rollout_id, status FROM gateway_sessions WHERE rollout_id = ANY($1)`, [all]);
+    const { rows: sessions } = await pg.query<{ rollout_id: string; status: string }>(
+      `SELECT rollout_id, status FROM gateway_sessions WHERE rollout_id = ANY($1)`,
+      [all],
+    );
     expect(new Set(sessions.map((s) => s.rollout_id))).toEqual(new Set(all));
     expect(sessions.filter((s) => s.status !== 'closed')).toEqual([]);
     // Not all rewards are alike: the verifier really judged what came back.

@@ -82,10 +82,16 @@ describe('readiness and configuration failures', () => {
   });
 
   it('exits 78 listing every configuration problem at once, echoing no secret', async () => {
-    const { exited, output } = runBuilt('gateway', { KAFKA_BROKERS: 'not a broker', DATABASE_URL: 'mysql://x', GATEWAY_ADMIN_TOKEN: 'short-secret', PORT: 'eighty' });
+    const { exited, output } = runBuilt('gateway', {
+      KAFKA_BROKERS: 'not a broker',
+      DATABASE_URL: 'mysql://x',
+      GATEWAY_ADMIN_TOKEN: 'short-secret',
+      PORT: 'eighty',
+    });
     expect(await exited).toBe(78);
     const text = output();
-    for (const name of ['KAFKA_BROKERS', 'DATABASE_URL', 'GATEWAY_ADMIN_TOKEN', 'INFERENCE_PROXY_URL', 'PORT']) expect(text).toContain(name);
+    for (const name of ['KAFKA_BROKERS', 'DATABASE_URL', 'GATEWAY_ADMIN_TOKEN', 'INFERENCE_PROXY_URL', 'PORT'])
+      expect(text).toContain(name);
     expect(text).not.toContain('short-secret');
   });
 });

@@ -53,7 +53,12 @@ describe('OpenTelemetry across Kafka', () => {
   it('continues the producer trace in the consuming service and exports it over OTLP', async () => {
     const endpoint = await collectorUrl();
     const topicPrefix = `trace-${process.pid}-${Date.now()}.`;
-    const svc = await startService('middleware', { KAFKA_BROKERS, DATABASE_URL, KAFKA_TOPIC_PREFIX: topicPrefix, OTEL_EXPORTER_OTLP_ENDPOINT: endpoint });
+    const svc = await startService('middleware', {
+      KAFKA_BROKERS,
+      DATABASE_URL,
+      KAFKA_TOPIC_PREFIX: topicPrefix,
+      OTEL_EXPORTER_OTLP_ENDPOINT: endpoint,
+    });
     try {
       await waitFor('middleware ready', async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 60_000);
       const bus = createBus({ kind: 'kafka', brokers: KAFKA_BROKERS.split(','), clientId: 'trace-test', topicPrefix });
@@ -67,7 +72,11 @@ describe('OpenTelemetry across Kafka', () => {
       await bus.close();
       // The service flushes its span batch on SIGTERM.
       const ingested = /anvil_data_pool_events_ingested_total\{[^}]*type="llm_call.recorded"[^}]*\} 1/;
-      await waitFor('event ingested', async () => (ingested.test(await (await fetch(`${svc.baseUrl}/metrics`)).text()) ? true : undefined), 60_000);
+      await waitFor(
+        'event ingested',
+        async () => (ingested.test(await (await fetch(`${svc.baseUrl}/metrics`)).text()) ? true : undefined),
+        60_000,
+      );
       expect(await svc.stop('SIGTERM')).toBe(0);
       const ours = spans.filter((s) => s.traceId === traceId);
       expect(ours.length, `spans exported: ${JSON.stringify(spans.slice(0, 20))}`).toBeGreaterThan(0);
@@ -83,14 +92,30 @@ describe('OpenTelemetry across Kafka', () => {
     const topicPrefix = `trace-gw-${process.pid}-${Date.now()}.`;
     const fixture = await startVllmFixture({ vocabSize: 272, eosId: 100_000, tokenLatencyMs: 0, weights: 'trace-e2e' });
     const common = { KAFKA_BROKERS, DATABASE_URL, KAFKA_TOPIC_PREFIX: topicPrefix, OTEL_EXPORTER_OTLP_ENDPOINT: endpoint };
-    const proxy = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'trace-e2e' });
+    const proxy = await startService('inference-proxy', {
+      ...common,
+      INFERENCE_BACKEND: 'vllm',
+      INFERENCE_REPLICAS: fixture.url,
+      DEPLOYMENT_NAME: 'trace-e2e',
+    });
     const admin = 'trace-e2e-admin-token-0123456789abcdefghijkl';
-    const gateway = await startService('gateway', { ...common, GATEWAY_ADMIN_TOKEN: admin, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_MODEL_NAME: 'anvil-tiny' });
+    const gateway = await startService('gateway', {
+      ...common,
+      GATEWAY_ADMIN_TOKEN: admin,
+      INFERENCE_PROXY_URL: proxy.baseUrl,
+      GATEWAY_MODEL_NAME: 'anvil-tiny',
+    });
     const bus = createBus({ kind: 'kafka', brokers: KAFKA_BROKERS.split(','), clientId: 'trace-gw-test', topicPrefix });
     try {
-      for (const svc of [proxy, gateway]) await waitFor(`${svc.app} ready`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 60_000);
+      for (const svc of [proxy, gateway])
+        await waitFor(`${svc.app} ready`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 60_000);
       const recordTraces: string[] = [];
-      const sub = await bus.subscribeRaw({ group: 'trace-gw-records', topics: [TOPICS.llmCalls], fromBeginning: true, handler: async (m) => void recordTraces.push(m.headers.traceparent ?? '') });
+      const sub = await bus.subscribeRaw({
+        group: 'trace-gw-records',
+        topics: [TOPICS.llmCalls],
+        fromBeginning: true,
+        handler: async (m) => void recordTraces.push(m.headers.traceparent ?? ''),
+      });
       const opened = await fetch(`${gateway.baseUrl}/admin/v1/sessions`, {
         method: 'POST',
         headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
@@ -100,7 +125,11 @@ describe('OpenTelemetry across Kafka', () => {
       const traceId = randomBytes(16).toString('hex');
       const res = await fetch(`${gateway.baseUrl}/v1/chat/completions`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', traceparent: `00-${traceId}-${randomBytes(8).toString('hex')}-01` },
+        headers: {
+          authorization: `Bearer ${apiKey}`,
+          'content-type': 'application/json',
+          traceparent: `00-${traceId}-${randomBytes(8).toString('hex')}-01`,
+        },
         body: JSON.stringify({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
       });
       expect(res.status).toBe(200);

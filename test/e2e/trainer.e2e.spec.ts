@@ -49,7 +49,12 @@ beforeAll(async () => {
   await model.save(join(root, 'nan-model'));
   model.dispose();
   bus = createBus({ kind: 'kafka', brokers: KAFKA_BROKERS.split(','), clientId: 'e2e-trainer', topicPrefix });
-  sub = await bus.subscribe({ group: 'e2e.trainer-observer', topics: [TOPICS.trainBatches, TOPICS.weights], fromBeginning: true, handler: async (e) => void seen.push(e) });
+  sub = await bus.subscribe({
+    group: 'e2e.trainer-observer',
+    topics: [TOPICS.trainBatches, TOPICS.weights],
+    fromBeginning: true,
+    handler: async (e) => void seen.push(e),
+  });
 });
 
 afterAll(async () => {
@@ -80,12 +85,29 @@ async function cutBatch(run: string, step: number): Promise<EventEnvelope<'train
       const rollout = { ...ids, rolloutId: `${ids.groupId}-r${r}` };
       const call = (over: Parameters<typeof llmCall>[1]) => {
         const outputIds = tokens(4);
-        return llmCall(rollout, { outputIds, outputLogprobs: new Float32Array(4).fill(-5.6), outputVersions: new Uint32Array(4).fill(step), ...over }).payload;
+        return llmCall(rollout, {
+          outputIds,
+          outputLogprobs: new Float32Array(4).fill(-5.6),
+          outputVersions: new Uint32Array(4).fill(step),
+          ...over,
+        }).payload;
       };
       const first = call({ callId: `${rollout.rolloutId}-c0`, promptDeltaIds: Int32Array.from([...system, r]) });
-      const second = call({ callId: `${rollout.rolloutId}-c1`, parentCallId: first.callId, turnIndex: 1, reusedPromptTokens: first.promptLength + first.outputIds.length, promptDeltaIds: tokens(3) });
+      const second = call({
+        callId: `${rollout.rolloutId}-c1`,
+        parentCallId: first.callId,
+        turnIndex: 1,
+        reusedPromptTokens: first.promptLength + first.outputIds.length,
+        promptDeltaIds: tokens(3),
+      });
       for (const c of [first, second]) {
-        const meta = { sampleId: c.callId, trajectoryId: rollout.rolloutId, groupId: ids.groupId, advantage: r === 0 ? 1 : -1, lossWeight: 1 };
+        const meta = {
+          sampleId: c.callId,
+          trajectoryId: rollout.rolloutId,
+          groupId: ids.groupId,
+          advantage: r === 0 ? 1 : -1,
+          lossWeight: 1,
+        };
         b.add(c, meta);
         samples.push(meta);
         outputTokens += c.outputIds.length;
@@ -112,18 +134,26 @@ async function cutBatch(run: string, step: number): Promise<EventEnvelope<'train
   const createdAt = Date.now();
   const blob = await ds.transaction(async (m) => {
     const written = await writeTrainBatchBlob(m, { batchId, runId: run, tree });
-    await m.query(`INSERT INTO "data_pool_batch_stats" ("batch_id", "run_id", "step", "stats", "created_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0))`, [
-      batchId,
-      run,
-      step,
-      JSON.stringify(stats),
-      createdAt,
-    ]);
+    await m.query(
+      `INSERT INTO "data_pool_batch_stats" ("batch_id", "run_id", "step", "stats", "created_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0))`,
+      [batchId, run, step, JSON.stringify(stats), createdAt],
+    );
     return written;
   });
   const event = createEvent(
     'train_batch.created',
-    { batchId, step, runId: run, trajectoryIds, groupIds: [...new Set(samples.map((s) => s.groupId))], samples, blob, stats, policyVersion: step, createdAt },
+    {
+      batchId,
+      step,
+      runId: run,
+      trajectoryIds,
+      groupIds: [...new Set(samples.map((s) => s.groupId))],
+      samples,
+      blob,
+      stats,
+      policyVersion: step,
+      createdAt,
+    },
     { key: run, producer: 'e2e-data-pool', id: `train_batch.created:${batchId}` },
   );
   validateEvent(event);
@@ -153,16 +183,26 @@ async function readyz(svc: ServiceProcess): Promise<{ status: number; body: { ch
   return { status: res.status, body: (await res.json()) as { checks: Record<string, { ok: boolean; error?: string }> } };
 }
 
-const waitReady = (svc: ServiceProcess) => waitFor(`${svc.app} /readyz 200`, async () => ((await readyz(svc)).status === 200 ? true : undefined), 90_000, 200);
+const waitReady = (svc: ServiceProcess) =>
+  waitFor(`${svc.app} /readyz 200`, async () => ((await readyz(svc)).status === 200 ? true : undefined), 90_000, 200);
 
-type Trained = { batchId: string; batchStep: number; runId: string | null; trainerStep: number; policyVersion: number; outcome: string; checkpointed: boolean };
+type Trained = {
+  batchId: string;
+  batchStep: number;
+  runId: string | null;
+  trainerStep: number;
+  policyVersion: number;
+  outcome: string;
+  checkpointed: boolean;
+};
 type Published = { version: number; parentVersion: number | null; step: number; checkpointUri: string; sha256: string };
 const trainedOf = (run: string, from = 0, to = Infinity) =>
   seen
     .filter((e) => e.type === 'train_batch.trained' && e.occurredAt >= from && e.occurredAt < to)
     .map((e) => e.payload as Trained)
     .filter((p) => p.runId === run);
-const publishedOf = (from = 0, to = Infinity) => seen.filter((e) => e.type === 'weights.published' && e.occurredAt >= from && e.occurredAt < to).map((e) => e.payload as Published);
+const publishedOf = (from = 0, to = Infinity) =>
+  seen.filter((e) => e.type === 'weights.published' && e.occurredAt >= from && e.occurredAt < to).map((e) => e.payload as Published);
 
 /** Versions with a checkpoint directory under `dir`, newest first. */
 const versionsOn = (dir: string) =>
@@ -230,7 +270,12 @@ describe('trainer as a process', () => {
     expect(P % 2).toBe(0);
     expect(P).toBeGreaterThanOrEqual(2);
     expect(P).toBeLessThanOrEqual(4);
-    expect(resume).toMatchObject({ runId, version: P, step: P, position: { nextBatchStep: P, batchesTrained: P, batchesDropped: 0, lastBatchId: `${runId}:batch:${P - 1}` } });
+    expect(resume).toMatchObject({
+      runId,
+      version: P,
+      step: P,
+      position: { nextBatchStep: P, batchesTrained: P, batchesDropped: 0, lastBatchId: `${runId}:batch:${P - 1}` },
+    });
     const newestOnDisk = Math.max(...versionsOn(checkpoints));
 
     const second = await startTrainer(env);
@@ -243,10 +288,20 @@ describe('trainer as a process', () => {
     expect(resumed).toHaveLength(1);
     expect(resumed[0]).toMatchObject({ step: resume.step, version: resume.version, position: resume.position });
     for (let step = 4; step < 6; step++) await bus.publish(await cutBatch(runId, step));
-    await waitFor('batch 5 trained after the restart', async () => (trainedOf(runId, killedAt).some((t) => t.batchStep === 5) ? true : undefined), 60_000, 20);
+    await waitFor(
+      'batch 5 trained after the restart',
+      async () => (trainedOf(runId, killedAt).some((t) => t.batchStep === 5) ? true : undefined),
+      60_000,
+      20,
+    );
     // Its version is published before train_batch.trained, but on another topic: the observer can see
     // the two in either order (a stop-26 flake read the versions before the last one arrived).
-    await waitFor('the version of optimizer step 6 published', async () => (publishedOf(killedAt).some((p) => p.step === 6) ? true : undefined), 30_000, 20);
+    await waitFor(
+      'the version of optimizer step 6 published',
+      async () => (publishedOf(killedAt).some((p) => p.step === 6) ? true : undefined),
+      30_000,
+      20,
+    );
 
     // After the restart: from the resume position on, each batch once, in order, the optimizer step continuing from the checkpoint's.
     const after = trainedOf(runId, killedAt);
@@ -274,7 +329,13 @@ describe('trainer as a process', () => {
     expect(metrics).toMatch(new RegExp(`anvil_trainer_policy_version\\{[^}]*\\} ${last}\\n`));
     expect(metrics).toMatch(/anvil_trainer_next_batch_step\{[^}]*\} 6\n/);
     expect(metrics).toMatch(new RegExp(`anvil_trainer_steps_total\\{[^}]*\\} ${6 - P}\\n`));
-    for (const name of ['anvil_trainer_tokens_per_second', 'anvil_trainer_loss', 'anvil_trainer_grad_norm', 'anvil_trainer_idle_seconds_total', 'anvil_trainer_skipped_steps_total'])
+    for (const name of [
+      'anvil_trainer_tokens_per_second',
+      'anvil_trainer_loss',
+      'anvil_trainer_grad_norm',
+      'anvil_trainer_idle_seconds_total',
+      'anvil_trainer_skipped_steps_total',
+    ])
       expect(metrics).toContain(name);
 
     expect(await second.stop('SIGTERM')).toBe(0);

@@ -25,7 +25,9 @@ const group = 'it.data-pool';
 
 beforeAll(async () => {
   if (!brokers || !process.env.DATABASE_URL) throw new Error('KAFKA_BROKERS and DATABASE_URL must be set (npm test starts the stack)');
-  url = await createDatabase(`anvil_redelivery_${process.pid}_${Date.now() % 100000}`, { port: Number(new URL(process.env.DATABASE_URL).port) });
+  url = await createDatabase(`anvil_redelivery_${process.pid}_${Date.now() % 100000}`, {
+    port: Number(new URL(process.env.DATABASE_URL).port),
+  });
   ds = createDataSource({ url });
   await ds.initialize();
   await runMigrations(ds);
@@ -42,11 +44,16 @@ describe('Data Pool consumer killed before commit', () => {
     const event = llmCall(newRolloutIds());
     await bus.publish(event);
 
-    const child = spawn('npx', ['tsx', 'test/integration/fixtures/crashing-data-pool-consumer.ts', brokers, url, topicPrefix, group], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('npx', ['tsx', 'test/integration/fixtures/crashing-data-pool-consumer.ts', brokers, url, topicPrefix, group], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
-    const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+    const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.once('exit', (code, signal) => resolve({ code, signal })),
+    );
     expect(out).toContain(`persisted ${event.id}`);
     expect(exit.signal ?? (exit.code === 137 ? 'SIGKILL' : null), out).toBe('SIGKILL');
     expect(await ds.getRepository(LlmCall).countBy({ id: event.payload.callId })).toBe(1);

@@ -51,17 +51,28 @@ describe('Data Pool runtime (Kafka + PostgreSQL)', () => {
       [0.5, 0.5],
       [0, 1],
     ];
-    const rs = groups.flatMap((g, gi) => rewards[gi].map((reward, i) => rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 2, reward, sampleIndex: i, queuePosition: gi * 2 + i })));
+    const rs = groups.flatMap((g, gi) =>
+      rewards[gi].map((reward, i) =>
+        rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 2, reward, sampleIndex: i, queuePosition: gi * 2 + i }),
+      ),
+    );
     await bus.publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
 
-    const child = spawn('npx', ['tsx', 'test/integration/fixtures/crashing-data-pool.ts', brokers, db.url, topicPrefix, group, runId], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('npx', ['tsx', 'test/integration/fixtures/crashing-data-pool.ts', brokers, db.url, topicPrefix, group, runId], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
-    const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+    const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.once('exit', (code, signal) => resolve({ code, signal })),
+    );
     expect(out).toMatch(/cut \S+:batch:0/);
     expect(exit.signal ?? (exit.code === 137 ? 'SIGKILL' : null), out).toBe('SIGKILL');
-    const [first]: { trajectory_ids: string[] }[] = await ds.query(`SELECT "trajectory_ids" FROM "train_batches" WHERE "id" = $1`, [`${runId}:batch:0`]);
+    const [first]: { trajectory_ids: string[] }[] = await ds.query(`SELECT "trajectory_ids" FROM "train_batches" WHERE "id" = $1`, [
+      `${runId}:batch:0`,
+    ]);
     expect(first.trajectory_ids).toHaveLength(2);
 
     // a new instance (new owner) takes over once the dead one's lease lapses, from the database state
@@ -70,7 +81,8 @@ describe('Data Pool runtime (Kafka + PostgreSQL)', () => {
       group: uid('obs'),
       topics: [TOPICS.trainBatches],
       fromBeginning: true,
-      handler: async (e) => void (e.type === 'train_batch.created' && e.payload.runId === runId && batches.push(e as EventEnvelope<'train_batch.created'>)),
+      handler: async (e) =>
+        void (e.type === 'train_batch.created' && e.payload.runId === runId && batches.push(e as EventEnvelope<'train_batch.created'>)),
     });
     const rt = new DataPoolRuntime({
       bus,
@@ -91,7 +103,10 @@ describe('Data Pool runtime (Kafka + PostgreSQL)', () => {
     await new Promise((r) => setTimeout(r, 1500)); // let a duplicate (if any) show up
     await rt.stop();
     await obs.stop();
-    const rows: { id: string; trajectory_ids: string[] }[] = await ds.query(`SELECT "id", "trajectory_ids" FROM "train_batches" WHERE "id" LIKE $1 ORDER BY "step"`, [`${runId}:%`]);
+    const rows: { id: string; trajectory_ids: string[] }[] = await ds.query(
+      `SELECT "id", "trajectory_ids" FROM "train_batches" WHERE "id" LIKE $1 ORDER BY "step"`,
+      [`${runId}:%`],
+    );
     expect(rows.map((r) => r.id)).toEqual([`${runId}:batch:0`, `${runId}:batch:1`]);
     const all = rows.flatMap((r) => r.trajectory_ids);
     expect(new Set(all).size).toBe(all.length); // none in two batches
@@ -106,7 +121,10 @@ describe('Data Pool runtime (Kafka + PostgreSQL)', () => {
     }
     expect([...byId.keys()].sort()).toEqual([`${runId}:batch:0`, `${runId}:batch:1`]);
     // the dropped group left the queue: the head moved past positions 2 and 3
-    const q: { position: string; status: string }[] = await ds.query(`SELECT "position", "status" FROM "data_pool_queue" WHERE "run_id" = $1 ORDER BY "position"`, [runId]);
+    const q: { position: string; status: string }[] = await ds.query(
+      `SELECT "position", "status" FROM "data_pool_queue" WHERE "run_id" = $1 ORDER BY "position"`,
+      [runId],
+    );
     expect(q.map((x) => x.status)).toEqual(['taken', 'taken', 'dropped', 'dropped', 'taken', 'taken']);
     // A child process (npx tsx start, Kafka group join, first batch) plus a takeover: on a loaded 2-core
     // machine the child alone once needed more than its old 90 s, so both budgets are wider than the suite's.

@@ -26,17 +26,34 @@ const recorded: AnyEventEnvelope[] = [];
 beforeAll(async () => {
   infra = await createSharedInfra();
   // A bystander on the same bus: what the gateway publishes is what the Data Pool consumes.
-  await infra.bus.subscribe({ group: 'host-test', topics: [TOPICS.llmCalls], fromBeginning: true, handler: async (e) => void recorded.push(e) });
+  await infra.bus.subscribe({
+    group: 'host-test',
+    topics: [TOPICS.llmCalls],
+    fromBeginning: true,
+    handler: async (e) => void recorded.push(e),
+  });
 
-  const proxyCtx = hostedServiceContext('inference-proxy', inferenceProxyEnv, { PORT: '0', LOG_LEVEL: 'error', INFERENCE_BACKEND: 'embedded' }, infra);
+  const proxyCtx = hostedServiceContext(
+    'inference-proxy',
+    inferenceProxyEnv,
+    { PORT: '0', LOG_LEVEL: 'error', INFERENCE_BACKEND: 'embedded' },
+    infra,
+  );
   const proxy = await startHostedService(proxyCtx, InferenceProxyModule.forRoot(proxyCtx));
   services.push(proxy);
 
   const poolCtx = hostedServiceContext('middleware', middlewareEnv, { PORT: '0', LOG_LEVEL: 'error' }, infra);
   services.push(await startHostedService(poolCtx, MiddlewareModule.forRoot(poolCtx)));
 
-  const gatewayCtx = hostedServiceContext('gateway', gatewayEnv, { PORT: '0', LOG_LEVEL: 'error', GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN, INFERENCE_PROXY_URL: proxy.url }, infra);
-  gateway = await startHostedService(gatewayCtx, GatewayModule.forRoot(gatewayCtx), { bodyLimitBytes: gatewayCtx.config.MAX_REQUEST_BYTES });
+  const gatewayCtx = hostedServiceContext(
+    'gateway',
+    gatewayEnv,
+    { PORT: '0', LOG_LEVEL: 'error', GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN, INFERENCE_PROXY_URL: proxy.url },
+    infra,
+  );
+  gateway = await startHostedService(gatewayCtx, GatewayModule.forRoot(gatewayCtx), {
+    bodyLimitBytes: gatewayCtx.config.MAX_REQUEST_BYTES,
+  });
   services.push(gateway);
 
   for (const s of services) {
@@ -80,7 +97,12 @@ describe('one process: gateway + inference-proxy (embedded) + middleware on the 
     expect(body.choices[0].message.role).toBe('assistant');
     expect(body.usage.completion_tokens).toBeGreaterThan(0);
 
-    const row = await waitFor('the call in llm_calls', async () => (await infra.dataSource.manager.findOneBy(LlmCall, { rolloutId: 'host-rollout-1' })) ?? undefined, 60_000, 50);
+    const row = await waitFor(
+      'the call in llm_calls',
+      async () => (await infra.dataSource.manager.findOneBy(LlmCall, { rolloutId: 'host-rollout-1' })) ?? undefined,
+      60_000,
+      50,
+    );
     expect(row.sessionId).toBe(session.sessionId);
     expect(row.groupId).toBe('host-group-1');
     expect(row.outputTokens).toBe(body.usage.completion_tokens);

@@ -38,15 +38,25 @@ afterAll(async () => {
   await db?.drop();
 });
 
-async function crashWriter(producer: string, mode: 'before-publish' | 'before-delete', count: number): Promise<{ ids: string[]; out: string }> {
-  const child = spawn('npx', ['tsx', 'test/integration/fixtures/outbox-crash-writer.ts', brokers!, db.url, topicPrefix, producer, mode, String(count)], {
-    cwd: root,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+async function crashWriter(
+  producer: string,
+  mode: 'before-publish' | 'before-delete',
+  count: number,
+): Promise<{ ids: string[]; out: string }> {
+  const child = spawn(
+    'npx',
+    ['tsx', 'test/integration/fixtures/outbox-crash-writer.ts', brokers!, db.url, topicPrefix, producer, mode, String(count)],
+    {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));
-  const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal })),
+  );
   expect(exit.signal ?? (exit.code === 137 ? 'SIGKILL' : null), out).toBe('SIGKILL');
   const line = out.split('\n').find((l) => l.startsWith('['));
   expect(line, out).toBeDefined();

@@ -22,14 +22,27 @@ if (!serverUrl) throw new Error('DATABASE_URL is not set (npm test starts a serv
 const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
 if (brokers.length === 0) throw new Error('KAFKA_BROKERS is not set (npm test starts a broker)');
 
-const fastGroups: KafkaConsumerTuning = { sessionTimeoutMs: 6_000, heartbeatIntervalMs: 500, rebalanceTimeoutMs: 10_000, maxWaitTimeMs: 200 };
+const fastGroups: KafkaConsumerTuning = {
+  sessionTimeoutMs: 6_000,
+  heartbeatIntervalMs: 500,
+  rebalanceTimeoutMs: 10_000,
+  maxWaitTimeMs: 200,
+};
 const ns = `anvoutbox.${Date.now().toString(36)}.`;
 let db: ScratchDatabase;
 let ds: DataSource;
 let sql: SqlClient;
 const buses: MessageBus[] = [];
 const openBus = () => {
-  const bus = createBus({ kind: 'kafka', brokers, clientId: 'outbox-int', topicPrefix: ns, consumer: fastGroups, logger: stderrLogger('error'), partitions: 1 });
+  const bus = createBus({
+    kind: 'kafka',
+    brokers,
+    clientId: 'outbox-int',
+    topicPrefix: ns,
+    consumer: fastGroups,
+    logger: stderrLogger('error'),
+    partitions: 1,
+  });
   buses.push(bus);
   return bus;
 };
@@ -49,11 +62,10 @@ afterAll(async () => {
 });
 
 const openSession = async (id: string) =>
-  ds.query(`INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "status") VALUES ($1, $2, $3, 'g', 't', 'anvil-tiny', 'open')`, [
-    id,
-    randomBytes(16).toString('hex'),
-    `rollout-${id}`,
-  ]);
+  ds.query(
+    `INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "status") VALUES ($1, $2, $3, 'g', 't', 'anvil-tiny', 'open')`,
+    [id, randomBytes(16).toString('hex'), `rollout-${id}`],
+  );
 
 /** A request of `n` choices whose events carry turns 0..n-1 (the committer adds the reserved first turn). */
 const request = (sessionId: string, n: number): CommitRequest => ({
@@ -62,15 +74,27 @@ const request = (sessionId: string, n: number): CommitRequest => ({
   newBranches: 1,
   captures: [],
   records: Array.from({ length: n }, (_, i) => {
-    const e = sampleLlmCallEvent({ promptTokens: 300, outputTokens: 20, turnIndex: i, rolloutId: `rollout-${sessionId}`, seed: randomBytes(4).readUInt32LE() });
+    const e = sampleLlmCallEvent({
+      promptTokens: 300,
+      outputTokens: 20,
+      turnIndex: i,
+      rolloutId: `rollout-${sessionId}`,
+      seed: randomBytes(4).readUInt32LE(),
+    });
     return { ...e, id: e.payload.callId, payload: { ...e.payload, sessionId } };
   }),
 });
 
-const outboxCount = async (sessionId: string) => Number(((await ds.query(`SELECT count(*) AS "n" FROM "gateway_outbox" WHERE "session_id" = $1`, [sessionId])) as { n: string }[])[0].n);
+const outboxCount = async (sessionId: string) =>
+  Number(((await ds.query(`SELECT count(*) AS "n" FROM "gateway_outbox" WHERE "session_id" = $1`, [sessionId])) as { n: string }[])[0].n);
 
 async function consumeRecords(group: string, into: EventEnvelope<'llm_call.recorded'>[]) {
-  return openBus().subscribe({ group, topics: [TOPICS.llmCalls], fromBeginning: true, handler: async (e: AnyEventEnvelope) => void (e.type === 'llm_call.recorded' && into.push(e)) });
+  return openBus().subscribe({
+    group,
+    topics: [TOPICS.llmCalls],
+    fromBeginning: true,
+    handler: async (e: AnyEventEnvelope) => void (e.type === 'llm_call.recorded' && into.push(e)),
+  });
 }
 
 describe('gateway outbox (real PostgreSQL and Kafka)', () => {
@@ -82,7 +106,11 @@ describe('gateway outbox (real PostgreSQL and Kafka)', () => {
     expect(await Promise.all(reqs.map((r) => committer.commit(r)))).toEqual([{ firstTurn: 0 }, { firstTurn: 2 }]);
     const got: EventEnvelope<'llm_call.recorded'>[] = [];
     const sub = await consumeRecords('outbox-fast', got);
-    await waitFor('three records', async () => (got.filter((e) => e.payload.sessionId === 's-fast').length >= 3 ? true : undefined), 30_000);
+    await waitFor(
+      'three records',
+      async () => (got.filter((e) => e.payload.sessionId === 's-fast').length >= 3 ? true : undefined),
+      30_000,
+    );
     expect(got.filter((e) => e.payload.sessionId === 's-fast').map((e) => e.payload.turnIndex)).toEqual([0, 1, 2]);
     await waitFor('rows deleted', async () => ((await outboxCount('s-fast')) === 0 ? true : undefined), 5_000);
     expect(await relay.drain(1_000)).toBe(true);
@@ -121,7 +149,9 @@ describe('gateway outbox (real PostgreSQL and Kafka)', () => {
     expect(second.captures[0].row.promptPrefixTokens).toBe(e2.payload.reusedPromptTokens);
     await dying.commit(first);
     await dying.commit(second);
-    const stored = (await ds.query(`SELECT "event_id", "prompt_from_capture", length("frame") AS "bytes" FROM "gateway_outbox" WHERE "session_id" = 's-delta' ORDER BY "turn_index"`)) as {
+    const stored = (await ds.query(
+      `SELECT "event_id", "prompt_from_capture", length("frame") AS "bytes" FROM "gateway_outbox" WHERE "session_id" = 's-delta' ORDER BY "turn_index"`,
+    )) as {
       prompt_from_capture: boolean;
       bytes: number;
     }[];
@@ -156,7 +186,11 @@ describe('gateway outbox (real PostgreSQL and Kafka)', () => {
     const survivor = new OutboxRelay(sql, openBus(), { staleAfterMs: 0 });
     expect(await survivor.sweep()).toBe(4);
     expect(await outboxCount('s-crash')).toBe(0);
-    await waitFor('four records', async () => (got.filter((e) => e.payload.sessionId === 's-crash').length >= 4 ? true : undefined), 30_000);
+    await waitFor(
+      'four records',
+      async () => (got.filter((e) => e.payload.sessionId === 's-crash').length >= 4 ? true : undefined),
+      30_000,
+    );
     await new Promise((r) => setTimeout(r, 500));
     const mine = got.filter((e) => e.payload.sessionId === 's-crash');
     expect(mine.map((e) => e.payload.turnIndex)).toEqual([0, 1, 2, 3]);

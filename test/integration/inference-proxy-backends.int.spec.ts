@@ -7,7 +7,15 @@ import { SglangBackend } from '../../apps/inference-proxy/src/backends/sglang-ba
 import { VllmBackend } from '../../apps/inference-proxy/src/backends/vllm-backend';
 
 /** The real vLLM and SGLang clients against the engines' protocol fixtures (local HTTP servers, no Kafka). */
-const sampling = (over: Partial<SamplingParams> = {}): SamplingParams => ({ maxTokens: 12, temperature: 1, topP: 1, topK: 0, seed: 7, stopIds: [], ...over });
+const sampling = (over: Partial<SamplingParams> = {}): SamplingParams => ({
+  maxTokens: 12,
+  temperature: 1,
+  topP: 1,
+  topK: 0,
+  seed: 7,
+  stopIds: [],
+  ...over,
+});
 const fixtures: FixtureServer[] = [];
 afterEach(async () => {
   await Promise.all(fixtures.splice(0).map((f) => f.close().catch(() => undefined)));
@@ -16,7 +24,11 @@ afterEach(async () => {
 const kinds = [
   { name: 'vllm', start: (o = {}) => startVllmFixture(o), client: (url: string) => new VllmBackend({ url }) },
   { name: 'sglang (cumulative stream)', start: (o = {}) => startSglangFixture(o), client: (url: string) => new SglangBackend({ url }) },
-  { name: 'sglang (incremental stream)', start: (o = {}) => startSglangFixture({ ...o, incremental: true }), client: (url: string) => new SglangBackend({ url }) },
+  {
+    name: 'sglang (incremental stream)',
+    start: (o = {}) => startSglangFixture({ ...o, incremental: true }),
+    client: (url: string) => new SglangBackend({ url }),
+  },
 ] as const;
 
 describe.each(kinds)('$name client', ({ start, client }) => {
@@ -43,7 +55,10 @@ describe.each(kinds)('$name client', ({ start, client }) => {
     const { b } = await setup();
     const chunks: { ids: number[]; logprobs: number[] }[][] = [];
     const prompt = [3, 1, 4, 1];
-    const res = await b.generate({ requestId: 'rt', promptIds: prompt, sampling: sampling({ topLogprobs: 3 }) }, { onTokens: (c) => chunks.push(c.topLogprobs ?? []) });
+    const res = await b.generate(
+      { requestId: 'rt', promptIds: prompt, sampling: sampling({ topLogprobs: 3 }) },
+      { onTokens: (c) => chunks.push(c.topLogprobs ?? []) },
+    );
     const expected = fixtureGenerate(prompt, { maxTokens: 12, seed: 7, weights: 'initial' });
     expect(res.outputIds).toEqual(expected.ids);
     expect(res.topLogprobs).toHaveLength(expected.ids.length);
@@ -126,7 +141,11 @@ describe('wire format', () => {
   it('vLLM: token-id prompt, logprobs of the sampled token, ids as token_id:<n>, usage in the stream', async () => {
     const f = await startVllmFixture();
     fixtures.push(f);
-    await new VllmBackend({ url: f.url, model: 'policy' }).generate({ requestId: 'w', promptIds: [1, 2], sampling: sampling({ topK: 5, stopIds: [2] }) });
+    await new VllmBackend({ url: f.url, model: 'policy' }).generate({
+      requestId: 'w',
+      promptIds: [1, 2],
+      sampling: sampling({ topK: 5, stopIds: [2] }),
+    });
     expect(f.stats.lastRequest).toMatchObject({
       model: 'policy',
       prompt: [1, 2],
@@ -150,7 +169,14 @@ describe('wire format', () => {
     expect(f.stats.lastRequest).toMatchObject({
       rid: 'rid-1',
       input_ids: [4],
-      sampling_params: { max_new_tokens: 12, top_k: -1, stop_token_ids: [], skip_special_tokens: false, no_stop_trim: true, sampling_seed: 7 },
+      sampling_params: {
+        max_new_tokens: 12,
+        top_k: -1,
+        stop_token_ids: [],
+        skip_special_tokens: false,
+        no_stop_trim: true,
+        sampling_seed: 7,
+      },
       return_logprob: true,
       stream: true,
     });
@@ -159,6 +185,8 @@ describe('wire format', () => {
   it('vLLM without VLLM_SERVER_DEV_MODE: the weight load fails loudly', async () => {
     const f = await startVllmFixture({ devMode: false });
     fixtures.push(f);
-    await expect(new VllmBackend({ url: f.url }).loadWeights({ version: 1, checkpointUri: '/x' })).rejects.toThrow(/collective_rpc answered 404/);
+    await expect(new VllmBackend({ url: f.url }).loadWeights({ version: 1, checkpointUri: '/x' })).rejects.toThrow(
+      /collective_rpc answered 404/,
+    );
   });
 });

@@ -26,9 +26,12 @@ afterEach(async () => {
 async function cluster(n: number, opts: { kind?: 'vllm' | 'sglang'; tokenLatencyMs?: number } & Parameters<typeof testRuntime>[1] = {}) {
   const { kind = 'vllm', tokenLatencyMs = 0, ...runtimeOpts } = opts;
   const fs: FixtureServer[] = [];
-  for (let i = 0; i < n; i++) fs.push(await (kind === 'vllm' ? startVllmFixture({ tokenLatencyMs }) : startSglangFixture({ tokenLatencyMs })));
+  for (let i = 0; i < n; i++)
+    fs.push(await (kind === 'vllm' ? startVllmFixture({ tokenLatencyMs }) : startSglangFixture({ tokenLatencyMs })));
   fixtures.push(...fs);
-  const backends: InferenceBackend[] = fs.map((f) => (kind === 'vllm' ? new VllmBackend({ url: f.url }) : new SglangBackend({ url: f.url })));
+  const backends: InferenceBackend[] = fs.map((f) =>
+    kind === 'vllm' ? new VllmBackend({ url: f.url }) : new SglangBackend({ url: f.url }),
+  );
   const rt = testRuntime(backends, runtimeOpts);
   runtimes.push(rt);
   const byUrl = new Map(fs.map((f) => [f.url, f]));
@@ -158,7 +161,16 @@ describe('fail-over', () => {
 const published = (version: number, checkpointUri = `/ckpt/v${version}`, id?: string) =>
   createEvent(
     'weights.published',
-    { version, parentVersion: version - 1, step: version, checkpointId: `ck-${version}`, checkpointUri, format: 'hf-safetensors', sha256: 'a'.repeat(64), publishedAt: Date.now() },
+    {
+      version,
+      parentVersion: version - 1,
+      step: version,
+      checkpointId: `ck-${version}`,
+      checkpointUri,
+      format: 'hf-safetensors',
+      sha256: 'a'.repeat(64),
+      publishedAt: Date.now(),
+    },
     { key: String(version), producer: 'trainer', id },
   );
 
@@ -186,34 +198,37 @@ describe('weight swaps', () => {
     expect(rt.snapshot()).toMatchObject({ policyVersion: 1, checkpointUri: '/ckpt/v1', swapping: false });
   });
 
-  it.each(['vllm', 'sglang'] as const)('%s abort-and-resume: a generation spanning the swap carries both versions; old tokens keep their logprobs', async (kind) => {
-    const { rt, fs } = await cluster(2, { kind, tokenLatencyMs: 5, swapPolicy: 'abort-and-resume' });
-    let swap: Promise<unknown> | null = null;
-    const chunkVersions: number[] = [];
-    const res = await rt.generation.generate(request({ sessionId: 'ar', maxTokens: 30 }), {
-      onChunk: (c) => {
-        chunkVersions.push(...c.versions);
-        if (!swap && chunkVersions.length >= 8) swap = rt.swapper.apply({ version: 1, checkpointUri: '/ckpt/v1' });
-      },
-    });
-    await swap;
-    const split = res.versions.indexOf(1);
-    expect(split).toBeGreaterThanOrEqual(8);
-    expect(res.versions.slice(0, split).every((v) => v === 0)).toBe(true);
-    expect(res.versions.slice(split).every((v) => v === 1)).toBe(true);
-    expect(res.outputIds.length).toBe(30);
-    expect(res.finishReason).toBe('length');
-    expect(chunkVersions).toEqual(res.versions);
-    // Tokens before the switch are exactly what the old weights sampled, with their logprobs...
-    const old = expected([1, 2, 3], 30);
-    expect(res.outputIds.slice(0, split)).toEqual(old.ids.slice(0, split));
-    expect(res.logprobs.slice(0, split)).toEqual(old.logprobs.slice(0, split));
-    // ...and the rest continues from prompt + partial output under the new weights.
-    const resumed = fixtureGenerate([1, 2, 3, ...res.outputIds.slice(0, split)], { maxTokens: 30 - split, seed: 1, weights: '/ckpt/v1' });
-    expect(res.outputIds.slice(split)).toEqual(resumed.ids);
-    expect(res.logprobs.slice(split)).toEqual(resumed.logprobs);
-    expect(fs.reduce((s, f) => s + f.stats.aborted, 0)).toBe(1);
-  });
+  it.each(['vllm', 'sglang'] as const)(
+    '%s abort-and-resume: a generation spanning the swap carries both versions; old tokens keep their logprobs',
+    async (kind) => {
+      const { rt, fs } = await cluster(2, { kind, tokenLatencyMs: 5, swapPolicy: 'abort-and-resume' });
+      let swap: Promise<unknown> | null = null;
+      const chunkVersions: number[] = [];
+      const res = await rt.generation.generate(request({ sessionId: 'ar', maxTokens: 30 }), {
+        onChunk: (c) => {
+          chunkVersions.push(...c.versions);
+          if (!swap && chunkVersions.length >= 8) swap = rt.swapper.apply({ version: 1, checkpointUri: '/ckpt/v1' });
+        },
+      });
+      await swap;
+      const split = res.versions.indexOf(1);
+      expect(split).toBeGreaterThanOrEqual(8);
+      expect(res.versions.slice(0, split).every((v) => v === 0)).toBe(true);
+      expect(res.versions.slice(split).every((v) => v === 1)).toBe(true);
+      expect(res.outputIds.length).toBe(30);
+      expect(res.finishReason).toBe('length');
+      expect(chunkVersions).toEqual(res.versions);
+      // Tokens before the switch are exactly what the old weights sampled, with their logprobs...
+      const old = expected([1, 2, 3], 30);
+      expect(res.outputIds.slice(0, split)).toEqual(old.ids.slice(0, split));
+      expect(res.logprobs.slice(0, split)).toEqual(old.logprobs.slice(0, split));
+      // ...and the rest continues from prompt + partial output under the new weights.
+      const resumed = fixtureGenerate([1, 2, 3, ...res.outputIds.slice(0, split)], { maxTokens: 30 - split, seed: 1, weights: '/ckpt/v1' });
+      expect(res.outputIds.slice(split)).toEqual(resumed.ids);
+      expect(res.logprobs.slice(split)).toEqual(resumed.logprobs);
+      expect(fs.reduce((s, f) => s + f.stats.aborted, 0)).toBe(1);
+    },
+  );
 
   it('drain timeout: a generation that outlives it is interrupted and resumed under the new version', async () => {
     const { rt } = await cluster(1, { tokenLatencyMs: 5, swapPolicy: 'drain-then-swap', drainTimeoutMs: 40 });
@@ -240,7 +255,8 @@ describe('weight swaps', () => {
     expect(fs[1].stats.loads).toEqual([]);
     const stale = rt.snapshot().replicas.find((r) => r.id === fs[1].url)!;
     expect(stale).toMatchObject({ stale: true, routable: false });
-    for (let i = 0; i < 10; i++) expect((await rt.generation.generate(request({ sessionId: `x${i}`, maxTokens: 1 }))).replica).toBe(fs[0].url);
+    for (let i = 0; i < 10; i++)
+      expect((await rt.generation.generate(request({ sessionId: `x${i}`, maxTokens: 1 }))).replica).toBe(fs[0].url);
     fs[1].setHealthy(true);
     await rt.monitor.checkAll();
     expect(fs[1].stats.loads).toEqual(['/ckpt/v2']);
@@ -251,7 +267,11 @@ describe('weight swaps', () => {
     const { rt, fs } = await cluster(2);
     const bus = new MemoryBus();
     const activations: AnyEventEnvelope[] = [];
-    const sub = await bus.subscribe({ group: 'test.activations', topics: ['anvil.policy-versions.v1'], handler: async (e) => void activations.push(e) });
+    const sub = await bus.subscribe({
+      group: 'test.activations',
+      topics: ['anvil.policy-versions.v1'],
+      handler: async (e) => void activations.push(e),
+    });
     const handler = new WeightsPublishedHandler(rt.swapper, rt.versions, bus, 'test', createLogger({ service: 't', level: 'error' }));
     const v2 = published(2);
     expect(await handler.handle(v2)).toMatchObject({ status: 'activated' });
@@ -260,7 +280,9 @@ describe('weight swaps', () => {
     expect(await handler.handle(published(1))).toMatchObject({ status: 'ignored' });
     await sub.whenIdle({ timeoutMs: 5_000 });
     for (const f of fs) expect(f.stats.loads).toEqual(['/ckpt/v2']);
-    expect(activations.map((e) => e.payload)).toEqual([expect.objectContaining({ version: 2, deployment: 'test', swapPolicy: 'drain-then-swap' })]);
+    expect(activations.map((e) => e.payload)).toEqual([
+      expect.objectContaining({ version: 2, deployment: 'test', swapPolicy: 'drain-then-swap' }),
+    ]);
     expect((await rt.generation.generate(request())).versions.every((v) => v === 2)).toBe(true);
     await sub.stop();
     await bus.close();

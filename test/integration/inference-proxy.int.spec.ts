@@ -42,14 +42,24 @@ beforeAll(async () => {
     HEALTH_INTERVAL_MS: '200',
   });
   const logger = createLogger({ service: 'inference-proxy', level: 'error', sink: () => undefined });
-  const ctx = { service: 'inference-proxy', config, logger, metrics: new ServiceMetrics('inference-proxy'), telemetry: { shutdown: async () => undefined } as unknown as Telemetry };
+  const ctx = {
+    service: 'inference-proxy',
+    config,
+    logger,
+    metrics: new ServiceMetrics('inference-proxy'),
+    telemetry: { shutdown: async () => undefined } as unknown as Telemetry,
+  };
   app = await NestFactory.create<NestFastifyApplication>(InferenceProxyModule.forRoot(ctx), new FastifyAdapter(), { logger: false });
   await app.listen(0, '127.0.0.1');
   const address = app.getHttpServer().address() as { port: number };
   baseUrl = `http://127.0.0.1:${address.port}`;
   client = new InferenceProxyClient({ baseUrl });
   bus = createBus({ kind: 'kafka', brokers: brokers.split(','), clientId: 'ip-int-test', topicPrefix });
-  activations = await bus.subscribe({ group: 'it.policy-versions', topics: [TOPICS.policyVersions], handler: async (e) => void activated.push(e) });
+  activations = await bus.subscribe({
+    group: 'it.policy-versions',
+    topics: [TOPICS.policyVersions],
+    handler: async (e) => void activated.push(e),
+  });
   await waitFor('/readyz 200', async () => ((await fetch(`${baseUrl}/readyz`)).status === 200 ? true : undefined), 90_000, 250);
 });
 
@@ -61,7 +71,11 @@ afterAll(async () => {
 });
 
 const post = (body: unknown, raw = false) =>
-  fetch(`${baseUrl}/internal/v1/generate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: raw ? (body as string) : JSON.stringify(body) });
+  fetch(`${baseUrl}/internal/v1/generate`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: raw ? (body as string) : JSON.stringify(body),
+  });
 const valid = { requestId: 'r', sessionId: 's', promptIds: [1, 2, 3], maxTokens: 5, seed: 3 };
 
 describe('POST /internal/v1/generate', () => {
@@ -89,7 +103,14 @@ describe('POST /internal/v1/generate', () => {
   it('returns ids, logprobs and a version per token; sessions stick to a replica', async () => {
     const res = await client.generate({ ...valid, requestId: 'json-1', sessionId: 'sticky' });
     const want = fixtureGenerate([1, 2, 3], { maxTokens: 5, seed: 3, weights: 'initial' });
-    expect(res).toMatchObject({ requestId: 'json-1', outputIds: want.ids, logprobs: want.logprobs, versions: [0, 0, 0, 0, 0], finishReason: 'length', promptTokens: 3 });
+    expect(res).toMatchObject({
+      requestId: 'json-1',
+      outputIds: want.ids,
+      logprobs: want.logprobs,
+      versions: [0, 0, 0, 0, 0],
+      finishReason: 'length',
+      promptTokens: 3,
+    });
     expect(fixtures.map((f) => f.url)).toContain(res.replica);
     const again = await client.generate({ ...valid, requestId: 'json-2', sessionId: 'sticky', promptIds: [1, 2, 3, ...res.outputIds] });
     expect(again.replica).toBe(res.replica);
@@ -128,7 +149,11 @@ describe('POST /internal/v1/generate', () => {
         },
       ),
     ).rejects.toThrow();
-    await waitFor('the engine to see the abort', async () => (fixtures.reduce((s, f) => s + f.stats.aborted, 0) > before ? true : undefined), 10_000);
+    await waitFor(
+      'the engine to see the abort',
+      async () => (fixtures.reduce((s, f) => s + f.stats.aborted, 0) > before ? true : undefined),
+      10_000,
+    );
     await waitFor('no generation left running', async () => (fixtures.every((f) => f.running === 0) ? true : undefined), 10_000);
   });
 
@@ -177,7 +202,11 @@ describe('weights.published on Kafka', () => {
     expect(res.versions[0]).toBe(0);
     expect(res.versions.at(-1)).toBe(1);
     expect(res.outputIds).toHaveLength(300);
-    await waitFor('policy_version.activated', async () => (activated.some((e) => e.type === 'policy_version.activated' && e.payload.version === 1) ? true : undefined), 30_000);
+    await waitFor(
+      'policy_version.activated',
+      async () => (activated.some((e) => e.type === 'policy_version.activated' && e.payload.version === 1) ? true : undefined),
+      30_000,
+    );
     expect(activated[0].payload).toMatchObject({ version: 1, deployment: 'int-test', swapPolicy: 'abort-and-resume' });
     expect((await client.generate({ ...valid, requestId: 'after' })).versions).toEqual([1, 1, 1, 1, 1]);
     for (const f of fixtures) expect(f.stats.loads).toEqual(['/ckpt/v1']);
@@ -196,7 +225,11 @@ describe('weights.published on Kafka', () => {
 
   it('answers 503 with a typed error when no replica can serve', async () => {
     for (const f of fixtures) f.setHealthy(false);
-    await waitFor('replicas out of rotation', async () => ((await client.replicas()).replicas.every((r) => !r.healthy) ? true : undefined), 10_000);
+    await waitFor(
+      'replicas out of rotation',
+      async () => ((await client.replicas()).replicas.every((r) => !r.healthy) ? true : undefined),
+      10_000,
+    );
     const err = await client.generate({ ...valid, requestId: 'none' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(InferenceProxyError);
     expect(err).toMatchObject({ status: 503, code: 'no_replica_available' });

@@ -116,13 +116,21 @@ describe('docker-compose.yml', () => {
   });
 
   it("gives each service every variable its config.ts requires: the environment passes the service's own validation", () => {
-    const schemas = { gateway: gatewayEnv, 'inference-proxy': inferenceProxyEnv, 'rollout-manager': rolloutManagerEnv, middleware: middlewareEnv, trainer: trainerEnv };
+    const schemas = {
+      gateway: gatewayEnv,
+      'inference-proxy': inferenceProxyEnv,
+      'rollout-manager': rolloutManagerEnv,
+      middleware: middlewareEnv,
+      trainer: trainerEnv,
+    };
     for (const [app, schema] of Object.entries(schemas)) {
       const svc = project.services[app];
       // As the container sees it: a path under a bind mount is read from the mount's source on this host.
       const env = { ...svc.environment } as Record<string, string>;
       for (const v of svc.volumes ?? [])
-        for (const [k, value] of Object.entries(env)) if (v.type === 'bind' && v.source && (value === v.target || value.startsWith(`${v.target}/`))) env[k] = v.source + value.slice(v.target.length);
+        for (const [k, value] of Object.entries(env))
+          if (v.type === 'bind' && v.source && (value === v.target || value.startsWith(`${v.target}/`)))
+            env[k] = v.source + value.slice(v.target.length);
       expect(() => loadConfig(app, schema, env), app).not.toThrow();
     }
   });
@@ -130,7 +138,15 @@ describe('docker-compose.yml', () => {
   it('sets the knobs and the wiring `npm run stack -- up` sets for the default run configuration (tools/stack/service-env.ts)', () => {
     const cfg = parseRunConfig({});
     const knobs = knobEnvs(cfg);
-    const wiring: RunWiring = { runId: 'r', kafkaBrokers: 'k:1', databaseUrl: 'postgres://a@b/c', topicPrefix: 'p.', adminToken: 'a'.repeat(48), initialCheckpointDir: '/m', checkpointDir: '/c' };
+    const wiring: RunWiring = {
+      runId: 'r',
+      kafkaBrokers: 'k:1',
+      databaseUrl: 'postgres://a@b/c',
+      topicPrefix: 'p.',
+      adminToken: 'a'.repeat(48),
+      initialCheckpointDir: '/m',
+      checkpointDir: '/c',
+    };
     const urls = Object.fromEntries(STACK_APPS.map((a) => [a, 'http://h:1']));
     for (const app of STACK_APPS) {
       const env = project.services[app].environment ?? {};
@@ -152,7 +168,8 @@ describe('docker-compose.yml', () => {
     // The proxy serves what the trainer starts from.
     const model = trainer.environment?.TRAINER_INITIAL_CHECKPOINT_DIR;
     expect(proxy.environment?.EMBEDDED_CHECKPOINT_DIR).toBe(model);
-    for (const svc of [trainer, proxy]) expect(svc.volumes?.find((v) => v.target === model)).toMatchObject({ type: 'bind', source: modelDir, read_only: true });
+    for (const svc of [trainer, proxy])
+      expect(svc.volumes?.find((v) => v.target === model)).toMatchObject({ type: 'bind', source: modelDir, read_only: true });
 
     const r = composeConfig(['--format', 'json'], { ...baseEnv(), ...REQUIRED, ANVIL_RUN_ID: 'run-7', ANVIL_ETA: '3' });
     expect(r.status, r.stderr).toBe(0);

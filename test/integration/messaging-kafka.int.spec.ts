@@ -14,7 +14,12 @@ const brokers = brokersEnv
   .filter(Boolean);
 
 // The broker runs with group.initial.rebalance.delay.ms=0; 6 s is its minimum session timeout.
-const fastGroups: KafkaConsumerTuning = { sessionTimeoutMs: 6_000, heartbeatIntervalMs: 500, rebalanceTimeoutMs: 10_000, maxWaitTimeMs: 200 };
+const fastGroups: KafkaConsumerTuning = {
+  sessionTimeoutMs: 6_000,
+  heartbeatIntervalMs: 500,
+  rebalanceTimeoutMs: 10_000,
+  maxWaitTimeMs: 200,
+};
 const logger = stderrLogger('warn');
 
 const makeBus = (namespace: string, consumer: KafkaConsumerTuning = fastGroups): MessageBus =>
@@ -57,7 +62,9 @@ describe('kafka bus specifics', () => {
     const expected = [TOPICS.weights, `${TOPICS.weights}.retry.${group}`, `${TOPICS.weights}.dlq.${group}`].map((t) => namespace + t);
     const { topics } = await admin.fetchTopicMetadata({ topics: expected });
     const byName = (a: [string, number], b: [string, number]) => a[0].localeCompare(b[0]);
-    expect(topics.map((t): [string, number] => [t.name, t.partitions.length]).sort(byName)).toEqual(expected.map((t): [string, number] => [t, 3]).sort(byName));
+    expect(topics.map((t): [string, number] => [t.name, t.partitions.length]).sort(byName)).toEqual(
+      expected.map((t): [string, number] => [t, 3]).sort(byName),
+    );
     await sub.stop();
   });
 
@@ -83,7 +90,14 @@ describe('kafka bus specifics', () => {
   });
 
   it('reports an unreachable broker as unhealthy within the health deadline', async () => {
-    const bus = createBus({ kind: 'kafka', brokers: ['127.0.0.1:1'], clientId: 'anvil-unreachable', healthTimeoutMs: 1_000, kafkaLogLevel: 'silent', logger });
+    const bus = createBus({
+      kind: 'kafka',
+      brokers: ['127.0.0.1:1'],
+      clientId: 'anvil-unreachable',
+      healthTimeoutMs: 1_000,
+      kafkaLogLevel: 'silent',
+      logger,
+    });
     buses.push(bus);
     const started = Date.now();
     const health = await bus.health();

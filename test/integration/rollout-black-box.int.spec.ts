@@ -27,7 +27,14 @@ beforeAll(async () => {
     adminToken: ADMIN_TOKEN,
     bus: stack.bus,
     dataSource: stack.ds,
-    config: { concurrency: 4, eta: 4, groupsPerStep: 8, admissionPollMs: 100, consumerGroup: `it.rm.blackbox.${Date.now()}`, repoRoot: root },
+    config: {
+      concurrency: 4,
+      eta: 4,
+      groupsPerStep: 8,
+      admissionPollMs: 100,
+      consumerGroup: `it.rm.blackbox.${Date.now()}`,
+      repoRoot: root,
+    },
     verifiers: {
       hangs: () => new Promise(() => undefined),
       throws: () => {
@@ -59,13 +66,18 @@ function outcomesOf(rolloutIds: string[], what: string, timeoutMs = 120_000): Pr
 
 /** The call ids the gateway recorded for a rollout's session, in turn order. */
 async function recordedCalls(rolloutId: string): Promise<string[]> {
-  const rows = (await stack.ds.query(`SELECT c.id FROM gateway_calls c JOIN gateway_sessions s ON s.id = c.session_id WHERE s.rollout_id = $1 ORDER BY c.turn_index`, [rolloutId])) as { id: string }[];
+  const rows = (await stack.ds.query(
+    `SELECT c.id FROM gateway_calls c JOIN gateway_sessions s ON s.id = c.session_id WHERE s.rollout_id = $1 ORDER BY c.turn_index`,
+    [rolloutId],
+  )) as { id: string }[];
   return rows.map((r) => r.id);
 }
 
 /** The process rewards its rollout.completed carried (in Kafka). */
 async function processRewardsOf(rolloutId: string): Promise<unknown[]> {
-  const e = await until(`${rolloutId} rollout.completed`, () => stack.of('rollout.completed').find((x) => (x.payload as { rolloutId: string }).rolloutId === rolloutId));
+  const e = await until(`${rolloutId} rollout.completed`, () =>
+    stack.of('rollout.completed').find((x) => (x.payload as { rolloutId: string }).rolloutId === rolloutId),
+  );
   return (e.payload as { processRewards: unknown[] }).processRewards;
 }
 
@@ -82,7 +94,22 @@ describe('black-box rollouts', () => {
     await runtime.loadJsonl(
       {
         id: 'calc',
-        agent: { kind: 'black-box', name: 'calculator-agent', command: ['node', '--import', 'tsx', 'examples/calculator-agent/main.ts', '--task', '{prompt}', '--turns', '3', '--max-tokens', '128'] },
+        agent: {
+          kind: 'black-box',
+          name: 'calculator-agent',
+          command: [
+            'node',
+            '--import',
+            'tsx',
+            'examples/calculator-agent/main.ts',
+            '--task',
+            '{prompt}',
+            '--turns',
+            '3',
+            '--max-tokens',
+            '128',
+          ],
+        },
         verifier: { kind: 'function', name: 'final-answer' },
         limits: { timeoutMs: 60_000 },
       },
@@ -92,7 +119,10 @@ describe('black-box rollouts', () => {
     expect(rolloutIds).toHaveLength(6);
     const done = await until(
       'six completions in Kafka',
-      () => (stack.of('rollout.completed').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId)).length >= 6 ? true : undefined),
+      () =>
+        stack.of('rollout.completed').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId)).length >= 6
+          ? true
+          : undefined,
       120_000,
     );
     expect(done).toBe(true);
@@ -100,7 +130,10 @@ describe('black-box rollouts', () => {
     const started = stack.of('rollout.started').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId));
     expect(started).toHaveLength(6);
     // Queue positions in submission order.
-    const pos = rolloutIds.map((id) => (started.find((e) => (e.payload as { rolloutId: string }).rolloutId === id)!.payload as { queuePosition: number }).queuePosition);
+    const pos = rolloutIds.map(
+      (id) =>
+        (started.find((e) => (e.payload as { rolloutId: string }).rolloutId === id)!.payload as { queuePosition: number }).queuePosition,
+    );
     expect(pos).toEqual([...pos].sort((a, b) => a - b));
     expect(new Set(pos).size).toBe(6);
     const completed = stack
@@ -123,12 +156,18 @@ describe('black-box rollouts', () => {
     const calls = await stack.ds.manager.count(GatewayCall);
     expect(calls).toBeGreaterThanOrEqual(18);
     // llm_call.recorded events for those rollouts reached Kafka too.
-    await until('18 llm_call.recorded', () => stack.of('llm_call.recorded').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId)).length >= 18 || undefined);
+    await until(
+      '18 llm_call.recorded',
+      () =>
+        stack.of('llm_call.recorded').filter((e) => rolloutIds.includes((e.payload as { rolloutId: string }).rolloutId)).length >= 18 ||
+        undefined,
+    );
   });
 
   it('runs a Python agent on the official openai package (pip) against built-in chain-add tasks, scored by the environment verifier from its transcript', async () => {
     const probe = spawnSync('python3', ['-c', 'import openai; print(openai.__version__)'], { encoding: 'utf8' });
-    if (probe.status !== 0) throw new Error(`this test runs a real third-party SDK agent: pip install openai (python3 said: ${probe.stderr.trim()})`);
+    if (probe.status !== 0)
+      throw new Error(`this test runs a real third-party SDK agent: pip install openai (python3 said: ${probe.stderr.trim()})`);
     await runtime.loadBuiltin({
       id: 'py-chain',
       env: 'chain-add',
@@ -155,7 +194,9 @@ describe('black-box rollouts', () => {
   it('runs a third-party agent program from PyPI (the llm CLI, its own tool-calling loop, unchanged) on chain-add tasks, scored by the environment verifier from its answer', async () => {
     const probe = spawnSync('llm', ['--version'], { encoding: 'utf8' });
     if (probe.status !== 0)
-      throw new Error(`this test runs the llm CLI from PyPI: pip install -r examples/llm-cli-agent/requirements.txt (npm test does) (${probe.stderr?.trim() ?? probe.error?.message})`);
+      throw new Error(
+        `this test runs the llm CLI from PyPI: pip install -r examples/llm-cli-agent/requirements.txt (npm test does) (${probe.stderr?.trim() ?? probe.error?.message})`,
+      );
     const envConfig = { k: 3 };
     await runtime.loadBuiltin({
       id: 'llm-chain',
@@ -175,9 +216,10 @@ describe('black-box rollouts', () => {
       expect(o.finishReason, `${o.error} ${o.blackBox?.stderr}`).toBe('completed');
       // llm's loop: two tool calls (add, which it executed itself) and the answer, through the gateway.
       expect(o.numCalls).toBe(3);
-      const replies = (await stack.ds.query(`SELECT c.assistant_message_json AS m FROM gateway_calls c JOIN gateway_sessions s ON s.id = c.session_id WHERE s.rollout_id = $1 ORDER BY c.turn_index`, [
-        o.rolloutId,
-      ])) as { m: string }[];
+      const replies = (await stack.ds.query(
+        `SELECT c.assistant_message_json AS m FROM gateway_calls c JOIN gateway_sessions s ON s.id = c.session_id WHERE s.rollout_id = $1 ORDER BY c.turn_index`,
+        [o.rolloutId],
+      )) as { m: string }[];
       expect(replies.map((r) => (JSON.parse(r.m) as { tool_calls?: unknown[] }).tool_calls?.length ?? 0)).toEqual([1, 1, 0]);
       const task = tasks.find((t) => t.id === o.taskId)!;
       const answer = o.blackBox!.finalAnswer;
@@ -213,7 +255,9 @@ describe('black-box rollouts', () => {
     const bad = await runtime.submit({ taskSetId: 'py-scored-garbage', groupSize: 1 });
     const [o, g] = await outcomesOf([ok.rolloutIds[0], bad.rolloutIds[0]], 'both scored');
     expect(o, `${o.error} ${o.blackBox?.stderr}`).toMatchObject({ finishReason: 'completed', outcomeReward: 1, numCalls: 3 });
-    expect(await processRewardsOf(o.rolloutId)).toEqual((await recordedCalls(o.rolloutId)).map((callId, i) => ({ callId, value: i < 2 ? 0.5 : 1 })));
+    expect(await processRewardsOf(o.rolloutId)).toEqual(
+      (await recordedCalls(o.rolloutId)).map((callId, i) => ({ callId, value: i < 2 ? 0.5 : 1 })),
+    );
     expect(g).toMatchObject({ finishReason: 'env_error', outcomeReward: null });
     expect(g.error).toMatch(/4 process rewards for 3 recorded calls/);
     expect(await processRewardsOf(g.rolloutId)).toEqual([]);
@@ -224,11 +268,26 @@ describe('black-box rollouts', () => {
     await runtime.loadTaskSet(
       {
         id: 'sleepy',
-        agent: { kind: 'black-box', name: 'sleeper', command: ['sh', '-c', 'sleep 300 & echo $! > "$PIDFILE"; trap "" TERM; sleep 300'], env: { PIDFILE: pidFile } },
+        agent: {
+          kind: 'black-box',
+          name: 'sleeper',
+          command: ['sh', '-c', 'sleep 300 & echo $! > "$PIDFILE"; trap "" TERM; sleep 300'],
+          env: { PIDFILE: pidFile },
+        },
         verifier: { kind: 'function', name: 'final-answer' },
         limits: { timeoutMs: 800 },
       },
-      [{ id: 't1', env: null, messages: [{ role: 'user', content: 'sleep' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } }],
+      [
+        {
+          id: 't1',
+          env: null,
+          messages: [{ role: 'user', content: 'sleep' }],
+          tools: [],
+          split: 'train',
+          difficulty: 0,
+          data: { answer: 1 },
+        },
+      ],
     );
     const { rolloutIds } = await runtime.submit({ taskSetId: 'sleepy', groupSize: 1 });
     const o = await until('the timeout', () => outcomes.find((x) => x.rolloutId === rolloutIds[0]), 30_000);
@@ -241,7 +300,9 @@ describe('black-box rollouts', () => {
     expect(stat === null || /\) [ZX] /.test(stat)).toBe(true);
     const session = await stack.ds.manager.findOneByOrFail(GatewaySession, { rolloutId: rolloutIds[0] });
     expect(session.status).toBe('closed');
-    const ev = await until('rollout.completed timeout', () => stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === rolloutIds[0]));
+    const ev = await until('rollout.completed timeout', () =>
+      stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === rolloutIds[0]),
+    );
     expect(ev.payload).toMatchObject({ finishReason: 'timeout', numCalls: 0 });
   });
 
@@ -265,10 +326,42 @@ describe('black-box rollouts', () => {
         limits: { timeoutMs: 60_000 },
       },
       [
-        { id: 'crash', env: null, messages: [{ role: 'user', content: 'crash' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
-        { id: 'flood', env: null, messages: [{ role: 'user', content: 'flood' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
-        { id: 'fork', env: null, messages: [{ role: 'user', content: 'fork' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
-        { id: 'quiet', env: null, messages: [{ role: 'user', content: 'quiet' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
+        {
+          id: 'crash',
+          env: null,
+          messages: [{ role: 'user', content: 'crash' }],
+          tools: [],
+          split: 'train',
+          difficulty: 0,
+          data: { answer: 1 },
+        },
+        {
+          id: 'flood',
+          env: null,
+          messages: [{ role: 'user', content: 'flood' }],
+          tools: [],
+          split: 'train',
+          difficulty: 0,
+          data: { answer: 1 },
+        },
+        {
+          id: 'fork',
+          env: null,
+          messages: [{ role: 'user', content: 'fork' }],
+          tools: [],
+          split: 'train',
+          difficulty: 0,
+          data: { answer: 1 },
+        },
+        {
+          id: 'quiet',
+          env: null,
+          messages: [{ role: 'user', content: 'quiet' }],
+          tools: [],
+          split: 'train',
+          difficulty: 0,
+          data: { answer: 1 },
+        },
         ...(['hangs', 'throws', 'garbage'] as const).map((name) => ({
           id: `verifier-${name}`,
           env: null,
@@ -294,7 +387,11 @@ describe('black-box rollouts', () => {
     expect(by.fork).toMatchObject({ finishReason: 'completed', outcomeReward: 1 });
     const child = Number(readFileSync(forkPid, 'utf8').trim());
     rmSync(forkPid, { force: true });
-    await until('the forked child gone', () => !existsSync(`/proc/${child}/stat`) || /\) [ZX] /.test(readFileSync(`/proc/${child}/stat`, 'utf8')) || undefined, 5_000);
+    await until(
+      'the forked child gone',
+      () => !existsSync(`/proc/${child}/stat`) || /\) [ZX] /.test(readFileSync(`/proc/${child}/stat`, 'utf8')) || undefined,
+      5_000,
+    );
     expect(by.quiet).toMatchObject({ finishReason: 'completed', outcomeReward: 1, numCalls: 0 });
     expect(by['verifier-hangs']).toMatchObject({ finishReason: 'env_error', outcomeReward: null });
     expect(by['verifier-hangs'].error).toMatch(/within 300 ms/);
@@ -312,8 +409,23 @@ describe('black-box rollouts', () => {
   it('an agent flooding the gateway with concurrent calls is stopped at its timeout with its session closed; a rollout beside it completes as usual', async () => {
     const flood = `for i in $(seq 1 40); do (while true; do curl -s -m 5 -X POST -H 'content-type: application/json' -d '{"model":"anvil-tiny","messages":[{"role":"user","content":"flood"}],"max_tokens":4}' "$OPENAI_BASE_URL/chat/completions" >/dev/null; done) & done; wait`;
     await runtime.loadTaskSet(
-      { id: 'flooder', agent: { kind: 'black-box', name: 'flooder', command: ['sh', '-c', flood] }, verifier: { kind: 'function', name: 'final-answer' }, limits: { timeoutMs: 3_000 } },
-      [{ id: 't', env: null, messages: [{ role: 'user', content: 'flood' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } }],
+      {
+        id: 'flooder',
+        agent: { kind: 'black-box', name: 'flooder', command: ['sh', '-c', flood] },
+        verifier: { kind: 'function', name: 'final-answer' },
+        limits: { timeoutMs: 3_000 },
+      },
+      [
+        {
+          id: 't',
+          env: null,
+          messages: [{ role: 'user', content: 'flood' }],
+          tools: [],
+          split: 'train',
+          difficulty: 0,
+          data: { answer: 1 },
+        },
+      ],
     );
     const f = await runtime.submit({ taskSetId: 'flooder', groupSize: 1 });
     const calm = await runtime.submit({ taskSetId: 'calc', groupSize: 1, taskIds: ['calc/calc-2'] });
@@ -326,7 +438,9 @@ describe('black-box rollouts', () => {
     // Nothing was recorded after the close: the count it reported is the count the gateway holds.
     await new Promise((r) => setTimeout(r, 1_000));
     expect((await stack.ds.manager.findOneByOrFail(GatewaySession, { rolloutId: f.rolloutIds[0] })).callCount).toBe(fo.numCalls);
-    const ev = await until('flooder rollout.completed', () => stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === f.rolloutIds[0]));
+    const ev = await until('flooder rollout.completed', () =>
+      stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === f.rolloutIds[0]),
+    );
     expect(ev.payload).toMatchObject({ finishReason: 'timeout', numCalls: fo.numCalls });
   });
 
@@ -336,12 +450,20 @@ describe('black-box rollouts', () => {
     expect(err).toBeInstanceOf(TaskFileError);
     expect((err as TaskFileError).problems.map((p) => p.line)).toEqual([2, 3]);
     expect(await stack.ds.query(`SELECT count(*)::int AS n FROM tasks WHERE task_set_id = 'broken'`)).toEqual([{ n: 0 }]);
-    const spec = { id: 'calc', agent: { kind: 'black-box' as const, name: 'calculator-agent', command: ['true'] }, verifier: { kind: 'function' as const, name: 'final-answer' } };
+    const spec = {
+      id: 'calc',
+      agent: { kind: 'black-box' as const, name: 'calculator-agent', command: ['true'] },
+      verifier: { kind: 'function' as const, name: 'final-answer' },
+    };
     await runtime.loadJsonl(spec, calculatorTasks);
     await runtime.loadJsonl(spec, calculatorTasks);
     expect(await stack.ds.query(`SELECT count(*)::int AS n FROM tasks WHERE task_set_id = 'calc'`)).toEqual([{ n: 3 }]);
-    await expect(runtime.loadJsonl({ ...spec, id: 'x', verifier: { kind: 'function', name: 'oracle' } }, calculatorTasks)).rejects.toThrow(/verifier.name: unknown verifier function "oracle"/);
+    await expect(runtime.loadJsonl({ ...spec, id: 'x', verifier: { kind: 'function', name: 'oracle' } }, calculatorTasks)).rejects.toThrow(
+      /verifier.name: unknown verifier function "oracle"/,
+    );
     await expect(runtime.loadJsonl({ ...spec, id: 'y', agent: { kind: 'grey-box' } } as never, calculatorTasks)).rejects.toThrow(/agent/);
-    await expect(runtime.loadJsonl({ ...spec, id: 'z', env: 'no-such-env' }, calculatorTasks)).rejects.toThrow(/env: unknown environment "no-such-env"/);
+    await expect(runtime.loadJsonl({ ...spec, id: 'z', env: 'no-such-env' }, calculatorTasks)).rejects.toThrow(
+      /env: unknown environment "no-such-env"/,
+    );
   });
 });

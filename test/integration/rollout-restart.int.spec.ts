@@ -37,11 +37,25 @@ const running = (pid: number) => {
 
 describe('rollout manager killed mid-run', () => {
   it('aborts its in-flight rollouts once on restart, sessions closed, agents killed; queued work resumes', async () => {
-    const child = spawn('npx', ['tsx', 'test/integration/fixtures/rollout-crash-runner.ts', stack.brokers, stack.scratch.url, stack.topicPrefix, stack.gatewayUrl, ADMIN_TOKEN, group, pidDir], {
-      cwd: root,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      detached: true,
-    });
+    const child = spawn(
+      'npx',
+      [
+        'tsx',
+        'test/integration/fixtures/rollout-crash-runner.ts',
+        stack.brokers,
+        stack.scratch.url,
+        stack.topicPrefix,
+        stack.gatewayUrl,
+        ADMIN_TOKEN,
+        group,
+        pidDir,
+      ],
+      {
+        cwd: root,
+        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: true,
+      },
+    );
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
@@ -64,7 +78,10 @@ describe('rollout manager killed mid-run', () => {
     const openBefore = await stack.ds.manager.find(GatewaySession);
     expect(ids.running.every((id) => openBefore.some((s) => s.rolloutId === id && s.status === 'open'))).toBe(true);
     // The next rollout to start already has its session, opened ahead while it waits for a slot.
-    const prepared = (await stack.ds.query(`SELECT id, session_id FROM rm_rollouts WHERE id = ANY($1) AND status = 'queued' AND session_id IS NOT NULL`, [ids.queued])) as {
+    const prepared = (await stack.ds.query(
+      `SELECT id, session_id FROM rm_rollouts WHERE id = ANY($1) AND status = 'queued' AND session_id IS NOT NULL`,
+      [ids.queued],
+    )) as {
       id: string;
       session_id: string;
     }[];
@@ -85,18 +102,21 @@ describe('rollout manager killed mid-run', () => {
     second.onRolloutCompleted((o) => outcomes.push(o));
     await second.start();
     const completedOf = (id: string) => stack.of('rollout.completed').filter((e) => (e.payload as { rolloutId: string }).rolloutId === id);
-    await until('aborted completions', () => ids.running.every((id) => completedOf(id).length > 0) || undefined).catch(async (err: Error) => {
-      throw new Error(
-        `${err.message}: ${JSON.stringify(second.snapshot())} ${JSON.stringify(await stack.ds.query('SELECT id, status, manager FROM rm_groups'))} ${JSON.stringify(await stack.ds.query('SELECT id, status FROM rm_rollouts'))}`,
-      );
-    });
+    await until('aborted completions', () => ids.running.every((id) => completedOf(id).length > 0) || undefined).catch(
+      async (err: Error) => {
+        throw new Error(
+          `${err.message}: ${JSON.stringify(second.snapshot())} ${JSON.stringify(await stack.ds.query('SELECT id, status, manager FROM rm_groups'))} ${JSON.stringify(await stack.ds.query('SELECT id, status FROM rm_rollouts'))}`,
+        );
+      },
+    );
     for (const id of ids.running) expect(completedOf(id)[0].payload).toMatchObject({ finishReason: 'aborted', outcomeReward: null });
     const sessions = await stack.ds.manager.find(GatewaySession);
     expect(ids.running.every((id) => sessions.some((s) => s.rolloutId === id && s.status === 'closed'))).toBe(true);
     await until('the leftover agents killed', () => agentPids.every((p) => !running(p)) || undefined, 5_000);
     // The queued group was resumed and finished normally.
     await until('the queued group done', () => ids.queued.every((id) => outcomes.some((o) => o.rolloutId === id)) || undefined, 60_000);
-    for (const id of ids.queued) expect(outcomes.find((o) => o.rolloutId === id)).toMatchObject({ finishReason: 'completed', outcomeReward: 1 });
+    for (const id of ids.queued)
+      expect(outcomes.find((o) => o.rolloutId === id)).toMatchObject({ finishReason: 'completed', outcomeReward: 1 });
     await second.stop();
     // None left open: the sessions opened ahead for rollouts that had not started were closed too (and recorded nothing).
     const all = await stack.ds.manager.find(GatewaySession);

@@ -36,7 +36,16 @@ afterAll(async () => {
 const k4 = { k: 4, maxOperand: 99 };
 
 async function runOne(taskSetId: string, context: Record<string, unknown>): Promise<RolloutOutcome> {
-  await runtime.loadBuiltin({ id: taskSetId, env: 'chain-add', envConfig: k4, context: context as never, seed: 5, trainCount: 1, evalCount: 0, sampling: { temperature: 1, maxTokens: 96 } });
+  await runtime.loadBuiltin({
+    id: taskSetId,
+    env: 'chain-add',
+    envConfig: k4,
+    context: context as never,
+    seed: 5,
+    trainCount: 1,
+    evalCount: 0,
+    sampling: { temperature: 1, maxTokens: 96 },
+  });
   const { rolloutIds } = await runtime.submit({ taskSetId, groupSize: 1 });
   return until(`${taskSetId} outcome`, () => outcomes.find((o) => o.rolloutId === rolloutIds[0]), 60_000);
 }
@@ -59,12 +68,17 @@ describe('white-box loop with context managers', () => {
     expect(sent.map((s) => s.capture?.split(':')[0])).toEqual(['branch', 'extend', 'extend', 'extend']);
     expect(sent.map((s) => s.rewritten)).toEqual([false, false, false, false]);
     // Process rewards: one per assistant turn, attached to its call id, all correct.
-    const completed = await until('rollout.completed', () => stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === o.rolloutId));
+    const completed = await until('rollout.completed', () =>
+      stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === o.rolloutId),
+    );
     const p = completed.payload as { processRewards: { callId: string; value: number }[]; outcomeReward: number; versionsSpanned: number };
     expect(p.processRewards).toEqual(o.loop!.stepCallIds.map((callId) => ({ callId, value: 1 })));
     expect(p.outcomeReward).toBe(1);
     // The calls' records (their event id is the call id) reached Kafka.
-    await until('the 4 llm_call.recorded', () => o.loop!.callIds.every((id) => stack.of('llm_call.recorded').some((e) => e.id === id)) || undefined);
+    await until(
+      'the 4 llm_call.recorded',
+      () => o.loop!.callIds.every((id) => stack.of('llm_call.recorded').some((e) => e.id === id)) || undefined,
+    );
   });
 
   it('sliding window: the rewrite is a branch, and still exactly what the manager produced', async () => {
@@ -99,17 +113,37 @@ describe('white-box loop with context managers', () => {
 
 describe('evaluation rollouts', () => {
   it('runs the eval split pinned to the current version, publishes evaluation.completed, gates training admissions meanwhile, never marks them for training', async () => {
-    await runtime.loadBuiltin({ id: 'wb-eval', env: 'chain-add', envConfig: { k: 2, maxOperand: 20, toolDelay: { kind: 'fixed', ms: 150 } }, seed: 9, trainCount: 2, evalCount: 3 });
-    await expect(runtime.runEvaluation({ taskSetId: 'wb-eval', version: runtime.policyVersion + 1, waitForVersionMs: 200 })).rejects.toThrow(/version: 1 was not activated/);
+    await runtime.loadBuiltin({
+      id: 'wb-eval',
+      env: 'chain-add',
+      envConfig: { k: 2, maxOperand: 20, toolDelay: { kind: 'fixed', ms: 150 } },
+      seed: 9,
+      trainCount: 2,
+      evalCount: 3,
+    });
+    await expect(
+      runtime.runEvaluation({ taskSetId: 'wb-eval', version: runtime.policyVersion + 1, waitForVersionMs: 200 }),
+    ).rejects.toThrow(/version: 1 was not activated/);
     const evalDone = runtime.runEvaluation({ taskSetId: 'wb-eval', version: runtime.policyVersion, evalId: 'eval-1' });
     await until('eval admitted', () => runtime.snapshot().evaluationsRunning === 1 && runtime.snapshot().running > 0);
     const { rolloutIds: trainIds } = await runtime.submit({ taskSetId: 'wb-eval', groupSize: 1 });
     const result = await evalDone;
-    expect(result).toMatchObject({ evalId: 'eval-1', taskSetId: 'wb-eval', policyVersion: 0, successRate: 1, meanReward: 1, versionDrift: 0 });
+    expect(result).toMatchObject({
+      evalId: 'eval-1',
+      taskSetId: 'wb-eval',
+      policyVersion: 0,
+      successRate: 1,
+      meanReward: 1,
+      versionDrift: 0,
+    });
     expect(result.results).toHaveLength(3);
-    const ev = await until('evaluation.completed in Kafka', () => stack.of('evaluation.completed').find((e) => (e.payload as { evalId: string }).evalId === 'eval-1'));
+    const ev = await until('evaluation.completed in Kafka', () =>
+      stack.of('evaluation.completed').find((e) => (e.payload as { evalId: string }).evalId === 'eval-1'),
+    );
     expect(ev.payload).toMatchObject({ policyVersion: 0, successRate: 1 });
-    const started = stack.of('rollout.started').map((e) => e.payload as { rolloutId: string; groupId: string; purpose?: string; evalId?: string });
+    const started = stack
+      .of('rollout.started')
+      .map((e) => e.payload as { rolloutId: string; groupId: string; purpose?: string; evalId?: string });
     const evalStarts = started.filter((s) => s.evalId === 'eval-1');
     expect(evalStarts).toHaveLength(3);
     expect(evalStarts.every((s) => s.purpose === 'eval' && s.groupId.startsWith('eval:'))).toBe(true);
@@ -130,9 +164,28 @@ describe('evaluation rollouts', () => {
   });
 
   it('draws the same sampler seeds per (task, sample) in every evaluation, at the temperature asked for; train rollouts of one task get seeds of their own', async () => {
-    await runtime.loadBuiltin({ id: 'wb-eval-seeds', env: 'chain-add', envConfig: { k: 2, maxOperand: 20 }, seed: 11, trainCount: 1, evalCount: 3, sampling: { temperature: 1, maxTokens: 96 } });
-    const first = await runtime.runEvaluation({ taskSetId: 'wb-eval-seeds', version: runtime.policyVersion, samplesPerTask: 2, evalId: 'seeds-1' });
-    const second = await runtime.runEvaluation({ taskSetId: 'wb-eval-seeds', version: runtime.policyVersion, samplesPerTask: 2, temperature: 0.5, evalId: 'seeds-2' });
+    await runtime.loadBuiltin({
+      id: 'wb-eval-seeds',
+      env: 'chain-add',
+      envConfig: { k: 2, maxOperand: 20 },
+      seed: 11,
+      trainCount: 1,
+      evalCount: 3,
+      sampling: { temperature: 1, maxTokens: 96 },
+    });
+    const first = await runtime.runEvaluation({
+      taskSetId: 'wb-eval-seeds',
+      version: runtime.policyVersion,
+      samplesPerTask: 2,
+      evalId: 'seeds-1',
+    });
+    const second = await runtime.runEvaluation({
+      taskSetId: 'wb-eval-seeds',
+      version: runtime.policyVersion,
+      samplesPerTask: 2,
+      temperature: 0.5,
+      evalId: 'seeds-2',
+    });
     // (task, sample index) -> the seed and temperature of the rollout's first call at the proxy
     const firstCalls = async (r: { results: { taskId: string; rolloutId: string }[] }) => {
       const out = new Map<string, { seed: number | null; temperature: number }>();
@@ -156,7 +209,11 @@ describe('evaluation rollouts', () => {
     expect(new Set([...a.values()].map((c) => c.seed)).size).toBe(6);
     // train rollouts of the same task do not reuse one another's (or the evaluation's) seeds
     const { rolloutIds } = await runtime.submit({ taskSetId: 'wb-eval-seeds', groupSize: 3 });
-    await until('train rollouts done', () => (rolloutIds.every((id) => outcomes.some((o) => o.rolloutId === id)) ? true : undefined), 60_000);
+    await until(
+      'train rollouts done',
+      () => (rolloutIds.every((id) => outcomes.some((o) => o.rolloutId === id)) ? true : undefined),
+      60_000,
+    );
     const trainSeeds = await Promise.all(rolloutIds.map(async (id) => (await proxyRequestsOf(id))[0].seed));
     expect(new Set(trainSeeds).size).toBe(3);
     for (const seed of trainSeeds) expect([...a.values()].map((c) => c.seed)).not.toContain(seed);
@@ -170,7 +227,10 @@ describe('train passes', () => {
     const taskOrder = async ({ groupIds, rolloutIds: ids }: { groupIds: string[]; rolloutIds: string[] }) => {
       rolloutIds.push(...ids);
       // the rollout-manager's own group rows (rollout_groups is the Data Pool's, written once rollouts start)
-      const rows = (await stack.ds.query('SELECT "id", "task_id" FROM "rm_groups" WHERE "id" = ANY($1)', [groupIds])) as { id: string; task_id: string }[];
+      const rows = (await stack.ds.query('SELECT "id", "task_id" FROM "rm_groups" WHERE "id" = ANY($1)', [groupIds])) as {
+        id: string;
+        task_id: string;
+      }[];
       const taskOf = new Map(rows.map((r) => [r.id, r.task_id]));
       return groupIds.map((g) => taskOf.get(g) as string);
     };
@@ -184,7 +244,11 @@ describe('train passes', () => {
     expect(second).not.toEqual(first);
     const again = await taskOrder(await runtime.submit({ taskSetId: 'order', groupSize: 1, shuffleSeed: 11 }));
     expect(again).toEqual(first);
-    await until('the order rollouts done', () => (rolloutIds.every((id) => outcomes.some((o) => o.rolloutId === id)) ? true : undefined), 120_000);
+    await until(
+      'the order rollouts done',
+      () => (rolloutIds.every((id) => outcomes.some((o) => o.rolloutId === id)) ? true : undefined),
+      120_000,
+    );
   });
 });
 
@@ -192,7 +256,15 @@ describe('partial rollouts: what a weight update does is chosen per task set', (
   it("a task set's weightSwap is its sessions' and reaches every generate request; without one the inference-proxy's policy decides", async () => {
     for (const choice of ['abort-and-resume', 'finish', undefined] as const) {
       const id = `ws-${choice ?? 'proxy'}`;
-      await runtime.loadBuiltin({ id, env: 'chain-add', envConfig: { k: 3 }, seed: 9, trainCount: 1, evalCount: 0, ...(choice ? { weightSwap: choice } : {}) });
+      await runtime.loadBuiltin({
+        id,
+        env: 'chain-add',
+        envConfig: { k: 3 },
+        seed: 9,
+        trainCount: 1,
+        evalCount: 0,
+        ...(choice ? { weightSwap: choice } : {}),
+      });
       const { rolloutIds } = await runtime.submit({ taskSetId: id, groupSize: 1 });
       const o = await until(`${id} outcome`, () => outcomes.find((x) => x.rolloutId === rolloutIds[0]), 60_000);
       expect(o).toMatchObject({ finishReason: 'completed', outcomeReward: 1, numCalls: 3 });
@@ -212,7 +284,14 @@ describe('staleness admission', () => {
       adminToken: ADMIN_TOKEN,
       bus: stack.bus,
       dataSource: stack.ds,
-      config: { concurrency: 8, eta: 1, groupsPerStep: 100, admissionPollMs: 50, consumerGroup: `it.rm.eta1.${Date.now()}`, initialPolicyVersion: 0 },
+      config: {
+        concurrency: 8,
+        eta: 1,
+        groupsPerStep: 100,
+        admissionPollMs: 50,
+        consumerGroup: `it.rm.eta1.${Date.now()}`,
+        initialPolicyVersion: 0,
+      },
     });
     const mine: RolloutOutcome[] = [];
     eta1.onRolloutCompleted((o) => mine.push(o));
@@ -223,10 +302,28 @@ describe('staleness admission', () => {
         await eta1.loadTaskSet(
           {
             id: `eta-${name}`,
-            agent: { kind: 'black-box', name: 'echo', command: ['sh', '-c', name === 'C' ? 'echo 1' : `while [ ! -f /tmp/rm-eta-${process.pid}-${name} ]; do sleep 0.05; done; echo 1`] },
+            agent: {
+              kind: 'black-box',
+              name: 'echo',
+              command: [
+                'sh',
+                '-c',
+                name === 'C' ? 'echo 1' : `while [ ! -f /tmp/rm-eta-${process.pid}-${name} ]; do sleep 0.05; done; echo 1`,
+              ],
+            },
             verifier: { kind: 'function', name: 'final-answer' },
           },
-          [{ id: 't', env: null, messages: [{ role: 'user', content: name }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } }],
+          [
+            {
+              id: 't',
+              env: null,
+              messages: [{ role: 'user', content: name }],
+              tools: [],
+              split: 'train',
+              difficulty: 0,
+              data: { answer: 1 },
+            },
+          ],
         );
       }
       const { writeFileSync, rmSync } = await import('node:fs');
@@ -234,11 +331,23 @@ describe('staleness admission', () => {
       const startedIds = () => stack.of('rollout.started').map((e) => (e.payload as { rolloutId: string }).rolloutId);
       const a = await eta1.submit({ taskSetId: 'eta-A', groupSize: 1 });
       await until('A started', () => startedIds().includes(a.rolloutIds[0]) || undefined);
-      await stack.bus.publish(createEvent('policy_version.activated', { version: 1, deployment: 'it', swapPolicy: 'drain-then-swap', activatedAt: Date.now() }, { key: 'it', producer: 'test' }));
+      await stack.bus.publish(
+        createEvent(
+          'policy_version.activated',
+          { version: 1, deployment: 'it', swapPolicy: 'drain-then-swap', activatedAt: Date.now() },
+          { key: 'it', producer: 'test' },
+        ),
+      );
       await until('version 1 seen', () => eta1.policyVersion === 1 || undefined);
       const b = await eta1.submit({ taskSetId: 'eta-B', groupSize: 1 });
       await until('B admitted at 1 − 0 = η', () => startedIds().includes(b.rolloutIds[0]) || undefined, 10_000);
-      await stack.bus.publish(createEvent('policy_version.activated', { version: 2, deployment: 'it', swapPolicy: 'drain-then-swap', activatedAt: Date.now() }, { key: 'it', producer: 'test' }));
+      await stack.bus.publish(
+        createEvent(
+          'policy_version.activated',
+          { version: 2, deployment: 'it', swapPolicy: 'drain-then-swap', activatedAt: Date.now() },
+          { key: 'it', producer: 'test' },
+        ),
+      );
       await until('version 2 seen', () => eta1.policyVersion === 2 || undefined);
       const c = await eta1.submit({ taskSetId: 'eta-C', groupSize: 1 });
       await new Promise((r) => setTimeout(r, 1500));
@@ -280,9 +389,14 @@ describe('capacity release', () => {
     rt.onRolloutCompleted((o) => mine.push(o));
     await rt.start();
     try {
-      await rt.loadTaskSet({ id: 'cap', agent: { kind: 'black-box', name: 'echo', command: ['sh', '-c', 'echo 1'] }, verifier: { kind: 'function', name: 'final-answer' } }, [
-        { id: 't', env: null, messages: [{ role: 'user', content: 'x' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } },
-      ]);
+      await rt.loadTaskSet(
+        {
+          id: 'cap',
+          agent: { kind: 'black-box', name: 'echo', command: ['sh', '-c', 'echo 1'] },
+          verifier: { kind: 'function', name: 'final-answer' },
+        },
+        [{ id: 't', env: null, messages: [{ role: 'user', content: 'x' }], tools: [], split: 'train', difficulty: 0, data: { answer: 1 } }],
+      );
       const g1 = await rt.submit({ taskSetId: 'cap', groupSize: 1 });
       const g2 = await rt.submit({ taskSetId: 'cap', groupSize: 1 });
       await until('g1 done', () => mine.some((o) => o.rolloutId === g1.rolloutIds[0]) || undefined).catch((err: Error) => {
@@ -317,7 +431,14 @@ describe('capacity release', () => {
       await stack.bus.publish(
         createEvent(
           'rollout_group.settled',
-          { groupId: g2.groupIds[0], taskId: 'cap/t', status: 'dropped', reason: 'all_env_error', trajectoryIds: [], retryRolloutIds: g2.rolloutIds },
+          {
+            groupId: g2.groupIds[0],
+            taskId: 'cap/t',
+            status: 'dropped',
+            reason: 'all_env_error',
+            trajectoryIds: [],
+            retryRolloutIds: g2.rolloutIds,
+          },
           { key: g2.groupIds[0], producer: 'test' },
         ),
       );
@@ -327,7 +448,11 @@ describe('capacity release', () => {
       const started = stack.of('rollout.started').find((e) => (e.payload as { rolloutId: string }).rolloutId === retryId)!;
       expect(started.payload).toMatchObject({ groupId: g2.groupIds[0], sampleIndex: 0 });
       expect((started.payload as { queuePosition: number }).queuePosition).toBeGreaterThan(
-        (stack.of('rollout.started').find((e) => (e.payload as { rolloutId: string }).rolloutId === g2.rolloutIds[0])!.payload as { queuePosition: number }).queuePosition,
+        (
+          stack.of('rollout.started').find((e) => (e.payload as { rolloutId: string }).rolloutId === g2.rolloutIds[0])!.payload as {
+            queuePosition: number;
+          }
+        ).queuePosition,
       );
     } finally {
       await rt.stop();
@@ -362,7 +487,9 @@ describe('long-horizon environment', () => {
     const reqs = await proxyRequestsOf(o.rolloutId);
     expect(reqs).toHaveLength(loop.sent.length);
     loop.sent.forEach((s, i) => expect(reqs[i].promptIds).toEqual(renderPrompt(s.messages, s.tools)));
-    const done = await until('rollout.completed', () => stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === o.rolloutId));
+    const done = await until('rollout.completed', () =>
+      stack.of('rollout.completed').find((e) => (e.payload as { rolloutId: string }).rolloutId === o.rolloutId),
+    );
     expect(done.payload).toMatchObject({ numCalls: 18, outcomeReward: 1 });
     // The window rewrote the growing history: later steps are branches.
     expect(loop.sent.filter((s) => s.purpose === 'step' && s.rewritten).length).toBeGreaterThan(0);

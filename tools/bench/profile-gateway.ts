@@ -36,10 +36,14 @@ const MODEL = 'anvil-tiny';
 
 function post(agent: Agent, url: URL, headers: Record<string, string>, body: string): Promise<number> {
   return new Promise((resolve, reject) => {
-    const q = request(url, { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...headers } }, (res) => {
-      res.on('data', () => undefined);
-      res.on('end', () => resolve(res.statusCode ?? 0));
-    });
+    const q = request(
+      url,
+      { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...headers } },
+      (res) => {
+        res.on('data', () => undefined);
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      },
+    );
     q.on('error', reject);
     q.end(body);
   });
@@ -101,7 +105,12 @@ interface ProfileNode {
 
 /** Self time by function and by package (node_modules/<pkg>, our libs/apps, node internals). */
 function summarize(file: string, top: number, window: [number, number]): void {
-  const prof = JSON.parse(readFileSync(file, 'utf8')) as { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[]; startTime: number };
+  const prof = JSON.parse(readFileSync(file, 'utf8')) as {
+    nodes: ProfileNode[];
+    samples: number[];
+    timeDeltas: number[];
+    startTime: number;
+  };
   const self = new Map<number, number>();
   // Profile timestamps are CLOCK_MONOTONIC microseconds, as process.hrtime is: keep the load phase only.
   let t = prof.startTime;
@@ -131,7 +140,9 @@ function summarize(file: string, top: number, window: [number, number]): void {
       .slice(0, k)
       .map(([name, t]) => `  ${((100 * t) / total).toFixed(1).padStart(5)}%  ${name}`)
       .join('\n');
-  console.log(`\n== ${file} (${(total / 1e6).toFixed(1)} s sampled in the load phase)\n-- by package\n${show(byPkg, 20)}\n-- by function\n${show(byFn, top)}`);
+  console.log(
+    `\n== ${file} (${(total / 1e6).toFixed(1)} s sampled in the load phase)\n-- by package\n${show(byPkg, 20)}\n-- by function\n${show(byFn, top)}`,
+  );
 }
 
 async function main() {
@@ -144,24 +155,46 @@ async function main() {
   try {
     const stack = await startStack({ fresh: true });
     fixture = await spawnVllmFixture({ port: Number(args['fixture-port']), latencyMs: Number(args['token-ms']) });
-    const nodeArgs = [...(args.profile === 'on' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), ...(process.env.PROFILE_NODE_ARGS ?? '').split(' ').filter(Boolean)];
-    const common = { ...stack.env, KAFKA_TOPIC_PREFIX: `profgw${Date.now()}.`, LOG_LEVEL: 'info', ...(process.env.OTEL_SDK_DISABLED ? { OTEL_SDK_DISABLED: process.env.OTEL_SDK_DISABLED } : {}) };
+    const nodeArgs = [
+      ...(args.profile === 'on' ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []),
+      ...(process.env.PROFILE_NODE_ARGS ?? '').split(' ').filter(Boolean),
+    ];
+    const common = {
+      ...stack.env,
+      KAFKA_TOPIC_PREFIX: `profgw${Date.now()}.`,
+      LOG_LEVEL: 'info',
+      ...(process.env.OTEL_SDK_DISABLED ? { OTEL_SDK_DISABLED: process.env.OTEL_SDK_DISABLED } : {}),
+    };
     const proxy = await startService(
       'inference-proxy',
-      { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'prof-gw', MAX_IN_FLIGHT_PER_REPLICA: '100000' },
+      {
+        ...common,
+        INFERENCE_BACKEND: 'vllm',
+        INFERENCE_REPLICAS: fixture.url,
+        DEPLOYMENT_NAME: 'prof-gw',
+        MAX_IN_FLIGHT_PER_REPLICA: '100000',
+      },
       60_000,
       nodeArgs,
     );
     services.push(proxy);
     const gw = await startService(
       'gateway',
-      { ...common, GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_MODEL_NAME: MODEL, GATEWAY_MAX_CONTEXT_TOKENS: '4096', GATEWAY_CAPTURE: args.capture },
+      {
+        ...common,
+        GATEWAY_ADMIN_TOKEN: ADMIN,
+        INFERENCE_PROXY_URL: proxy.baseUrl,
+        GATEWAY_MODEL_NAME: MODEL,
+        GATEWAY_MAX_CONTEXT_TOKENS: '4096',
+        GATEWAY_CAPTURE: args.capture,
+      },
       60_000,
       nodeArgs,
     );
     services.push(gw);
     for (const svc of services) pids[svc.app] = svc.child.pid;
-    for (const s of services) await waitFor(`${s.app} ready`, async () => ((await fetch(`${s.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
+    for (const s of services)
+      await waitFor(`${s.app} ready`, async () => ((await fetch(`${s.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
     const n = Number(args.sessions);
     const keys: string[] = [];
     for (let i = 0; i < n; i++) {
@@ -172,7 +205,13 @@ async function main() {
       });
       keys.push(((await res.json()) as { apiKey: string }).apiKey);
     }
-    const body = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Benchmark question: what is 2+3? Answer briefly.' }], max_tokens: 8, temperature: 1, seed: 1 });
+    const body = JSON.stringify({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'Benchmark question: what is 2+3? Answer briefly.' }],
+      max_tokens: 8,
+      temperature: 1,
+      seed: 1,
+    });
     const url = new URL(`${gw.baseUrl}/v1/chat/completions`);
     const agent = new Agent({ keepAlive: true, maxSockets: n });
     const run = async (seconds: number) => {
@@ -193,13 +232,24 @@ async function main() {
     // Unloaded latency of each layer, one call at a time: where the added milliseconds are.
     const { tinyChatFormat } = await import('@anvil/tokenizer');
     const fmt = tinyChatFormat();
-    const promptIds = fmt.tokenizer.encode(fmt.template.render([{ role: 'user', content: 'Benchmark question: what is 2+3? Answer briefly.' }], { addGenerationPrompt: true }));
+    const promptIds = fmt.tokenizer.encode(
+      fmt.template.render([{ role: 'user', content: 'Benchmark question: what is 2+3? Answer briefly.' }], { addGenerationPrompt: true }),
+    );
     const layers: Array<[string, URL, Record<string, string>, string]> = [
       [
         'fixture (SSE, as the proxy asks)',
         new URL(`${fixture.url}/v1/completions`),
         {},
-        JSON.stringify({ prompt: promptIds, max_tokens: 8, temperature: 1, seed: 1, logprobs: 0, return_tokens_as_token_ids: true, stream: true, stream_options: { include_usage: true } }),
+        JSON.stringify({
+          prompt: promptIds,
+          max_tokens: 8,
+          temperature: 1,
+          seed: 1,
+          logprobs: 0,
+          return_tokens_as_token_ids: true,
+          stream: true,
+          stream_options: { include_usage: true },
+        }),
       ],
       [
         'proxy /internal/v1/generate (JSON)',
@@ -242,7 +292,8 @@ async function main() {
     for (const svc of services) {
       const lines = svc.output().slice(outputBefore[svc.app]).split('\n').filter(Boolean);
       const msgs = new Map<string, number>();
-      for (const l of lines) msgs.set(/"msg":"([^"]*)"/.exec(l)?.[1] ?? l.slice(0, 80), (msgs.get(/"msg":"([^"]*)"/.exec(l)?.[1] ?? l.slice(0, 80)) ?? 0) + 1);
+      for (const l of lines)
+        msgs.set(/"msg":"([^"]*)"/.exec(l)?.[1] ?? l.slice(0, 80), (msgs.get(/"msg":"([^"]*)"/.exec(l)?.[1] ?? l.slice(0, 80)) ?? 0) + 1);
       if (lines.length)
         console.log(
           `${svc.app} logged ${lines.length} lines in the load phase: ${[...msgs]

@@ -24,11 +24,16 @@ async function boundaryErrors(file: string, code: string): Promise<string[]> {
 
 describe('Nx module boundaries', () => {
   it('allow an app to import libraries', async () => {
-    expect(await boundaryErrors('apps/gateway/src/probe.ts', "import { TOPICS } from '@anvil/contracts';\nexport const t = TOPICS;\n")).toEqual([]);
+    expect(
+      await boundaryErrors('apps/gateway/src/probe.ts', "import { TOPICS } from '@anvil/contracts';\nexport const t = TOPICS;\n"),
+    ).toEqual([]);
   });
 
   it('forbid an app importing another app', async () => {
-    const errors = await boundaryErrors('apps/gateway/src/probe.ts', "import { TrainerModule } from '../../trainer/src/app.module';\nexport const m = TrainerModule;\n");
+    const errors = await boundaryErrors(
+      'apps/gateway/src/probe.ts',
+      "import { TrainerModule } from '../../trainer/src/app.module';\nexport const m = TrainerModule;\n",
+    );
     expect(errors.length).toBeGreaterThan(0);
   });
 
@@ -44,7 +49,10 @@ describe('Nx module boundaries', () => {
   });
 
   it('forbid a pure lib importing an infrastructure lib', async () => {
-    const errors = await boundaryErrors('libs/rl/src/probe.ts', "import { createBus } from '@anvil/messaging';\nexport const b = createBus;\n");
+    const errors = await boundaryErrors(
+      'libs/rl/src/probe.ts',
+      "import { createBus } from '@anvil/messaging';\nexport const b = createBus;\n",
+    );
     expect(errors.join('\n')).toMatch(/scope:pure/);
   });
 });

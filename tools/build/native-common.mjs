@@ -23,7 +23,12 @@ export function multiarch() {
 
 export function findOpenBlas() {
   const ma = multiarch();
-  const headers = [`/usr/include/${ma}/openblas-pthread/cblas.h`, `/usr/include/${ma}/cblas.h`, '/usr/include/openblas/cblas.h', '/usr/include/cblas.h'];
+  const headers = [
+    `/usr/include/${ma}/openblas-pthread/cblas.h`,
+    `/usr/include/${ma}/cblas.h`,
+    '/usr/include/openblas/cblas.h',
+    '/usr/include/cblas.h',
+  ];
   // The header must be OpenBLAS's (it declares openblas_set_num_threads), not reference CBLAS.
   const header = headers.find((p) => existsSync(p) && readFileSync(p, 'utf8').includes('openblas_set_num_threads'));
   const libs = [`/usr/lib/${ma}/libopenblas.so`, '/usr/lib/libopenblas.so', '/usr/lib64/libopenblas.so', '/usr/local/lib/libopenblas.so'];

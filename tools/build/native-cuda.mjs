@@ -121,7 +121,9 @@ function findNvcc() {
 function cudaPaths(nvcc) {
   const home = resolve(dirname(nvcc), '..');
   const include = join(home, 'include');
-  const libDir = ['lib64', 'lib', 'targets/x86_64-linux/lib'].map((d) => join(home, d)).find((d) => existsSync(join(d, 'libcudart_static.a')));
+  const libDir = ['lib64', 'lib', 'targets/x86_64-linux/lib']
+    .map((d) => join(home, d))
+    .find((d) => existsSync(join(d, 'libcudart_static.a')));
   if (!existsSync(join(include, 'cuda_runtime.h'))) fail(`${include}/cuda_runtime.h not found next to ${nvcc}`);
   if (!existsSync(join(include, 'cublasLt.h'))) fail(`${include}/cublasLt.h not found (install cuBLAS development headers)`);
   if (!libDir) fail(`libcudart_static.a not found under ${home}`);
@@ -206,8 +208,24 @@ async function main() {
   mkdirSync(objDir, { recursive: true });
 
   const defines = ['-DANVIL_WITH_CUDA', '-DNAPI_VERSION=8', '-DNODE_ADDON_API_CPP_EXCEPTIONS', '-DNODE_ADDON_API_CPP_EXCEPTIONS_ALL'];
-  const includes = [`-I${join(nodedir, 'include/node')}`, `-I${addonApi}`, `-I${dirname(blas.header)}`, `-I${cuda.include}`, `-I${nativeDir}`];
-  const cxxFlags = ['-std=c++17', '-O3', '-fPIC', '-fexceptions', '-fno-math-errno', '-fopenmp', '-Wall', '-Wno-unused-function', ...(process.arch === 'x64' ? ['-march=x86-64-v3'] : [])];
+  const includes = [
+    `-I${join(nodedir, 'include/node')}`,
+    `-I${addonApi}`,
+    `-I${dirname(blas.header)}`,
+    `-I${cuda.include}`,
+    `-I${nativeDir}`,
+  ];
+  const cxxFlags = [
+    '-std=c++17',
+    '-O3',
+    '-fPIC',
+    '-fexceptions',
+    '-fno-math-errno',
+    '-fopenmp',
+    '-Wall',
+    '-Wno-unused-function',
+    ...(process.arch === 'x64' ? ['-march=x86-64-v3'] : []),
+  ];
   const arch = process.env.ANVIL_CUDA_ARCH ?? '90';
   const nvccFlags = [
     '-std=c++17',
@@ -222,15 +240,39 @@ async function main() {
   const objName = (f) => join(objDir, f.slice(nativeDir.length + 1).replace(/[/]/g, '_') + '.o');
   const jobs = [
     // nvcc first: the slowest compiles
-    ...cu.map((f) => ({ name: f.slice(engineDir.length + 1), cmd: nvcc, args: [...nvccFlags, ...defines, ...includes, '-c', f, '-o', objName(f)] })),
-    ...cc.map((f) => ({ name: f.slice(engineDir.length + 1), cmd: 'g++', args: [...cxxFlags, ...defines, ...includes, '-c', f, '-o', objName(f)] })),
+    ...cu.map((f) => ({
+      name: f.slice(engineDir.length + 1),
+      cmd: nvcc,
+      args: [...nvccFlags, ...defines, ...includes, '-c', f, '-o', objName(f)],
+    })),
+    ...cc.map((f) => ({
+      name: f.slice(engineDir.length + 1),
+      cmd: 'g++',
+      args: [...cxxFlags, ...defines, ...includes, '-c', f, '-o', objName(f)],
+    })),
   ];
   const t0 = Date.now();
   const failures = await runJobs(jobs, Math.max(1, cpus().length));
   if (failures.length) fail(`compilation failed: ${failures.join(', ')}`);
-  const link = run('g++', ['-shared', '-o', binary, ...[...cu, ...cc].map(objName), `-L${cuda.libDir}`, '-l:libcudart_static.a', '-lopenblas', '-fopenmp', '-ldl', '-lrt', '-lpthread'], {
-    stdio: 'inherit',
-  });
+  const link = run(
+    'g++',
+    [
+      '-shared',
+      '-o',
+      binary,
+      ...[...cu, ...cc].map(objName),
+      `-L${cuda.libDir}`,
+      '-l:libcudart_static.a',
+      '-lopenblas',
+      '-fopenmp',
+      '-ldl',
+      '-lrt',
+      '-lpthread',
+    ],
+    {
+      stdio: 'inherit',
+    },
+  );
   if (link.status !== 0) fail('linking anvil_engine_cuda.node failed');
   // Loading it here with RTLD_NOW proves every symbol resolves (a kernel missing from the link
   // fails now, not at its first call; N-API symbols come from node itself); the device is checked

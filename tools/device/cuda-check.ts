@@ -39,7 +39,9 @@ async function main() {
     console.log(`FAIL model checks threw: ${(e as Error).stack}`);
   }
   const failed = results.filter((r) => !r.passed);
-  console.log(`\n${results.length - failed.length} passed, ${failed.length} failed (kernels ${((t1 - t0) / 1e3).toFixed(1)} s, model ${((performance.now() - t1) / 1e3).toFixed(1)} s)`);
+  console.log(
+    `\n${results.length - failed.length} passed, ${failed.length} failed (kernels ${((t1 - t0) / 1e3).toFixed(1)} s, model ${((performance.now() - t1) / 1e3).toFixed(1)} s)`,
+  );
   console.log(JSON.stringify({ ran: true, passed: results.length - failed.length, failed: failed.length, results }));
   // exitCode, not process.exit(): exiting at once cut the piped output at 64 KiB mid-JSON
   process.exitCode = failed.length ? 1 : 0;

@@ -54,7 +54,14 @@ export interface LoopModel {
 
 export async function startEmbeddedLoop(
   cfg: RunConfig,
-  opts: { model: LoopModel; runId: string; logLevel?: 'error' | 'warn' | 'info'; onStep?: (e: TrainerStepEvent) => void; onFatal?: (e: Error) => void; splitOf?: () => string },
+  opts: {
+    model: LoopModel;
+    runId: string;
+    logLevel?: 'error' | 'warn' | 'info';
+    onStep?: (e: TrainerStepEvent) => void;
+    onFatal?: (e: Error) => void;
+    splitOf?: () => string;
+  },
 ): Promise<EmbeddedLoop> {
   const logLevel = opts.logLevel ?? 'error';
   const logger: Logger = createLogger({ service: 'main', level: logLevel });
@@ -63,7 +70,10 @@ export async function startEmbeddedLoop(
   mkdirSync(runDir, { recursive: true });
   // PGlite on a worker thread unless ANVIL_PGLITE_THREAD says otherwise: on this one process's main
   // thread its statements took 48% of the RL phase's time (README, "PGlite on its own thread").
-  const infra = await createSharedInfra({ databaseUrl: `pglite://${join(runDir, 'db')}`, pgliteThread: pgliteThreadOf(process.env, 'worker') });
+  const infra = await createSharedInfra({
+    databaseUrl: `pglite://${join(runDir, 'db')}`,
+    pgliteThread: pgliteThreadOf(process.env, 'worker'),
+  });
   const started: HostedService[] = [];
   const adminToken = randomBytes(24).toString('hex');
   const env = (over: Record<string, string>) => ({ PORT: '0', LOG_LEVEL: logLevel, ...over });
@@ -85,14 +95,24 @@ export async function startEmbeddedLoop(
     const poolCtx = hostedServiceContext('middleware', middlewareEnv, env(dataPoolEnv(cfg, opts.runId)), infra);
     const dataPool = await startHostedService(poolCtx, MiddlewareModule.forRoot(poolCtx));
     started.push(dataPool);
-    const chatFormat: Record<string, string> = opts.model.chatFormatDir ? { GATEWAY_CHAT_FORMAT: 'hf', GATEWAY_TOKENIZER_DIR: opts.model.chatFormatDir } : {};
+    const chatFormat: Record<string, string> = opts.model.chatFormatDir
+      ? { GATEWAY_CHAT_FORMAT: 'hf', GATEWAY_TOKENIZER_DIR: opts.model.chatFormatDir }
+      : {};
     const gatewayCtx = hostedServiceContext(
       'gateway',
       gatewayEnv,
-      env({ GATEWAY_ADMIN_TOKEN: adminToken, INFERENCE_PROXY_URL: proxy.url, MAX_STALENESS: String(cfg.rollouts.eta), GATEWAY_MODEL_NAME: opts.model.servedName, ...chatFormat }),
+      env({
+        GATEWAY_ADMIN_TOKEN: adminToken,
+        INFERENCE_PROXY_URL: proxy.url,
+        MAX_STALENESS: String(cfg.rollouts.eta),
+        GATEWAY_MODEL_NAME: opts.model.servedName,
+        ...chatFormat,
+      }),
       infra,
     );
-    const gateway = await startHostedService(gatewayCtx, GatewayModule.forRoot(gatewayCtx), { bodyLimitBytes: gatewayCtx.config.MAX_REQUEST_BYTES });
+    const gateway = await startHostedService(gatewayCtx, GatewayModule.forRoot(gatewayCtx), {
+      bodyLimitBytes: gatewayCtx.config.MAX_REQUEST_BYTES,
+    });
     started.push(gateway);
     for (const s of started) await waitReady(s);
 

@@ -64,8 +64,13 @@ async function main(): Promise<void> {
   const warm = rec.evals[0];
   const last = rec.evals[rec.evals.length - 1];
   if (warm && last)
-    console.log(`\nheld-out success: warm start ${(warm.success * 100).toFixed(1)}% -> ${(last.success * 100).toFixed(1)}% after ${summary.rlSteps as number} RL steps (version ${last.version})`);
-  else console.log(`\n${summary.rlSteps as number} RL steps (version ${rl.finalVersion}); no held-out evaluation (the task set has no eval tasks)`);
+    console.log(
+      `\nheld-out success: warm start ${(warm.success * 100).toFixed(1)}% -> ${(last.success * 100).toFixed(1)}% after ${summary.rlSteps as number} RL steps (version ${last.version})`,
+    );
+  else
+    console.log(
+      `\n${summary.rlSteps as number} RL steps (version ${rl.finalVersion}); no held-out evaluation (the task set has no eval tasks)`,
+    );
   console.log(`report: ${report}`);
   console.log(`checkpoints: ${rl.checkpointsDir}`);
   console.log(JSON.stringify(summary));

@@ -2,7 +2,8 @@
 // On a terminal it rewrites one line; in a log (CI, a pipe) it prints a line every few seconds.
 
 export class Progress {
-  private last: { step: number; version: number; reward: number | null; staleness: number; tokensPerSec: number; wallS: number } | null = null;
+  private last: { step: number; version: number; reward: number | null; staleness: number; tokensPerSec: number; wallS: number } | null =
+    null;
   private heldOut: { version: number; success: number } | null = null;
   private timer: NodeJS.Timeout | null = null;
   private startedAt = 0;

@@ -106,7 +106,14 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
     onStep: (e) => {
       lastStepAt = performance.now();
       const row = rec.step(e, wall());
-      progress.step({ step: row.step, version: e.version, reward: row.reward, staleness: e.staleness.mean, tokensPerSec: row.uniqueTokens / Math.max(1e-9, e.busyMs / 1000), wallS: wall() });
+      progress.step({
+        step: row.step,
+        version: e.version,
+        reward: row.reward,
+        staleness: e.staleness.mean,
+        tokensPerSec: row.uniqueTokens / Math.max(1e-9, e.busyMs / 1000),
+        wallS: wall(),
+      });
       // Hold the trainer at an evaluation point before it takes the next batch, so each evaluation
       // is pinned to exactly every K-th version (the loop below runs it).
       if (evaluations && e.version - lastEval >= cfg.eval.everyVersions) void loopRef?.trainer.pause();
@@ -135,7 +142,8 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
   try {
     tasks = await o.taskSet.load(loop.rollouts);
     evaluations = tasks.eval > 0;
-    if (!evaluations) log('note: the task set has no held-out tasks (no line of split eval): no evaluations, held-out success is not measured');
+    if (!evaluations)
+      log('note: the task set has no held-out tasks (no line of split eval): no evaluations, held-out success is not measured');
     const evaluate = async (label: string, keepPaused = false) => {
       const from = wall();
       await loop.trainer.pause();
@@ -158,7 +166,9 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
     };
 
     if (evaluations && (o.initialEval ?? true)) {
-      log(`held-out evaluation of ${o.startName ?? 'the warm start'} (${tasks.eval} tasks x ${cfg.eval.samplesPerTask} samples, temperature ${cfg.eval.temperature}) ...`);
+      log(
+        `held-out evaluation of ${o.startName ?? 'the warm start'} (${tasks.eval} tasks x ${cfg.eval.samplesPerTask} samples, temperature ${cfg.eval.temperature}) ...`,
+      );
       const warm = (await evaluate('warm-start')).r;
       if (warm.successRate >= 0.95)
         log(
@@ -176,7 +186,8 @@ export async function runRlPhase(o: RlPhaseOptions): Promise<RlPhaseResult> {
     // count is enough (one pass sized to 1.5x the budget once stalled a run one batch short).
     let passes = 0;
     const topUp = async () => {
-      if (loop.rollouts.snapshot().queuedGroups < 2 * cfg.scheduler.groupsPerBatch) await loop.rollouts.submit(trainPass(cfg, spec.id, passes++));
+      if (loop.rollouts.snapshot().queuedGroups < 2 * cfg.scheduler.groupsPerBatch)
+        await loop.rollouts.submit(trainPass(cfg, spec.id, passes++));
     };
     await topUp();
     if (showProgress) progress.start();

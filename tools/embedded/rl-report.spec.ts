@@ -31,7 +31,15 @@ function run(steps = 30): RunReport {
     title: 'Anvil embedded run <test>',
     summary: { heldOutSuccess: { warmStart: 0.2, final: 0.3 }, seed: 1, wallClockSeconds: 140 },
     steps: rows,
-    evals: [0, 10, 20, 30].map((v, i) => ({ version: v, step: v, wallS: 10 + 40 * i, success: 0.2 + 0.03 * i, meanReward: 0.25, tasks: 100, versionDrift: 0 })),
+    evals: [0, 10, 20, 30].map((v, i) => ({
+      version: v,
+      step: v,
+      wallS: 10 + 40 * i,
+      success: 0.2 + 0.03 * i,
+      meanReward: 0.25,
+      tasks: 100,
+      versionDrift: 0,
+    })),
     rolloutTimeline: Array.from({ length: 50 }, (_, i) => [5 + 3 * i, 20 * i] as [number, number]),
     stalenessHistogram: [600, 300, 100],
     mismatchBySplit: [{ key: 'context=append_only agent=white-box', meanAbsDeltaLogp: 3e-8, klK3: 1e-12, tokens: 15_000 }],
@@ -55,7 +63,9 @@ describe('main job report', () => {
     const r = run(30);
     r.steps = r.steps.map((s) => (s.step === 1 || s.step === 17 ? s : { ...s, mismatchAbs: NaN, mismatchKl: NaN, mismatchTokens: 0 }));
     const html = renderReport(r);
-    const i = html.indexOf('<figcaption>Train/inference mismatch on tokens of the current version (2 of 29 trained steps measured)</figcaption>');
+    const i = html.indexOf(
+      '<figcaption>Train/inference mismatch on tokens of the current version (2 of 29 trained steps measured)</figcaption>',
+    );
     expect(i).toBeGreaterThan(0);
     const fig = html.slice(i, html.indexOf('</figure>', i));
     expect((fig.match(/<circle/g) ?? []).length).toBe(2);

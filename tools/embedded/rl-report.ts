@@ -56,7 +56,14 @@ export interface RunReport {
 }
 
 const esc = (s: string) => s.replace(/[&<>]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;' })[c] as string);
-const cell = (v: unknown) => (typeof v === 'number' ? (Number.isInteger(v) ? String(v) : v.toPrecision(4)) : typeof v === 'object' && v !== null ? esc(JSON.stringify(v)) : esc(String(v)));
+const cell = (v: unknown) =>
+  typeof v === 'number'
+    ? Number.isInteger(v)
+      ? String(v)
+      : v.toPrecision(4)
+    : typeof v === 'object' && v !== null
+      ? esc(JSON.stringify(v))
+      : esc(String(v));
 
 function movingAverage(points: Array<[number, number]>, k: number): Array<[number, number]> {
   return points.map(([x], i) => {
@@ -113,8 +120,16 @@ export function renderReport(r: RunReport): string {
       yLabel: 'tokens per second',
       yMin: 0,
       series: [
-        { name: 'trained tokens/s (unique tree nodes)', color: '#2f8f5b', points: s.map((x) => [x.wallS, x.uniqueTokens / Math.max(1e-9, x.trainSeconds)] as [number, number]) },
-        { name: 'trained tokens/s (samples unmerged)', color: '#9bd1b3', points: s.map((x) => [x.wallS, x.totalTokens / Math.max(1e-9, x.trainSeconds)] as [number, number]) },
+        {
+          name: 'trained tokens/s (unique tree nodes)',
+          color: '#2f8f5b',
+          points: s.map((x) => [x.wallS, x.uniqueTokens / Math.max(1e-9, x.trainSeconds)] as [number, number]),
+        },
+        {
+          name: 'trained tokens/s (samples unmerged)',
+          color: '#9bd1b3',
+          points: s.map((x) => [x.wallS, x.totalTokens / Math.max(1e-9, x.trainSeconds)] as [number, number]),
+        },
       ],
     }),
     lineChart({
@@ -136,7 +151,13 @@ export function renderReport(r: RunReport): string {
       yLabel: 'idle / (idle + busy)',
       yMin: 0,
       yMax: 1,
-      series: [{ name: 'idle share', color: '#c27c2a', points: s.map((x) => [x.step, x.idleSeconds / Math.max(1e-9, x.idleSeconds + x.trainSeconds)] as [number, number]) }],
+      series: [
+        {
+          name: 'idle share',
+          color: '#c27c2a',
+          points: s.map((x) => [x.step, x.idleSeconds / Math.max(1e-9, x.idleSeconds + x.trainSeconds)] as [number, number]),
+        },
+      ],
     }),
     barChart({
       title: 'Staleness of trained tokens (versions behind the trainer)',
@@ -169,10 +190,22 @@ export function renderReport(r: RunReport): string {
       xMin: 1,
       xMax: Math.max(2, s.length ? s[s.length - 1].step : 2),
       yMin: 0,
-      series: [{ name: 'mean |Δlogp|', color: '#d2462f', markers: true, points: s.filter((x) => x.mismatchTokens > 0).map((x) => [x.step, x.mismatchAbs] as [number, number]) }],
+      series: [
+        {
+          name: 'mean |Δlogp|',
+          color: '#d2462f',
+          markers: true,
+          points: s.filter((x) => x.mismatchTokens > 0).map((x) => [x.step, x.mismatchAbs] as [number, number]),
+        },
+      ],
     }),
   ];
-  const splitRows = r.mismatchBySplit.map((m) => `<tr><td>${esc(m.key)}</td><td>${m.meanAbsDeltaLogp.toExponential(2)}</td><td>${m.klK3.toExponential(2)}</td><td>${m.tokens}</td></tr>`).join('');
+  const splitRows = r.mismatchBySplit
+    .map(
+      (m) =>
+        `<tr><td>${esc(m.key)}</td><td>${m.meanAbsDeltaLogp.toExponential(2)}</td><td>${m.klK3.toExponential(2)}</td><td>${m.tokens}</td></tr>`,
+    )
+    .join('');
   const evalRows = r.evals
     .map(
       (e) =>
@@ -199,7 +232,18 @@ export function writeRunReport(dir: string, r: RunReport): string {
   mkdirSync(dir, { recursive: true });
   writeFileSync(
     join(dir, 'summary.json'),
-    JSON.stringify({ summary: r.summary, evals: r.evals, steps: r.steps, stalenessHistogram: r.stalenessHistogram, mismatchBySplit: r.mismatchBySplit, config: r.config }, null, 2) + '\n',
+    JSON.stringify(
+      {
+        summary: r.summary,
+        evals: r.evals,
+        steps: r.steps,
+        stalenessHistogram: r.stalenessHistogram,
+        mismatchBySplit: r.mismatchBySplit,
+        config: r.config,
+      },
+      null,
+      2,
+    ) + '\n',
   );
   const file = join(dir, 'report.html');
   writeFileSync(file, renderReport(r));

@@ -36,7 +36,9 @@ describe('run config', () => {
     expect(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false } }).algorithm.klCoef).toBe(0);
     expect(lossConfigOf(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false } })).klCoef).toBeUndefined();
     expect(parseRunConfig({ algorithm: { klCoef: 0 } }).algorithm.klCoef).toBe(0);
-    expect(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false }, algorithm: { klCoef: 0.01 } }).algorithm.klCoef).toBe(0.01);
+    expect(
+      parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false }, algorithm: { klCoef: 0.01 } }).algorithm.klCoef,
+    ).toBe(0.01);
     expect(() => parseRunConfig({ algorithm: { klCoef: -0.1 } })).toThrow(/algorithm\.klCoef/);
   });
 
@@ -44,7 +46,9 @@ describe('run config', () => {
     expect(parseRunConfig({}).algorithm.miniBatches).toBe(8);
     expect(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false } }).algorithm.miniBatches).toBe(1);
     expect(parseRunConfig({ algorithm: { miniBatches: 1 } }).algorithm.miniBatches).toBe(1);
-    expect(parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false }, algorithm: { miniBatches: 2 } }).algorithm.miniBatches).toBe(2);
+    expect(
+      parseRunConfig({ model: '/models/qwen2-0.5b', warmStart: { enabled: false }, algorithm: { miniBatches: 2 } }).algorithm.miniBatches,
+    ).toBe(2);
     expect(() => parseRunConfig({ algorithm: { miniBatches: 0 } })).toThrow(/algorithm\.miniBatches/);
     expect(() => parseRunConfig({ algorithm: { miniBatches: 65 } })).toThrow(/algorithm\.miniBatches/);
   });
@@ -52,7 +56,12 @@ describe('run config', () => {
   it('refuses unknown and out-of-range knobs, listing every problem at once', () => {
     let err: unknown;
     try {
-      parseRunConfig({ seeed: 1, rollouts: { groupSize: 1, concurrency: 4 }, algorithm: { loss: 'dpo', lr: -1 }, task: { kMin: 3, kMax: 2 } });
+      parseRunConfig({
+        seeed: 1,
+        rollouts: { groupSize: 1, concurrency: 4 },
+        algorithm: { loss: 'dpo', lr: -1 },
+        task: { kMin: 3, kMax: 2 },
+      });
     } catch (e) {
       err = e;
     }
@@ -76,17 +85,38 @@ describe('run config', () => {
 
   it("builds the trainer loss from the algorithm knobs: the default is CISPO with the tiny model's KL penalty, corrections and a constant normaliser when asked", () => {
     expect(lossConfigOf(parseRunConfig({}))).toEqual(lossConfig({ kind: 'cispo', aggregation: 'token_mean', klCoef: 0.05, cispoMask: {} }));
-    expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', epsHigh: 0.3, tokenTisCap: 2 } }))).toMatchObject({ kind: 'ppo', epsLow: 0.2, epsHigh: 0.3, correction: { tokenTis: { cap: 2 } } });
-    expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', seqTisCap: 5 } }))).toMatchObject({ kind: 'ppo', correction: { seqTis: { cap: 5 } } });
-    expect(() => parseRunConfig({ algorithm: { seqTisCap: 5 } })).toThrow(/algorithm\.seqTisCap: correction\.seqTis: CISPO is anchored on the behaviour logprobs/);
-    expect(() => parseRunConfig({ algorithm: { loss: 'ppo', tokenTisCap: 2, seqTisCap: 5 } })).toThrow(/algorithm\.seqTisCap: correction\.seqTis: token-level and sequence-level TIS together/);
-    expect(lossConfigOf(parseRunConfig({ algorithm: { aggregation: 'constant', constantNormalizer: 4096 } }))).toMatchObject({ aggregation: 'constant', constantNormalizer: 4096 });
-    expect(() => parseRunConfig({ algorithm: { aggregation: 'constant' } })).toThrow(/algorithm\.constantNormalizer: is required with aggregation 'constant'/);
+    expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', epsHigh: 0.3, tokenTisCap: 2 } }))).toMatchObject({
+      kind: 'ppo',
+      epsLow: 0.2,
+      epsHigh: 0.3,
+      correction: { tokenTis: { cap: 2 } },
+    });
+    expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', seqTisCap: 5 } }))).toMatchObject({
+      kind: 'ppo',
+      correction: { seqTis: { cap: 5 } },
+    });
+    expect(() => parseRunConfig({ algorithm: { seqTisCap: 5 } })).toThrow(
+      /algorithm\.seqTisCap: correction\.seqTis: CISPO is anchored on the behaviour logprobs/,
+    );
+    expect(() => parseRunConfig({ algorithm: { loss: 'ppo', tokenTisCap: 2, seqTisCap: 5 } })).toThrow(
+      /algorithm\.seqTisCap: correction\.seqTis: token-level and sequence-level TIS together/,
+    );
+    expect(lossConfigOf(parseRunConfig({ algorithm: { aggregation: 'constant', constantNormalizer: 4096 } }))).toMatchObject({
+      aggregation: 'constant',
+      constantNormalizer: 4096,
+    });
+    expect(() => parseRunConfig({ algorithm: { aggregation: 'constant' } })).toThrow(
+      /algorithm\.constantNormalizer: is required with aggregation 'constant'/,
+    );
     expect(() => parseRunConfig({ algorithm: { constantNormalizer: 10 } })).toThrow(/only used with aggregation 'constant'/);
-    expect(() => parseRunConfig({ algorithm: { tokenTisCap: 0, weightDecay: 2, packTokens: 0 } })).toThrow(/tokenTisCap[\s\S]*weightDecay[\s\S]*packTokens/);
+    expect(() => parseRunConfig({ algorithm: { tokenTisCap: 0, weightDecay: 2, packTokens: 0 } })).toThrow(
+      /tokenTisCap[\s\S]*weightDecay[\s\S]*packTokens/,
+    );
     expect(lossConfigOf(parseRunConfig({ algorithm: { cispoMask: {} } })).cispoMask).toEqual({ epsLow: 0.2, epsHigh: 0.28 });
     expect(lossConfigOf(parseRunConfig({ algorithm: { cispoMask: { epsHigh: 0.5 } } })).cispoMask).toEqual({ epsLow: 0.2, epsHigh: 0.5 });
-    expect(() => parseRunConfig({ algorithm: { loss: 'ppo', cispoMask: {} } })).toThrow(/algorithm\.cispoMask: cispoMask: is CISPO's token mask, not used by kind 'ppo'/);
+    expect(() => parseRunConfig({ algorithm: { loss: 'ppo', cispoMask: {} } })).toThrow(
+      /algorithm\.cispoMask: cispoMask: is CISPO's token mask, not used by kind 'ppo'/,
+    );
     expect(() => parseRunConfig({ algorithm: { cispoMask: { low: 0.2 } } })).toThrow(/cispoMask/);
   });
 
@@ -114,7 +144,9 @@ describe('run config', () => {
     expect(lossConfigOf(parseRunConfig({ algorithm: { loss: 'ppo', dualClip: false } })).dualClip).toBeUndefined();
     expect(parseRunConfig({}).algorithm.dualClip).toBeUndefined();
     expect(lossConfigOf(parseRunConfig({})).dualClip).toBeUndefined();
-    expect(() => parseRunConfig({ algorithm: { dualClip: 3 } })).toThrow(/algorithm\.dualClip: dualClip: is PPO-clip's lower bound for negative advantages, not used by kind 'cispo'/);
+    expect(() => parseRunConfig({ algorithm: { dualClip: 3 } })).toThrow(
+      /algorithm\.dualClip: dualClip: is PPO-clip's lower bound for negative advantages, not used by kind 'cispo'/,
+    );
     expect(() => parseRunConfig({ algorithm: { loss: 'ppo', dualClip: 1 } })).toThrow(/algorithm\.dualClip/);
     const once = parseRunConfig({ algorithm: { loss: 'ppo' } });
     expect(parseRunConfig(JSON.parse(JSON.stringify(once)))).toEqual(once);

@@ -19,7 +19,12 @@ const nonNegInt = () => z.number().int().nonnegative();
 const [whiteBoxAgent, blackBoxAgent] = agentSpecSchema.options;
 const strictAgent = z.discriminatedUnion('kind', [whiteBoxAgent.strict(), blackBoxAgent.strict()]);
 const [envVerifier, functionVerifier, httpVerifier, commandVerifier] = verifierSpecSchema.options;
-const strictVerifier = z.discriminatedUnion('kind', [envVerifier.strict(), functionVerifier.strict(), httpVerifier.strict(), commandVerifier.strict()]);
+const strictVerifier = z.discriminatedUnion('kind', [
+  envVerifier.strict(),
+  functionVerifier.strict(),
+  httpVerifier.strict(),
+  commandVerifier.strict(),
+]);
 const [appendOnly, slidingWindow, summarize] = contextSpecSchema.options;
 const strictContext = z.discriminatedUnion('kind', [appendOnly.strict(), slidingWindow.strict(), summarize.strict()]);
 const ms = () => z.number().min(0).max(3_600_000);
@@ -89,7 +94,16 @@ export const runConfigSchema = z
         weightSwap: z.enum(WEIGHT_SWAP_CHOICES).optional(),
       })
       .strict()
-      .default({ set: 'chain-add', kMin: 2, kMax: 3, maxOperand: 9, prompt: 'compact', evalTasks: 100, trainTasks: 900, order: 'shuffled' }),
+      .default({
+        set: 'chain-add',
+        kMin: 2,
+        kMax: 3,
+        maxOperand: 9,
+        prompt: 'compact',
+        evalTasks: 100,
+        trainTasks: 900,
+        order: 'shuffled',
+      }),
     warmStart: z
       .object({
         /** Build (or reuse) the warm start before RL; absent: yes for the tiny model, no for a model directory (RL starts from its weights as given). Needs task.set 'chain-add' (its demonstrations). */
@@ -122,7 +136,17 @@ export const runConfigSchema = z
         seed: nonNegInt().default(1),
       })
       .strict()
-      .default({ steps: 1200, tasksPerStep: 8, lr: 1e-3, targetPassRate: 0.35, checkEvery: 25, checkFrom: 450, fineCheckEvery: 5, validationTasks: 100, seed: 1 }),
+      .default({
+        steps: 1200,
+        tasksPerStep: 8,
+        lr: 1e-3,
+        targetPassRate: 0.35,
+        checkEvery: 25,
+        checkFrom: 450,
+        fineCheckEvery: 5,
+        validationTasks: 100,
+        seed: 1,
+      }),
     rollouts: z
       .object({
         /** G: samples per task. */
@@ -173,7 +197,10 @@ export const runConfigSchema = z
          * (2026-12-05). The main job learns as well with it (+45.8, +38.5, +43.3 on seeds 1-3).
          */
         cispoMask: z
-          .union([z.object({ epsLow: z.number().min(0).max(1).optional(), epsHigh: z.number().min(0).max(100).optional() }).strict(), z.literal(false)])
+          .union([
+            z.object({ epsLow: z.number().min(0).max(1).optional(), epsHigh: z.number().min(0).max(100).optional() }).strict(),
+            z.literal(false),
+          ])
           .optional(),
         /**
          * PPO kinds only: dual-clip c (verl's clip_ratio_c, SkyRL's; Ye et al. 2020): a token with a
@@ -288,11 +315,20 @@ export const runConfigSchema = z
   })
   .strict()
   .superRefine((c, ctx) => {
-    if (c.task.kMax < c.task.kMin) ctx.addIssue({ code: 'custom', path: ['task', 'kMax'], message: `must be >= task.kMin (${c.task.kMin})` });
+    if (c.task.kMax < c.task.kMin)
+      ctx.addIssue({ code: 'custom', path: ['task', 'kMax'], message: `must be >= task.kMin (${c.task.kMin})` });
     if (c.rollouts.concurrency < c.rollouts.groupSize)
-      ctx.addIssue({ code: 'custom', path: ['rollouts', 'concurrency'], message: `must be >= rollouts.groupSize (${c.rollouts.groupSize}): a group runs at once` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['rollouts', 'concurrency'],
+        message: `must be >= rollouts.groupSize (${c.rollouts.groupSize}): a group runs at once`,
+      });
     if (typeof c.scheduler.window === 'number' && c.scheduler.window > c.rollouts.concurrency)
-      ctx.addIssue({ code: 'custom', path: ['scheduler', 'window'], message: `must be <= rollouts.concurrency (${c.rollouts.concurrency})` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['scheduler', 'window'],
+        message: `must be <= rollouts.concurrency (${c.rollouts.concurrency})`,
+      });
     if (c.algorithm.aggregation === 'constant' && c.algorithm.constantNormalizer === undefined)
       ctx.addIssue({ code: 'custom', path: ['algorithm', 'constantNormalizer'], message: "is required with aggregation 'constant'" });
     if (c.algorithm.constantNormalizer !== undefined && c.algorithm.aggregation !== 'constant')
@@ -307,10 +343,22 @@ export const runConfigSchema = z
       ctx.addIssue({ code: 'custom', path: ['algorithm', field], message: e.message });
     }
     const builtin = c.task.set === 'chain-add';
-    if (c.warmStart.enabled === true && !builtin) ctx.addIssue({ code: 'custom', path: ['warmStart', 'enabled'], message: "needs task.set 'chain-add' (the warm start trains on its demonstrations)" });
-    if (builtin && c.task.env !== undefined) ctx.addIssue({ code: 'custom', path: ['task', 'env'], message: "is for a task JSONL (task.set 'chain-add' is its own environment)" });
-    if (c.task.envConfig !== undefined && c.task.env === undefined) ctx.addIssue({ code: 'custom', path: ['task', 'envConfig'], message: 'needs task.env' });
-    if (!builtin && c.task.toolDelay !== undefined) ctx.addIssue({ code: 'custom', path: ['task', 'toolDelay'], message: "is chain-add's (a JSONL's environment takes it in task.envConfig)" });
+    if (c.warmStart.enabled === true && !builtin)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['warmStart', 'enabled'],
+        message: "needs task.set 'chain-add' (the warm start trains on its demonstrations)",
+      });
+    if (builtin && c.task.env !== undefined)
+      ctx.addIssue({ code: 'custom', path: ['task', 'env'], message: "is for a task JSONL (task.set 'chain-add' is its own environment)" });
+    if (c.task.envConfig !== undefined && c.task.env === undefined)
+      ctx.addIssue({ code: 'custom', path: ['task', 'envConfig'], message: 'needs task.env' });
+    if (!builtin && c.task.toolDelay !== undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['task', 'toolDelay'],
+        message: "is chain-add's (a JSONL's environment takes it in task.envConfig)",
+      });
     if (!builtin && c.task.env === undefined && c.task.verifier?.kind === 'env')
       ctx.addIssue({ code: 'custom', path: ['task', 'verifier'], message: 'kind env needs a built-in environment (task.env)' });
   });
@@ -328,7 +376,8 @@ export const defaultMiniBatches = (model: string): number => (model === 'tiny' ?
 export const defaultDualClip = (loss: string): number | undefined => (loss === 'ppo' || loss === 'decoupled_ppo' ? 3 : undefined);
 type CispoMaskKnob = { epsLow?: number; epsHigh?: number } | false;
 /** CISPO's token mask a run uses when it names none (see algorithm.cispoMask): on with several AdamW steps a batch. */
-export const defaultCispoMask = (loss: string, miniBatches: number): CispoMaskKnob | undefined => (loss !== 'cispo' ? undefined : miniBatches > 1 ? {} : false);
+export const defaultCispoMask = (loss: string, miniBatches: number): CispoMaskKnob | undefined =>
+  loss !== 'cispo' ? undefined : miniBatches > 1 ? {} : false;
 
 export type RunConfig = Omit<z.infer<typeof runConfigSchema>, 'algorithm'> & {
   algorithm: z.infer<typeof runConfigSchema>['algorithm'] & { eps: number; klCoef: number; miniBatches: number };
@@ -397,9 +446,11 @@ export function runConfigInput(argv: readonly string[], env: NodeJS.ProcessEnv):
     } catch (e) {
       throw new RunConfigError(`--config ${file}: ${(e as Error).message}`);
     }
-    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new RunConfigError(`--config ${file}: must hold a JSON object`);
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+      throw new RunConfigError(`--config ${file}: must hold a JSON object`);
     const base = dirname(resolve(file));
-    const rel = (p: unknown, builtin: string) => (typeof p === 'string' && p !== builtin && p !== '' && !isAbsolute(p) ? resolve(base, p) : p);
+    const rel = (p: unknown, builtin: string) =>
+      typeof p === 'string' && p !== builtin && p !== '' && !isAbsolute(p) ? resolve(base, p) : p;
     if (raw.model !== undefined) raw.model = rel(raw.model, 'tiny');
     const task = raw.task as Record<string, unknown> | undefined;
     if (task && typeof task === 'object') {
@@ -443,11 +494,20 @@ export function loadRunConfigOrExit(argv: readonly string[], env: NodeJS.Process
 
 /** The chain-add environment config a run asks for. */
 export function chainAddConfigOf(cfg: RunConfig) {
-  return { k: { min: cfg.task.kMin, max: cfg.task.kMax }, maxOperand: cfg.task.maxOperand, prompt: cfg.task.prompt, ...(cfg.task.toolDelay ? { toolDelay: cfg.task.toolDelay } : {}) };
+  return {
+    k: { min: cfg.task.kMin, max: cfg.task.kMax },
+    maxOperand: cfg.task.maxOperand,
+    prompt: cfg.task.prompt,
+    ...(cfg.task.toolDelay ? { toolDelay: cfg.task.toolDelay } : {}),
+  };
 }
 
 /** The trainer's loss for a run's algorithm knobs (libs/rl validates the combination). */
-export function lossConfigOf(cfg: Pick<RunConfig, 'algorithm'> | { algorithm: Omit<RunConfig['algorithm'], 'eps' | 'klCoef' | 'miniBatches'> & { klCoef?: number; miniBatches?: number } }) {
+export function lossConfigOf(
+  cfg:
+    | Pick<RunConfig, 'algorithm'>
+    | { algorithm: Omit<RunConfig['algorithm'], 'eps' | 'klCoef' | 'miniBatches'> & { klCoef?: number; miniBatches?: number } },
+) {
   const a = cfg.algorithm;
   const correction = {
     ...(a.tokenTisCap !== undefined ? { tokenTis: { cap: a.tokenTisCap } } : {}),

@@ -58,7 +58,17 @@ describe('RunRecorder', () => {
     rec.trainRolloutCompleted(null, 3); // an aborted rollout: counted, no reward
     const first = rec.step(step(1), 4);
     const second = rec.step(step(2, { loss: null, skipped: 'non-finite loss' }), 5);
-    expect(first).toMatchObject({ step: 1, version: 1, reward: 0.5, loss: 0.5, sharing: 0.75, trainSeconds: 1, idleSeconds: 3, uniqueTokens: 25, totalTokens: 100 });
+    expect(first).toMatchObject({
+      step: 1,
+      version: 1,
+      reward: 0.5,
+      loss: 0.5,
+      sharing: 0.75,
+      trainSeconds: 1,
+      idleSeconds: 3,
+      uniqueTokens: 25,
+      totalTokens: 100,
+    });
     expect(second.reward).toBeNull();
     expect(second.loss).toBeNaN();
     expect(rec.completedTrain).toBe(3);
@@ -79,17 +89,37 @@ describe('RunRecorder', () => {
     const row = rec.step(
       batch([
         part({ loss: 0.2, gradNorm: 1, uniqueTokens: 10, totalTokens: 40, mismatch: { meanAbsDeltaLogp: 2e-8, klK3: 4e-14, tokens: 30 } }),
-        part({ loss: 0.4, gradNorm: 3, uniqueTokens: 30, totalTokens: 60, stats: { ...base.stats, ratioMean: 0.5, clipHighFrac: 0.5, entropyMean: 1 } as typeof base.stats, mismatch: { meanAbsDeltaLogp: 6e-8, klK3: 8e-14, tokens: 10 } }),
+        part({
+          loss: 0.4,
+          gradNorm: 3,
+          uniqueTokens: 30,
+          totalTokens: 60,
+          stats: { ...base.stats, ratioMean: 0.5, clipHighFrac: 0.5, entropyMean: 1 } as typeof base.stats,
+          mismatch: { meanAbsDeltaLogp: 6e-8, klK3: 8e-14, tokens: 10 },
+        }),
         part({ loss: NaN, gradNorm: NaN, skipped: 'non-finite loss', mismatch: { meanAbsDeltaLogp: NaN, klK3: NaN, tokens: 0 } }),
       ]),
       1,
     );
-    expect(row).toMatchObject({ loss: 0.30000000000000004, gradNorm: 2, ratioMean: 0.75, clipHighFrac: 0.25, entropy: 1.5, mismatchTokens: 40, uniqueTokens: 65, totalTokens: 200, skipped: null });
+    expect(row).toMatchObject({
+      loss: 0.30000000000000004,
+      gradNorm: 2,
+      ratioMean: 0.75,
+      clipHighFrac: 0.25,
+      entropy: 1.5,
+      mismatchTokens: 40,
+      uniqueTokens: 65,
+      totalTokens: 200,
+      skipped: null,
+    });
     expect(row.sharing).toBeCloseTo(1 - 65 / 200, 12);
     expect(row.mismatchAbs).toBeCloseTo(3e-8, 20);
     expect(row.mismatchKl).toBeCloseTo(5e-14, 26);
     expect(row.klRef).toBeNull();
-    const none = rec.step(batch([part({ loss: NaN, skipped: 'non-finite loss' }), part({ loss: NaN, skipped: 'non-finite gradient norm' })]), 2);
+    const none = rec.step(
+      batch([part({ loss: NaN, skipped: 'non-finite loss' }), part({ loss: NaN, skipped: 'non-finite gradient norm' })]),
+      2,
+    );
     expect(none.skipped).toBe('non-finite loss; non-finite gradient norm');
     expect(none.loss).toBeNaN();
   });
@@ -100,7 +130,14 @@ describe('RunRecorder', () => {
     rec.step(step(1), 2);
     rec.step(step(2, { loss: null, skipped: 'non-finite loss' }), 3);
     rec.evaluated(evaluation(2, 0.55), 4);
-    const s = rec.summary({ seed: 3, wallClockSeconds: 12.34, finalVersion: 2, rlStoppedBy: 'steps', warmStart: { cached: true }, finalEvalPinnedTo: 2 });
+    const s = rec.summary({
+      seed: 3,
+      wallClockSeconds: 12.34,
+      finalVersion: 2,
+      rlStoppedBy: 'steps',
+      warmStart: { cached: true },
+      finalEvalPinnedTo: 2,
+    });
     expect(s).toMatchObject({
       heldOutSuccess: { warmStart: 0.4, final: 0.55 },
       heldOutGainPoints: 15,

@@ -45,7 +45,10 @@ export class RunRecorder {
     };
     const withStats = over.filter((x) => x.stats);
     const mismatchTokens = e.reports.reduce((a, x) => a + x.mismatch.tokens, 0);
-    const tokenMean = (pick: (x: TrainerStepEvent['reports'][number]) => number) => (mismatchTokens > 0 ? e.reports.reduce((a, x) => a + (x.mismatch.tokens > 0 ? num(pick(x)) * x.mismatch.tokens : 0), 0) / mismatchTokens : NaN);
+    const tokenMean = (pick: (x: TrainerStepEvent['reports'][number]) => number) =>
+      mismatchTokens > 0
+        ? e.reports.reduce((a, x) => a + (x.mismatch.tokens > 0 ? num(pick(x)) * x.mismatch.tokens : 0), 0) / mismatchTokens
+        : NaN;
     const uniqueTokens = e.reports.reduce((a, x) => a + x.uniqueTokens, 0);
     const totalTokens = e.reports.reduce((a, x) => a + x.totalTokens, 0);
     const row: StepRow = {
@@ -86,17 +89,37 @@ export class RunRecorder {
   }
 
   evaluated(r: EvaluationCompletedV1, wallS: number): EvalRow {
-    const row: EvalRow = { version: r.policyVersion, step: this.steps.length, wallS, success: r.successRate, meanReward: r.meanReward, tasks: r.results.length, versionDrift: r.versionDrift };
+    const row: EvalRow = {
+      version: r.policyVersion,
+      step: this.steps.length,
+      wallS,
+      success: r.successRate,
+      meanReward: r.meanReward,
+      tasks: r.results.length,
+      versionDrift: r.versionDrift,
+    };
     this.evals.push(row);
     return row;
   }
 
   mismatchBySplit() {
-    return [...this.mismatchSplits.entries()].map(([key, m]) => ({ key, meanAbsDeltaLogp: m.abs / Math.max(1, m.tokens), klK3: m.kl / Math.max(1, m.tokens), tokens: m.tokens }));
+    return [...this.mismatchSplits.entries()].map(([key, m]) => ({
+      key,
+      meanAbsDeltaLogp: m.abs / Math.max(1, m.tokens),
+      klK3: m.kl / Math.max(1, m.tokens),
+      tokens: m.tokens,
+    }));
   }
 
   /** The embedded job's summary fields (tools/embedded/main.ts) for this run. */
-  summary(o: { seed: number; wallClockSeconds: number; finalVersion: number; rlStoppedBy: string; warmStart: Record<string, unknown>; finalEvalPinnedTo: number | null }): Record<string, unknown> {
+  summary(o: {
+    seed: number;
+    wallClockSeconds: number;
+    finalVersion: number;
+    rlStoppedBy: string;
+    warmStart: Record<string, unknown>;
+    finalEvalPinnedTo: number | null;
+  }): Record<string, unknown> {
     // A user's task set without held-out tasks has no evaluation: held-out success is null, not made up.
     const warm = this.evals[0] as EvalRow | undefined;
     const last = this.evals[this.evals.length - 1] as EvalRow | undefined;

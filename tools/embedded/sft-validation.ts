@@ -19,7 +19,13 @@ export interface PassRateOptions {
 }
 
 /** Fraction of `tasks` whose episode the verifier counts a success. */
-export async function passRate(model: Model, format: ChatFormat, env: Environment, tasks: readonly EnvTask[], o: PassRateOptions): Promise<number> {
+export async function passRate(
+  model: Model,
+  format: ChatFormat,
+  env: Environment,
+  tasks: readonly EnvTask[],
+  o: PassRateOptions,
+): Promise<number> {
   if (tasks.length === 0) throw new Error('passRate: no tasks');
   // The prefix cache reuses each episode's KV from turn to turn (a turn's prompt extends the last):
   // checks took about a third less time with it, with the same pass rates and the same stopping
@@ -33,15 +39,29 @@ export async function passRate(model: Model, format: ChatFormat, env: Environmen
         let answer: string | null = null;
         let callIndex = 0;
         for (let turn = 0; turn < env.limits(task).maxSteps; turn++) {
-          const prompt = format.tokenizer.encode(format.template.render(messages as never, { tools: task.tools as never, addGenerationPrompt: true }));
-          const g = await gen.generate(prompt, { maxTokens: o.maxTokensPerCall, temperature: o.temperature, stopIds: format.stopTokenIds, seed: o.seed * 1_000_003 + i * 64 + turn });
-          const reply = parseAssistantOutput(format.tokenizer.decode(g.outputIds, { skipSpecialTokens: true }), { format: format.toolCallFormat, tools: task.tools as never });
+          const prompt = format.tokenizer.encode(
+            format.template.render(messages as never, { tools: task.tools as never, addGenerationPrompt: true }),
+          );
+          const g = await gen.generate(prompt, {
+            maxTokens: o.maxTokensPerCall,
+            temperature: o.temperature,
+            stopIds: format.stopTokenIds,
+            seed: o.seed * 1_000_003 + i * 64 + turn,
+          });
+          const reply = parseAssistantOutput(format.tokenizer.decode(g.outputIds, { skipSpecialTokens: true }), {
+            format: format.toolCallFormat,
+            tools: task.tools as never,
+          });
           if (reply.toolCalls.length === 0) {
             messages.push({ role: 'assistant', content: reply.content });
             answer = reply.content;
             break;
           }
-          messages.push({ role: 'assistant', content: null, tool_calls: reply.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })) });
+          messages.push({
+            role: 'assistant',
+            content: null,
+            tool_calls: reply.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
+          });
           for (const c of reply.toolCalls) {
             const r = await episode.executeTool({ callIndex: callIndex++, id: c.id, name: c.name, arguments: c.arguments });
             messages.push({ role: 'tool', tool_call_id: c.id, content: r.content });

@@ -10,7 +10,10 @@ import { servedModelName } from './user-run';
 import { warmStart } from './warm-start';
 
 /** The starting weights: the (cached) warm start, or a user's model directory as given. */
-export async function startingModel(cfg: RunConfig, log: (line: string) => void): Promise<{ model: LoopModel; warmStart: Record<string, unknown> }> {
+export async function startingModel(
+  cfg: RunConfig,
+  log: (line: string) => void,
+): Promise<{ model: LoopModel; warmStart: Record<string, unknown> }> {
   const userDir = cfg.model === 'tiny' ? null : cfg.model;
   const served = servedModelName(cfg);
   if (userDir && cfg.warmStart.enabled !== true) {
@@ -28,6 +31,13 @@ export async function startingModel(cfg: RunConfig, log: (line: string) => void)
   );
   return {
     model: { checkpointDir: ws.dir, chatFormatDir: userDir, servedName: served },
-    warmStart: { cached: ws.cached, seconds: Number(ws.seconds.toFixed(1)), seed: cfg.warmStart.seed, sftSteps: ws.steps, demonstrations: ws.demonstrations, ...(userDir ? { base: userDir } : {}) },
+    warmStart: {
+      cached: ws.cached,
+      seconds: Number(ws.seconds.toFixed(1)),
+      seed: cfg.warmStart.seed,
+      sftSteps: ws.steps,
+      demonstrations: ws.demonstrations,
+      ...(userDir ? { base: userDir } : {}),
+    },
   };
 }

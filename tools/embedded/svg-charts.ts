@@ -34,7 +34,12 @@ function niceTicks(lo: number, hi: number, n = 5): number[] {
   return out;
 }
 
-const fmt = (v: number) => (Math.abs(v) >= 1000 ? `${(v / 1000).toFixed(v >= 10_000 ? 0 : 1)}k` : Math.abs(v) < 0.01 && v !== 0 ? v.toExponential(0) : String(Number(v.toPrecision(3))));
+const fmt = (v: number) =>
+  Math.abs(v) >= 1000
+    ? `${(v / 1000).toFixed(v >= 10_000 ? 0 : 1)}k`
+    : Math.abs(v) < 0.01 && v !== 0
+      ? v.toExponential(0)
+      : String(Number(v.toPrecision(3)));
 
 export function lineChart(o: ChartOptions): string {
   const w = o.width ?? 560,
@@ -58,23 +63,42 @@ export function lineChart(o: ChartOptions): string {
     parts.push(
       `<line x1="${pad.l}" x2="${w - pad.r}" y1="${Y(t).toFixed(1)}" y2="${Y(t).toFixed(1)}" class="grid"/><text x="${pad.l - 6}" y="${(Y(t) + 4).toFixed(1)}" text-anchor="end">${fmt(t)}</text>`,
     );
-  for (const t of niceTicks(xMin, xMax, 6)) parts.push(`<text x="${X(t).toFixed(1)}" y="${h - pad.b + 16}" text-anchor="middle">${fmt(t)}</text>`);
-  parts.push(`<line x1="${pad.l}" x2="${pad.l}" y1="${pad.t}" y2="${h - pad.b}" class="axis"/><line x1="${pad.l}" x2="${w - pad.r}" y1="${h - pad.b}" y2="${h - pad.b}" class="axis"/>`);
+  for (const t of niceTicks(xMin, xMax, 6))
+    parts.push(`<text x="${X(t).toFixed(1)}" y="${h - pad.b + 16}" text-anchor="middle">${fmt(t)}</text>`);
+  parts.push(
+    `<line x1="${pad.l}" x2="${pad.l}" y1="${pad.t}" y2="${h - pad.b}" class="axis"/><line x1="${pad.l}" x2="${w - pad.r}" y1="${h - pad.b}" y2="${h - pad.b}" class="axis"/>`,
+  );
   parts.push(`<text x="${(pad.l + w - pad.r) / 2}" y="${h - 6}" text-anchor="middle" class="label">${esc(o.xLabel)}</text>`);
-  parts.push(`<text transform="translate(14 ${(pad.t + h - pad.b) / 2}) rotate(-90)" text-anchor="middle" class="label">${esc(o.yLabel)}</text>`);
+  parts.push(
+    `<text transform="translate(14 ${(pad.t + h - pad.b) / 2}) rotate(-90)" text-anchor="middle" class="label">${esc(o.yLabel)}</text>`,
+  );
   // Legend entries laid out by their text length (about 6.2 px a character at 11 px): fixed slots overlapped.
   let legendX = pad.l + 8;
   o.series.forEach((s) => {
     const pts = s.points.filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y));
-    if (s.markers) for (const [x, y] of pts) parts.push(`<circle cx="${X(x).toFixed(1)}" cy="${Y(y).toFixed(1)}" r="4" fill="${s.color}"/>`);
-    else if (pts.length) parts.push(`<path d="${pts.map(([x, y], k) => `${k ? 'L' : 'M'}${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join(' ')}" fill="none" stroke="${s.color}" stroke-width="2"/>`);
-    parts.push(`<rect x="${legendX}" y="8" width="10" height="10" fill="${s.color}"/><text x="${legendX + 14}" y="17">${esc(s.name)}</text>`);
+    if (s.markers)
+      for (const [x, y] of pts) parts.push(`<circle cx="${X(x).toFixed(1)}" cy="${Y(y).toFixed(1)}" r="4" fill="${s.color}"/>`);
+    else if (pts.length)
+      parts.push(
+        `<path d="${pts.map(([x, y], k) => `${k ? 'L' : 'M'}${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join(' ')}" fill="none" stroke="${s.color}" stroke-width="2"/>`,
+      );
+    parts.push(
+      `<rect x="${legendX}" y="8" width="10" height="10" fill="${s.color}"/><text x="${legendX + 14}" y="17">${esc(s.name)}</text>`,
+    );
     legendX += 14 + Math.ceil(s.name.length * 6.2) + 16;
   });
   return `<figure><figcaption>${esc(o.title)}</figcaption><svg viewBox="0 0 ${w} ${h}" width="${w}" height="${h}" role="img" aria-label="${esc(o.title)}">${parts.join('')}</svg></figure>`;
 }
 
-export function barChart(o: { title: string; xLabel: string; yLabel: string; bars: Array<{ label: string; value: number }>; color?: string; width?: number; height?: number }): string {
+export function barChart(o: {
+  title: string;
+  xLabel: string;
+  yLabel: string;
+  bars: Array<{ label: string; value: number }>;
+  color?: string;
+  width?: number;
+  height?: number;
+}): string {
   const w = o.width ?? 560,
     h = o.height ?? 240;
   const pad = { l: 56, r: 16, t: 24, b: 48 };
@@ -89,12 +113,16 @@ export function barChart(o: { title: string; xLabel: string; yLabel: string; bar
     );
   o.bars.forEach((b, i) => {
     const x = pad.l + i * bw;
-    parts.push(`<rect x="${(x + bw * 0.1).toFixed(1)}" y="${Y(b.value).toFixed(1)}" width="${(bw * 0.8).toFixed(1)}" height="${(h - pad.b - Y(b.value)).toFixed(1)}" fill="${o.color ?? '#3b6fb6'}"/>`);
+    parts.push(
+      `<rect x="${(x + bw * 0.1).toFixed(1)}" y="${Y(b.value).toFixed(1)}" width="${(bw * 0.8).toFixed(1)}" height="${(h - pad.b - Y(b.value)).toFixed(1)}" fill="${o.color ?? '#3b6fb6'}"/>`,
+    );
     parts.push(`<text x="${(x + bw / 2).toFixed(1)}" y="${h - pad.b + 14}" text-anchor="middle">${esc(b.label)}</text>`);
   });
   parts.push(`<line x1="${pad.l}" x2="${w - pad.r}" y1="${h - pad.b}" y2="${h - pad.b}" class="axis"/>`);
   parts.push(`<text x="${(pad.l + w - pad.r) / 2}" y="${h - 8}" text-anchor="middle" class="label">${esc(o.xLabel)}</text>`);
-  parts.push(`<text transform="translate(14 ${(pad.t + h - pad.b) / 2}) rotate(-90)" text-anchor="middle" class="label">${esc(o.yLabel)}</text>`);
+  parts.push(
+    `<text transform="translate(14 ${(pad.t + h - pad.b) / 2}) rotate(-90)" text-anchor="middle" class="label">${esc(o.yLabel)}</text>`,
+  );
   return `<figure><figcaption>${esc(o.title)}</figcaption><svg viewBox="0 0 ${w} ${h}" width="${w}" height="${h}" role="img" aria-label="${esc(o.title)}">${parts.join('')}</svg></figure>`;
 }
 

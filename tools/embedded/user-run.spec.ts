@@ -15,7 +15,9 @@ afterAll(() => rmSync(work, { recursive: true, force: true }));
 function modelDir(name: string, vocabSize: number, opts: { tokenizer?: boolean; weights?: boolean; modelType?: string } = {}): string {
   const dir = join(work, name);
   mkdirSync(dir, { recursive: true });
-  const cfg = toHfConfig(normalizeConfig({ modelType: 'qwen2', vocabSize, hiddenSize: 8, intermediateSize: 16, numHiddenLayers: 1, numAttentionHeads: 2 }));
+  const cfg = toHfConfig(
+    normalizeConfig({ modelType: 'qwen2', vocabSize, hiddenSize: 8, intermediateSize: 16, numHiddenLayers: 1, numAttentionHeads: 2 }),
+  );
   writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...cfg, ...(opts.modelType ? { model_type: opts.modelType } : {}) }));
   if (opts.weights !== false) writeFileSync(join(dir, 'model.safetensors'), '');
   if (opts.tokenizer !== false) for (const f of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(QWEN3_DIR, f), join(dir, f));
@@ -39,12 +41,21 @@ describe('a user run: the files a run configuration names', () => {
   it('names everything wrong with a model directory', () => {
     expect(checkModelDir(join(work, 'missing'))).toEqual([expect.stringMatching(/is not a directory/)]);
     const bad = checkModelDir(modelDir('bad', 1000, { tokenizer: false, weights: false, modelType: 'gpt2' }));
-    expect(bad).toEqual([expect.stringMatching(/model_type must be "llama" or "qwen2"/), expect.stringMatching(/neither model\.safetensors/), expect.stringMatching(/no tokenizer\.json/)]);
-    expect(checkModelDir(modelDir('small', 1000))).toEqual([expect.stringMatching(/vocab_size 1000 does not fit the tokenizer's 151669 ids/)]);
+    expect(bad).toEqual([
+      expect.stringMatching(/model_type must be "llama" or "qwen2"/),
+      expect.stringMatching(/neither model\.safetensors/),
+      expect.stringMatching(/no tokenizer\.json/),
+    ]);
+    expect(checkModelDir(modelDir('small', 1000))).toEqual([
+      expect.stringMatching(/vocab_size 1000 does not fit the tokenizer's 151669 ids/),
+    ]);
   });
 
   it('checks a task JSONL: its lines, a train task, a verifier for every task', () => {
-    const good = file('good.jsonl', ['{"id":"a","prompt":"1+1?","data":{"answer":2}}', '{"id":"b","prompt":"2+2?","data":{"answer":4},"split":"eval"}'].join('\n'));
+    const good = file(
+      'good.jsonl',
+      ['{"id":"a","prompt":"1+1?","data":{"answer":2}}', '{"id":"b","prompt":"2+2?","data":{"answer":4},"split":"eval"}'].join('\n'),
+    );
     expect(checkTaskFile(good, { verifier: { kind: 'function', name: 'final-answer', timeoutMs: 10_000 } })).toEqual([]);
     expect(checkTaskFile(good, {})).toEqual([expect.stringMatching(/2 task\(s\) have no verifier \(a, b\)/)]);
     const noAnswer = file('no-answer.jsonl', '{"id":"a","prompt":"1+1?"}');
@@ -54,7 +65,10 @@ describe('a user run: the files a run configuration names', () => {
     const evalOnly = file('eval-only.jsonl', '{"id":"a","prompt":"x","split":"eval"}');
     expect(checkTaskFile(evalOnly, { env: 'chain-add' })).toEqual([expect.stringMatching(/has no train task/)]);
     const broken = file('broken.jsonl', ['{"id":"a","prompt":"x"}', '{not json', '{"prompt":"no id"}'].join('\n'));
-    expect(checkTaskFile(broken, { env: 'chain-add' })).toEqual([expect.stringMatching(/line 2: invalid JSON/), expect.stringMatching(/line 3: id/)]);
+    expect(checkTaskFile(broken, { env: 'chain-add' })).toEqual([
+      expect.stringMatching(/line 2: invalid JSON/),
+      expect.stringMatching(/line 3: id/),
+    ]);
     expect(checkTaskFile(join(work, 'none.jsonl'), {})).toEqual([expect.stringMatching(/no such file/)]);
   });
 
@@ -62,7 +76,12 @@ describe('a user run: the files a run configuration names', () => {
     const tasks = file('bad.jsonl', '{"id":"a","prompt":"x"}\n{oops');
     const { cfg, problems } = runConfigProblems({
       model: modelDir('wrong', 1000, { tokenizer: false }),
-      task: { set: tasks, bogus: 1, agent: { kind: 'black-box', name: 'x', command: ['/nonexistent/agent'], env: { API_TOKEN: 'x' } }, env: 'nowhere' },
+      task: {
+        set: tasks,
+        bogus: 1,
+        agent: { kind: 'black-box', name: 'x', command: ['/nonexistent/agent'], env: { API_TOKEN: 'x' } },
+        env: 'nowhere',
+      },
       algorithm: { loss: 'dpo' },
     });
     expect(cfg).toBeNull();
@@ -82,19 +101,30 @@ describe('a user run: the files a run configuration names', () => {
   it('checks relations the files do not show: a warm start needs chain-add, task.env is for a JSONL, toolDelay is chain-add', () => {
     const msg = (raw: Record<string, unknown>) => runConfigProblems(raw).problems.join('\n');
     const jsonl = file('plain.jsonl', '{"id":"a","prompt":"x","data":{"answer":1}}');
-    expect(msg({ task: { set: jsonl, verifier: { kind: 'function', name: 'final-answer' } }, warmStart: { enabled: true } })).toMatch(/warmStart\.enabled: needs task\.set 'chain-add'/);
+    expect(msg({ task: { set: jsonl, verifier: { kind: 'function', name: 'final-answer' } }, warmStart: { enabled: true } })).toMatch(
+      /warmStart\.enabled: needs task\.set 'chain-add'/,
+    );
     expect(msg({ task: { env: 'chain-add' } })).toMatch(/task\.env: is for a task JSONL/);
-    expect(msg({ task: { set: jsonl, toolDelay: { kind: 'fixed', ms: 5 }, verifier: { kind: 'function', name: 'final-answer' } } })).toMatch(/task\.toolDelay/);
+    expect(
+      msg({ task: { set: jsonl, toolDelay: { kind: 'fixed', ms: 5 }, verifier: { kind: 'function', name: 'final-answer' } } }),
+    ).toMatch(/task\.toolDelay/);
     expect(msg({ task: { toolDelay: { kind: 'pareto', scaleMs: 0, alpha: 1.5, capMs: 10 } } })).toMatch(/task\.toolDelay\.scaleMs/);
-    expect(msg({ task: { set: jsonl, verifier: { kind: 'function', name: 'nope' } } })).toMatch(/"nope" is not a built-in verifier function/);
-    expect(msg({ task: { agent: { kind: 'black-box', name: 'x', command: ['sh'], shell: true } } })).toMatch(/task\.agent: Unrecognized key: "shell"/);
+    expect(msg({ task: { set: jsonl, verifier: { kind: 'function', name: 'nope' } } })).toMatch(
+      /"nope" is not a built-in verifier function/,
+    );
+    expect(msg({ task: { agent: { kind: 'black-box', name: 'x', command: ['sh'], shell: true } } })).toMatch(
+      /task\.agent: Unrecognized key: "shell"/,
+    );
   });
 
   it('resolves a model directory, a task JSONL and an agent cwd relative to the config file', () => {
     const dir = join(work, 'cfgdir');
     mkdirSync(dir, { recursive: true });
     const cfgFile = join(dir, 'run.json');
-    writeFileSync(cfgFile, JSON.stringify({ model: 'm', task: { set: 't.jsonl', agent: { kind: 'black-box', name: 'a', command: ['x'], cwd: 'agents' } } }));
+    writeFileSync(
+      cfgFile,
+      JSON.stringify({ model: 'm', task: { set: 't.jsonl', agent: { kind: 'black-box', name: 'a', command: ['x'], cwd: 'agents' } } }),
+    );
     const raw = runConfigInput(['--config', cfgFile], {}) as { model: string; task: { set: string; agent: { cwd: string } } };
     expect([raw.model, raw.task.set, raw.task.agent.cwd]).toEqual([join(dir, 'm'), join(dir, 't.jsonl'), join(dir, 'agents')]);
     writeFileSync(cfgFile, JSON.stringify({ model: 'tiny', task: { set: 'chain-add' } }));
@@ -114,8 +144,19 @@ describe('a user run: the files a run configuration names', () => {
     const delayed = taskSetOf(parseRunConfig({ task: { toolDelay: { kind: 'pareto', scaleMs: 100, alpha: 1.5, capMs: 1000 } } }));
     expect(delayed.spec.envConfig).toMatchObject({ toolDelay: { kind: 'pareto', scaleMs: 100, alpha: 1.5, capMs: 1000 } });
     const agent = { kind: 'black-box' as const, name: 'py', command: ['python3', 'agent.py'] };
-    const jsonl = taskSetOf(parseRunConfig({ task: { set: '/data/my-tasks.jsonl', agent, verifier: { kind: 'function', name: 'final-answer' }, limits: { maxSteps: 4 } } }));
-    expect(jsonl.spec).toMatchObject({ id: 'jsonl-my-tasks', name: '/data/my-tasks.jsonl', env: null, agent, verifier: { name: 'final-answer' }, limits: { maxSteps: 4 } });
+    const jsonl = taskSetOf(
+      parseRunConfig({
+        task: { set: '/data/my-tasks.jsonl', agent, verifier: { kind: 'function', name: 'final-answer' }, limits: { maxSteps: 4 } },
+      }),
+    );
+    expect(jsonl.spec).toMatchObject({
+      id: 'jsonl-my-tasks',
+      name: '/data/my-tasks.jsonl',
+      env: null,
+      agent,
+      verifier: { name: 'final-answer' },
+      limits: { maxSteps: 4 },
+    });
     expect(servedModelName(parseRunConfig({}))).toBe('anvil-tiny');
     expect(servedModelName(parseRunConfig({ model: '/models/Qwen2.5-0.5B-Instruct' }))).toBe('Qwen2.5-0.5B-Instruct');
     expect(servedModelName(parseRunConfig({ model: '/models/x', servedModelName: 'policy' }))).toBe('policy');

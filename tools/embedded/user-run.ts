@@ -13,7 +13,13 @@ import { vocabularyMismatch } from '../../apps/gateway/src/models/inference-prox
 import { AgentSpecError, checkAgentEnv } from '../../apps/rollout-manager/src/agents/black-box';
 import { BUILTIN_ENVIRONMENTS } from '../../apps/rollout-manager/src/environments/registry';
 import { parseTaskJsonl, TaskFileError, type StoredTask } from '../../apps/rollout-manager/src/tasks/jsonl';
-import { agentSpecSchema, verifierSpecSchema, type AgentSpec, type TaskSetSpecInput, type VerifierSpec } from '../../apps/rollout-manager/src/tasks/task-set';
+import {
+  agentSpecSchema,
+  verifierSpecSchema,
+  type AgentSpec,
+  type TaskSetSpecInput,
+  type VerifierSpec,
+} from '../../apps/rollout-manager/src/tasks/task-set';
 import { BUILTIN_VERIFIERS } from '../../apps/rollout-manager/src/verifiers/verifiers';
 import type { RlTaskSet } from './rl-phase';
 import { chainAddConfigOf, parseRunConfig, RunConfigError, runConfigInput, type RunConfig } from './run-config';
@@ -25,7 +31,8 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
 
 /** Problems with a Hugging Face model directory the embedded job would serve and train (none: it can). */
 export function checkModelDir(dir: string): string[] {
-  if (!existsSync(dir) || !statSync(dir).isDirectory()) return [`model: ${dir} is not a directory (give 'tiny' or a Hugging Face model directory)`];
+  if (!existsSync(dir) || !statSync(dir).isDirectory())
+    return [`model: ${dir} is not a directory (give 'tiny' or a Hugging Face model directory)`];
   const problems: string[] = [];
   let vocab: number | null = null;
   try {
@@ -34,7 +41,8 @@ export function checkModelDir(dir: string): string[] {
   } catch (e) {
     problems.push(`model: ${existsSync(join(dir, 'config.json')) ? (e as Error).message : `${dir}: no config.json`}`);
   }
-  if (!existsSync(join(dir, 'model.safetensors')) && !existsSync(join(dir, 'model.safetensors.index.json'))) problems.push(`model: ${dir}: neither model.safetensors nor model.safetensors.index.json`);
+  if (!existsSync(join(dir, 'model.safetensors')) && !existsSync(join(dir, 'model.safetensors.index.json')))
+    problems.push(`model: ${dir}: neither model.safetensors nor model.safetensors.index.json`);
   try {
     const format = loadChatFormat(dir);
     const why = vocabularyMismatch(format.tokenizer.vocabSize, vocab);
@@ -55,7 +63,10 @@ function commandProblem(what: string, argv0: string, cwd: string): string | null
       return false;
     }
   };
-  if (argv0.includes('/')) return executable(isAbsolute(argv0) ? argv0 : resolve(cwd, argv0)) ? null : `${what}: ${argv0} is not an executable file (relative to ${cwd})`;
+  if (argv0.includes('/'))
+    return executable(isAbsolute(argv0) ? argv0 : resolve(cwd, argv0))
+      ? null
+      : `${what}: ${argv0} is not an executable file (relative to ${cwd})`;
   const found = (process.env.PATH ?? '').split(delimiter).some((d) => d !== '' && executable(join(d, argv0)));
   return found ? null : `${what}: ${argv0} is not on PATH`;
 }
@@ -79,7 +90,9 @@ export function checkTaskFile(path: string, f: TaskFields): string[] {
   try {
     text = readFileSync(path, 'utf8');
   } catch (e) {
-    return [`task.set: ${path}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? "no such file (give 'chain-add' or a task JSONL)" : (e as Error).message}`];
+    return [
+      `task.set: ${path}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? "no such file (give 'chain-add' or a task JSONL)" : (e as Error).message}`,
+    ];
   }
   let tasks: StoredTask[];
   try {
@@ -87,7 +100,9 @@ export function checkTaskFile(path: string, f: TaskFields): string[] {
   } catch (e) {
     if (!(e instanceof TaskFileError)) throw e;
     const shown = e.problems.slice(0, MAX_LINE_PROBLEMS).map((p) => `task.set: ${path} line ${p.line}: ${p.reason}`);
-    return e.problems.length > MAX_LINE_PROBLEMS ? [...shown, `task.set: ${path}: ${e.problems.length - MAX_LINE_PROBLEMS} more bad line(s)`] : shown;
+    return e.problems.length > MAX_LINE_PROBLEMS
+      ? [...shown, `task.set: ${path}: ${e.problems.length - MAX_LINE_PROBLEMS} more bad line(s)`]
+      : shown;
   }
   const problems: string[] = [];
   if (!tasks.some((t) => t.split === 'train')) problems.push(`task.set: ${path} has no train task (every line says split eval)`);
@@ -99,7 +114,9 @@ export function checkTaskFile(path: string, f: TaskFields): string[] {
   for (const t of tasks) {
     const v = verifierOf(t, f);
     if (v?.kind === 'function' && !(v.name in BUILTIN_VERIFIERS)) {
-      problems.push(`task.set: task ${t.id}: verifier.name ${JSON.stringify(v.name)} is not a built-in verifier function (${Object.keys(BUILTIN_VERIFIERS).join(', ')})`);
+      problems.push(
+        `task.set: task ${t.id}: verifier.name ${JSON.stringify(v.name)} is not a built-in verifier function (${Object.keys(BUILTIN_VERIFIERS).join(', ')})`,
+      );
       break;
     }
     if (v?.kind === 'function' && v.name === 'final-answer' && t.data.answer === undefined) {
@@ -163,10 +180,13 @@ export function runConfigProblems(raw: Record<string, unknown>): { cfg: RunConfi
     if (p) problems.push(p);
   }
   if (f.verifier?.kind === 'function' && !(f.verifier.name in BUILTIN_VERIFIERS))
-    problems.push(`task.verifier.name: ${JSON.stringify(f.verifier.name)} is not a built-in verifier function (${Object.keys(BUILTIN_VERIFIERS).join(', ')})`);
+    problems.push(
+      `task.verifier.name: ${JSON.stringify(f.verifier.name)} is not a built-in verifier function (${Object.keys(BUILTIN_VERIFIERS).join(', ')})`,
+    );
   if (f.env !== undefined) {
     const factory = BUILTIN_ENVIRONMENTS[f.env];
-    if (!factory) problems.push(`task.env: unknown environment ${JSON.stringify(f.env)} (known: ${Object.keys(BUILTIN_ENVIRONMENTS).join(', ')})`);
+    if (!factory)
+      problems.push(`task.env: unknown environment ${JSON.stringify(f.env)} (known: ${Object.keys(BUILTIN_ENVIRONMENTS).join(', ')})`);
     else {
       try {
         factory(f.envConfig ?? {});
@@ -215,7 +235,9 @@ export function taskSetOf(cfg: RunConfig): RlTaskSet {
     // the same tasks (same generator seed) in a twin set without them, so an evaluation takes the
     // policy's time, not the tail of the slowest tool call, and scores the same.
     const { toolDelay: _delay, ...evalEnvConfig } = spec.envConfig as typeof spec.envConfig & { toolDelay?: unknown };
-    const evalSpec = t.toolDelay ? { ...spec, id: 'chain-add-eval', name: 'chain-add (built in, held-out, no tool delay)', envConfig: evalEnvConfig } : null;
+    const evalSpec = t.toolDelay
+      ? { ...spec, id: 'chain-add-eval', name: 'chain-add (built in, held-out, no tool delay)', envConfig: evalEnvConfig }
+      : null;
     return {
       spec,
       ...(evalSpec ? { evalTaskSetId: evalSpec.id } : {}),

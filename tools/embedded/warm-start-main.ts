@@ -10,7 +10,9 @@ async function main(): Promise<void> {
   const cfg = loadRunConfigOrExit(process.argv.slice(2), process.env);
   const task = chainAddConfigOf(cfg);
   const ws = await warmStart({ ...cfg.warmStart, task, dataDir: cfg.dataDir }, (l) => console.log(l));
-  console.log(`${ws.cached ? 'cached' : 'built'}: ${ws.dir} (${ws.steps} SFT steps x ${cfg.warmStart.tasksPerStep} demonstrations, ${ws.seconds.toFixed(0)} s to build)`);
+  console.log(
+    `${ws.cached ? 'cached' : 'built'}: ${ws.dir} (${ws.steps} SFT steps x ${cfg.warmStart.tasksPerStep} demonstrations, ${ws.seconds.toFixed(0)} s to build)`,
+  );
 }
 
 main().catch((err) => {

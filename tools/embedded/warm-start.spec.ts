@@ -53,7 +53,8 @@ describe('warm start', () => {
     const again = await warmStart(options());
     expect(again).toMatchObject({ cached: true, dir: built.dir, steps: 4 });
     // every knob that changes the weights changes the cache key
-    for (const over of [{ targetPassRate: 0.4 }, { checkEvery: 1 }, { validationTasks: 5 }, { seed: 4 }, { lr: 2e-3 }]) expect(warmStartKey(options(over))).not.toBe(warmStartKey(options()));
+    for (const over of [{ targetPassRate: 0.4 }, { checkEvery: 1 }, { validationTasks: 5 }, { seed: 4 }, { lr: 2e-3 }])
+      expect(warmStartKey(options(over))).not.toBe(warmStartKey(options()));
   });
 
   it('stops at the first check that reaches the target, and trains every step with the target 0', async () => {
@@ -114,6 +115,8 @@ describe('warm start', () => {
     const random = Model.tiny({ seed: 1, config: { vocabSize: 272 } });
     expect(await passRate(random, format, env, tasks, { temperature: 1, maxTokensPerCall: 16, seed: 1 })).toBe(0);
     random.dispose();
-    await expect(passRate(Model.tiny({ seed: 1, config: { vocabSize: 272 } }), format, env, [], { temperature: 1, maxTokensPerCall: 16, seed: 1 })).rejects.toThrow(/no tasks/);
+    await expect(
+      passRate(Model.tiny({ seed: 1, config: { vocabSize: 272 } }), format, env, [], { temperature: 1, maxTokensPerCall: 16, seed: 1 }),
+    ).rejects.toThrow(/no tasks/);
   });
 });

@@ -97,7 +97,8 @@ export interface WarmStart {
 export function sftSamples(format: ChatFormat, task: EnvTask, messages: ChatMessage[]): PackSample[] {
   const out: PackSample[] = [];
   const eot = format.stopTokenIds;
-  const render = (msgs: ChatMessage[], gen: boolean) => format.tokenizer.encode(format.template.render(msgs as never, { tools: task.tools as never, addGenerationPrompt: gen }));
+  const render = (msgs: ChatMessage[], gen: boolean) =>
+    format.tokenizer.encode(format.template.render(msgs as never, { tools: task.tools as never, addGenerationPrompt: gen }));
   for (let i = 0; i < messages.length; i++) {
     if (messages[i].role !== 'assistant') continue;
     const prompt = render(messages.slice(0, i), true);
@@ -111,7 +112,14 @@ export function sftSamples(format: ChatFormat, task: EnvTask, messages: ChatMess
 }
 
 /** Files of a model directory that make it a servable Hugging Face model besides its weights. */
-const MODEL_DIR_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json', 'chat_template.jinja', 'chat_template.json'];
+const MODEL_DIR_FILES = [
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+  'generation_config.json',
+  'chat_template.jinja',
+  'chat_template.json',
+];
 
 /** What identifies a base model directory without reading its weights: its path, config, tokenizer files, and each weight file's size and mtime. */
 function baseIdentity(dir: string) {
@@ -218,11 +226,20 @@ async function build(o: WarmStartOptions, dir: string, started: number, log: (li
     finalLoss = nll / outputTokens;
     const at = () => `${((performance.now() - started) / 1000).toFixed(0)} s`;
     if (step === 1 || step % 100 === 0) log(`warm start: SFT step ${step}/${o.steps}  loss ${finalLoss.toFixed(3)}  ${at()}`);
-    if (o.targetPassRate > 0 && validation.length > 0 && step >= o.checkFrom && (lastCheck === 0 ? step % every === 0 : step - lastCheck >= every)) {
+    if (
+      o.targetPassRate > 0 &&
+      validation.length > 0 &&
+      step >= o.checkFrom &&
+      (lastCheck === 0 ? step % every === 0 : step - lastCheck >= every)
+    ) {
       lastCheck = step;
-      const rate = await (o.measure ?? ((m, tasks, at) => passRate(m, format, env, tasks, { temperature: 1, maxTokensPerCall: 64, seed: at })))(model, validation, step);
+      const rate = await (
+        o.measure ?? ((m, tasks, at) => passRate(m, format, env, tasks, { temperature: 1, maxTokensPerCall: 64, seed: at }))
+      )(model, validation, step);
       curve.push({ step, passRate: rate });
-      log(`warm start: step ${step}: ${(rate * 100).toFixed(0)}% of ${validation.length} validation tasks pass (target ${(o.targetPassRate * 100).toFixed(0)}%)  ${at()}`);
+      log(
+        `warm start: step ${step}: ${(rate * 100).toFixed(0)}% of ${validation.length} validation tasks pass (target ${(o.targetPassRate * 100).toFixed(0)}%)  ${at()}`,
+      );
       if (rate >= o.targetPassRate) {
         stoppedBy = 'target';
         break;
@@ -235,8 +252,20 @@ async function build(o: WarmStartOptions, dir: string, started: number, log: (li
   await model.save(tmp);
   model.dispose();
   if (o.base) for (const f of MODEL_DIR_FILES) if (existsSync(join(o.base, f))) await fsp.copyFile(join(o.base, f), join(tmp, f));
-  const meta: WarmStart = { dir, cached: false, seconds: (performance.now() - started) / 1000, steps: step, demonstrations: step * o.tasksPerStep, finalLoss, validation: curve, stoppedBy };
-  await fsp.writeFile(join(tmp, 'warm-start.json'), JSON.stringify({ ...meta, recipe: RECIPE, options: { ...o, dataDir: undefined } }, null, 2) + '\n');
+  const meta: WarmStart = {
+    dir,
+    cached: false,
+    seconds: (performance.now() - started) / 1000,
+    steps: step,
+    demonstrations: step * o.tasksPerStep,
+    finalLoss,
+    validation: curve,
+    stoppedBy,
+  };
+  await fsp.writeFile(
+    join(tmp, 'warm-start.json'),
+    JSON.stringify({ ...meta, recipe: RECIPE, options: { ...o, dataDir: undefined } }, null, 2) + '\n',
+  );
   await fsp.mkdir(join(o.dataDir, 'warm-start'), { recursive: true });
   await fsp.rm(dir, { recursive: true, force: true });
   await fsp.rename(tmp, dir);

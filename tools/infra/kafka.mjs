@@ -31,7 +31,26 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { closeSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { aptInstall, cacheDir, canConnect, cmdlineOf, infraDir, isAlive, isMain, log, parseArgs, parsePort, readPid, run, safeUnlink, sleep, tailFile, terminate, which, withLock } from './util.mjs';
+import {
+  aptInstall,
+  cacheDir,
+  canConnect,
+  cmdlineOf,
+  infraDir,
+  isAlive,
+  isMain,
+  log,
+  parseArgs,
+  parsePort,
+  readPid,
+  run,
+  safeUnlink,
+  sleep,
+  tailFile,
+  terminate,
+  which,
+  withLock,
+} from './util.mjs';
 
 const TAG = 'kafka';
 /** Newest Kafka 4.x on Maven Central at the time of writing; kafkajs 2.2.4 verified against it. */
@@ -90,11 +109,24 @@ export async function installKafka({ version = KAFKA_VERSION } = {}) {
       rmSync(tmp, { recursive: true, force: true });
       log(TAG, `fetching Kafka ${version} from Maven Central (mvn dependency:copy-dependencies)`);
       const t0 = Date.now();
-      const r = run('mvn', ['-B', '-q', '-f', pomFile, `-Dkafka.version=${version}`, 'dependency:copy-dependencies', `-DoutputDirectory=${tmp}`, '-DincludeScope=runtime'], {
-        allowFail: true,
-        cwd: infraDir,
-        timeoutMs: 15 * 60_000,
-      });
+      const r = run(
+        'mvn',
+        [
+          '-B',
+          '-q',
+          '-f',
+          pomFile,
+          `-Dkafka.version=${version}`,
+          'dependency:copy-dependencies',
+          `-DoutputDirectory=${tmp}`,
+          '-DincludeScope=runtime',
+        ],
+        {
+          allowFail: true,
+          cwd: infraDir,
+          timeoutMs: 15 * 60_000,
+        },
+      );
       if (r.status !== 0) {
         rmSync(tmp, { recursive: true, force: true });
         throw new Error(`mvn failed to fetch Kafka ${version}:\n${(r.stdout + r.stderr).slice(-4000)}`);
@@ -195,12 +227,15 @@ export async function startKafka({ fresh = false, port, timeoutMs } = {}) {
       if (existing !== null) {
         if (fresh) log(TAG, `already running (pid ${existing}); --fresh ignored (stop it first to wipe it)`);
         else log(TAG, `already running (pid ${existing})`);
-        if (!(await canConnect(kp))) throw new Error(`broker pid ${existing} is alive but 127.0.0.1:${kp} refuses connections; see ${p.logFile}`);
+        if (!(await canConnect(kp)))
+          throw new Error(`broker pid ${existing} is alive but 127.0.0.1:${kp} refuses connections; see ${p.logFile}`);
         return { brokers: `127.0.0.1:${kp}`, port: kp, pid: existing, alreadyRunning: true, logFile: p.logFile };
       }
       for (const port_ of [kp, controllerPort]) {
         if (await canConnect(port_)) {
-          throw new Error(`127.0.0.1:${port_} is already in use by a process not started by ${p.stateDir} (set KAFKA_PORT / KAFKA_CONTROLLER_PORT)`);
+          throw new Error(
+            `127.0.0.1:${port_} is already in use by a process not started by ${p.stateDir} (set KAFKA_PORT / KAFKA_CONTROLLER_PORT)`,
+          );
         }
       }
       safeUnlink(p.pidFile);
@@ -215,7 +250,20 @@ export async function startKafka({ fresh = false, port, timeoutMs } = {}) {
       if (!existsSync(join(p.dataDir, 'meta.properties'))) {
         const clusterId = newClusterId();
         log(TAG, `formatting ${p.dataDir} (cluster ${clusterId}, standalone KRaft controller)`);
-        run('java', [...javaArgs(libs, p.logsDir, 'storage.log', '-Xmx256m'), STORAGE_TOOL, 'format', '--standalone', '-t', clusterId, '-c', p.propsFile], { cwd: p.stateDir, timeoutMs: 120_000 });
+        run(
+          'java',
+          [
+            ...javaArgs(libs, p.logsDir, 'storage.log', '-Xmx256m'),
+            STORAGE_TOOL,
+            'format',
+            '--standalone',
+            '-t',
+            clusterId,
+            '-c',
+            p.propsFile,
+          ],
+          { cwd: p.stateDir, timeoutMs: 120_000 },
+        );
       }
 
       const out = openSync(p.stdoutFile, 'w');

@@ -30,7 +30,21 @@ import { createHash } from 'node:crypto';
 import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { aptInstall, cacheDir, canConnect, isAlive, isMain, isRoot, log, parseArgs, parsePort, run, sleep, tailFile, withLock } from './util.mjs';
+import {
+  aptInstall,
+  cacheDir,
+  canConnect,
+  isAlive,
+  isMain,
+  isRoot,
+  log,
+  parseArgs,
+  parsePort,
+  run,
+  sleep,
+  tailFile,
+  withLock,
+} from './util.mjs';
 
 const TAG = 'postgres';
 const SUPERUSER = 'anvil';
@@ -70,7 +84,8 @@ export async function installPostgres() {
       if (isRoot()) {
         const dropIn = '/etc/postgresql-common/createcluster.d/anvil-no-main-cluster.conf';
         mkdirSync('/etc/postgresql-common/createcluster.d', { recursive: true });
-        if (!existsSync(dropIn)) writeFileSync(dropIn, '# written by anvil tools/infra/postgres.mjs: it runs its own cluster\ncreate_main_cluster = false\n');
+        if (!existsSync(dropIn))
+          writeFileSync(dropIn, '# written by anvil tools/infra/postgres.mjs: it runs its own cluster\ncreate_main_cluster = false\n');
       }
       aptInstall(['postgresql', 'postgresql-client'], TAG);
       const installed = findBinDir();
@@ -148,10 +163,14 @@ export function postgresStatus({ port } = {}) {
 }
 
 function psql(binDir, port, database, sql) {
-  return run(join(binDir, 'psql'), ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-tA', '-h', '127.0.0.1', '-p', String(port), '-U', SUPERUSER, '-d', database, '-c', sql], {
-    env: { ...process.env, PGCONNECT_TIMEOUT: '10', PGPASSWORD: '', PGSSLMODE: 'disable' },
-    timeoutMs: 60_000,
-  }).stdout.trim();
+  return run(
+    join(binDir, 'psql'),
+    ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-tA', '-h', '127.0.0.1', '-p', String(port), '-U', SUPERUSER, '-d', database, '-c', sql],
+    {
+      env: { ...process.env, PGCONNECT_TIMEOUT: '10', PGPASSWORD: '', PGSSLMODE: 'disable' },
+      timeoutMs: 60_000,
+    },
+  ).stdout.trim();
 }
 
 function ensureDatabase(binDir, port, name) {
@@ -220,9 +239,13 @@ export async function startPostgres({ fresh = false, port } = {}) {
       if (!existsSync(join(p.dataDir, 'PG_VERSION'))) {
         rmSync(p.dataDir, { recursive: true, force: true });
         log(TAG, `initdb ${p.dataDir}`);
-        pgRun(join(binDir, 'initdb'), ['-D', p.dataDir, '--auth=trust', '-U', SUPERUSER, '--encoding=UTF8', '--no-locale', '--no-instructions'], {
-          timeoutMs: 180_000,
-        });
+        pgRun(
+          join(binDir, 'initdb'),
+          ['-D', p.dataDir, '--auth=trust', '-U', SUPERUSER, '--encoding=UTF8', '--no-locale', '--no-instructions'],
+          {
+            timeoutMs: 180_000,
+          },
+        );
         const conf = join(p.dataDir, 'postgresql.conf');
         writeFileSync(conf, readFileSync(conf, 'utf8') + configBlock(pp, p.socketDir));
         if (ids) chownSync(conf, ids.uid, ids.gid);
@@ -233,7 +256,9 @@ export async function startPostgres({ fresh = false, port } = {}) {
         timeoutMs: 180_000,
       });
       if (r.status !== 0) {
-        throw new Error(`pg_ctl start failed (${r.status}):\n${(r.stdout + r.stderr).trim()}\n--- ${p.logFile} ---\n${tailFile(p.logFile, 4000)}`);
+        throw new Error(
+          `pg_ctl start failed (${r.status}):\n${(r.stdout + r.stderr).trim()}\n--- ${p.logFile} ---\n${tailFile(p.logFile, 4000)}`,
+        );
       }
       // pg_ctl -w waits for "ready to accept connections"; double-check the TCP listener.
       for (let i = 0; i < 50 && !(await canConnect(pp)); i++) await sleep(100);

@@ -9,7 +9,8 @@ import { down } from './down';
 import { status } from './status';
 import { up } from './up';
 
-const USAGE = 'usage: npm run stack -- up [--config run.json] [--keep-services] [--no-build] [--brokers LIST --database URL] | status | down [--keep-infra]';
+const USAGE =
+  'usage: npm run stack -- up [--config run.json] [--keep-services] [--no-build] [--brokers LIST --database URL] | status | down [--keep-infra]';
 
 async function main(argv: string[]): Promise<number> {
   const [cmd, ...rest] = argv;

@@ -14,7 +14,8 @@ function newestSource(dir: string): number {
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const p = join(dir, entry.name);
     if (entry.isDirectory()) {
-      if (entry.name !== 'node_modules' && entry.name !== 'build' && entry.name !== 'build-cuda') newest = Math.max(newest, newestSource(p));
+      if (entry.name !== 'node_modules' && entry.name !== 'build' && entry.name !== 'build-cuda')
+        newest = Math.max(newest, newestSource(p));
     } else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.spec.ts')) newest = Math.max(newest, statSync(p).mtimeMs);
   }
   return newest;
@@ -31,6 +32,9 @@ export function staleDist(): string | null {
 }
 
 export function build(): void {
-  const r = spawnSync(process.execPath, [join(repoRoot, 'tools', 'build', 'build.mjs')], { cwd: repoRoot, stdio: ['ignore', 'inherit', 'inherit'] });
+  const r = spawnSync(process.execPath, [join(repoRoot, 'tools', 'build', 'build.mjs')], {
+    cwd: repoRoot,
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
   if (r.status !== 0) throw new Error(`npm run build failed (exit ${r.status})`);
 }

@@ -29,7 +29,9 @@ export async function down(argv: string[]): Promise<number> {
       const deadline = Date.now() + DRIVER_STOP_MS;
       while (alive(state.driverPid) && Date.now() < deadline) await sleep(200);
       if (alive(state.driverPid)) {
-        console.log(`the driver (pid ${state.driverPid}) is still stopping after ${DRIVER_STOP_MS / 1000} s; stopping its services directly`);
+        console.log(
+          `the driver (pid ${state.driverPid}) is still stopping after ${DRIVER_STOP_MS / 1000} s; stopping its services directly`,
+        );
         ok = false;
       }
     }
@@ -39,7 +41,9 @@ export async function down(argv: string[]): Promise<number> {
     for (const wave of STOP_WAVES) {
       const group = left.filter((s) => wave.includes(s.app) && serviceAlive(s));
       const codes = await Promise.all(group.map((s) => stopProcess(s.pid, STOP_TIMEOUT_MS)));
-      group.forEach((s, i) => console.log(`${s.app} (pid ${s.pid}): ${codes[i] === 'killed' ? `killed after ${STOP_TIMEOUT_MS / 1000} s` : 'stopped'}`));
+      group.forEach((s, i) =>
+        console.log(`${s.app} (pid ${s.pid}): ${codes[i] === 'killed' ? `killed after ${STOP_TIMEOUT_MS / 1000} s` : 'stopped'}`),
+      );
       if (codes.includes('killed')) ok = false;
     }
   } else console.log('no stack run recorded');

@@ -19,7 +19,6 @@ import type { RolloutManagerClient, RolloutState, TrainerClient } from './client
 import { RunRecorder } from '../embedded/run-recorder';
 import { sleep } from './service-process';
 
-
 export interface DriveOptions {
   cfg: RunConfig;
   runId: string;
@@ -61,7 +60,8 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
     topics: [TOPICS.rollouts],
     fromBeginning: true,
     handler: async (e) => {
-      if (e.type === 'rollout.started' && (e.payload as { purpose?: string }).purpose === 'eval') evalRollouts.add((e.payload as { rolloutId: string }).rolloutId);
+      if (e.type === 'rollout.started' && (e.payload as { purpose?: string }).purpose === 'eval')
+        evalRollouts.add((e.payload as { rolloutId: string }).rolloutId);
       if (e.type !== 'rollout.completed') return;
       const p = e.payload as { rolloutId: string; groupId: string; outcomeReward: number | null };
       if (evalRollouts.delete(p.rolloutId) || p.groupId.startsWith('eval:')) return;
@@ -78,7 +78,14 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
       lastSeq = s.seq;
       lastStepAt = performance.now();
       const row = rec.step(s.event, (s.at - startedEpoch) / 1000);
-      progress.step({ step: row.step, version: row.version, reward: row.reward, staleness: row.stalenessMean, tokensPerSec: row.uniqueTokens / Math.max(1e-9, row.trainSeconds), wallS: row.wallS });
+      progress.step({
+        step: row.step,
+        version: row.version,
+        reward: row.reward,
+        staleness: row.stalenessMean,
+        tokensPerSec: row.uniqueTokens / Math.max(1e-9, row.trainSeconds),
+        wallS: row.wallS,
+      });
     }
   };
 
@@ -95,7 +102,8 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
       await pollSteps();
       const lastVersion = rec.steps.length ? rec.steps[rec.steps.length - 1].version : 0;
       if (lastSeq >= (t.totals?.batches ?? 0) && lastVersion >= (t.version ?? 0)) return;
-      if (performance.now() > deadline) throw new Error(`the trainer is at version ${t.version} but its step log reached ${lastVersion} within 60 s`);
+      if (performance.now() > deadline)
+        throw new Error(`the trainer is at version ${t.version} but its step log reached ${lastVersion} within 60 s`);
       await sleep(100);
     }
   };
@@ -112,7 +120,13 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
   const evaluate = async (label: string): Promise<EvaluationCompletedV1> => {
     const { version } = await trainer.pause();
     const t0 = performance.now();
-    const r = await rm.evaluate({ taskSetId: evalTaskSetId, version, samplesPerTask, temperature: cfg.eval.temperature, evalId: `${runId}-${label}` });
+    const r = await rm.evaluate({
+      taskSetId: evalTaskSetId,
+      version,
+      samplesPerTask,
+      temperature: cfg.eval.temperature,
+      evalId: `${runId}-${label}`,
+    });
     rec.evaluated(r, wall());
     progress.evaluated(r.policyVersion, r.successRate, (performance.now() - t0) / 1000);
     await trainer.resume();
@@ -121,7 +135,9 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
 
   try {
     await taskSet.load(loader);
-    console.log(`held-out evaluation of the warm start (${cfg.task.evalTasks} tasks x ${samplesPerTask} samples, temperature ${cfg.eval.temperature}) ...`);
+    console.log(
+      `held-out evaluation of the warm start (${cfg.task.evalTasks} tasks x ${samplesPerTask} samples, temperature ${cfg.eval.temperature}) ...`,
+    );
     const warm = await evaluate('warm-start');
     if (warm.successRate >= 0.95)
       console.log(
@@ -203,7 +219,9 @@ export async function driveRun(o: DriveOptions): Promise<{ summary: Record<strin
     });
     const last = rec.evals[rec.evals.length - 1];
     const trained = rec.steps.filter((s) => !s.skipped).length;
-    console.log(`\nheld-out success: warm start ${(warm.successRate * 100).toFixed(1)}% -> ${(last.success * 100).toFixed(1)}% after ${trained} RL steps (version ${last.version})`);
+    console.log(
+      `\nheld-out success: warm start ${(warm.successRate * 100).toFixed(1)}% -> ${(last.success * 100).toFixed(1)}% after ${trained} RL steps (version ${last.version})`,
+    );
     console.log(`report: ${report}`);
     console.log(`checkpoints: ${o.checkpointDir}`);
     return { summary, report };

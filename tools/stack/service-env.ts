@@ -70,7 +70,8 @@ export function knobEnvs(cfg: RunConfig): Record<App, Env> {
   trainer.TRAINER_LR_MIN_FACTOR = String(a.minLrFactor);
   if (a.epsLow !== undefined) trainer.TRAINER_EPS_LOW = String(a.epsLow);
   if (a.epsHigh !== undefined) trainer.TRAINER_EPS_HIGH = String(a.epsHigh);
-  if (a.cispoMask) trainer.TRAINER_CISPO_MASK = `${a.cispoMask.epsLow ?? DEFAULT_CISPO_MASK.epsLow},${a.cispoMask.epsHigh ?? DEFAULT_CISPO_MASK.epsHigh}`;
+  if (a.cispoMask)
+    trainer.TRAINER_CISPO_MASK = `${a.cispoMask.epsLow ?? DEFAULT_CISPO_MASK.epsLow},${a.cispoMask.epsHigh ?? DEFAULT_CISPO_MASK.epsHigh}`;
   if (a.dualClip) trainer.TRAINER_DUAL_CLIP = String(a.dualClip);
   if (a.constantNormalizer !== undefined) trainer.TRAINER_CONSTANT_NORMALIZER = String(a.constantNormalizer);
   if (a.tokenTisCap !== undefined) trainer.TRAINER_TOKEN_TIS_CAP = String(a.tokenTisCap);

@@ -37,18 +37,28 @@ export async function startServiceProcess(app: App, env: Env, logFile: string, t
   let child: ChildProcess;
   try {
     // PATH only from this environment: a service sees its own variables and nothing else of the caller's.
-    child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, main], { cwd: repoRoot, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', fd, fd], detached: true });
+    child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, main], {
+      cwd: repoRoot,
+      env: { PATH: process.env.PATH ?? '', ...env },
+      stdio: ['ignore', fd, fd],
+      detached: true,
+    });
   } finally {
     closeSync(fd);
   }
   const pid = child.pid;
   if (pid === undefined) throw new Error(`${app} could not be started (no pid)`);
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code, signal) => resolve(code ?? (signal ? 128 + signalNumber(signal) : null))));
+  const exited = new Promise<number | null>((resolve) =>
+    child.once('exit', (code, signal) => resolve(code ?? (signal ? 128 + signalNumber(signal) : null))),
+  );
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const port = listeningPort(logFile, pid);
     if (port !== null) return { app, pid, port, url: `http://127.0.0.1:${port}`, logFile, child, exited };
-    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${app} exited (${child.exitCode ?? child.signalCode}) before it listened; the end of ${logFile}:\n${tail(logFile, 30)}`);
+    if (child.exitCode !== null || child.signalCode !== null)
+      throw new Error(
+        `${app} exited (${child.exitCode ?? child.signalCode}) before it listened; the end of ${logFile}:\n${tail(logFile, 30)}`,
+      );
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
       throw new Error(`${app} did not listen within ${timeoutMs / 1000} s; the end of ${logFile}:\n${tail(logFile, 30)}`);
@@ -84,7 +94,8 @@ export async function waitReady(s: ServiceHandle & { exited?: Promise<number | n
   let gone: number | null | undefined;
   void s.exited?.then((c) => (gone = c));
   while (Date.now() < deadline) {
-    if (gone !== undefined) throw new Error(`${s.app} exited (${gone}) before it was ready; the end of ${s.logFile}:\n${tail(s.logFile, 30)}`);
+    if (gone !== undefined)
+      throw new Error(`${s.app} exited (${gone}) before it was ready; the end of ${s.logFile}:\n${tail(s.logFile, 30)}`);
     try {
       const r = await fetch(`${s.url}/readyz`, { signal: AbortSignal.timeout(5_000) });
       if (r.status === 200) return;

@@ -54,14 +54,20 @@ export async function up(argv: string[]): Promise<number> {
   const dataDir = resolve(cfg.dataDir);
   const previous = readState(dataDir);
   if (previous && liveRun(previous)) {
-    console.error(`a stack run is up already (${previous.runId}, driver pid ${previous.driverPid}): \`npm run stack -- status\` shows it, \`npm run stack -- down\` stops it`);
+    console.error(
+      `a stack run is up already (${previous.runId}, driver pid ${previous.driverPid}): \`npm run stack -- status\` shows it, \`npm run stack -- down\` stops it`,
+    );
     return 1;
   }
 
   const stop = new AbortController();
   const services: RunningService[] = [];
   // The state file's content (a holder: signal handlers and the stop path read it too).
-  const run: { state: StackState | null; stopping: Promise<void> | null; spawning: boolean } = { state: null, stopping: null, spawning: false };
+  const run: { state: StackState | null; stopping: Promise<void> | null; spawning: boolean } = {
+    state: null,
+    stopping: null,
+    spawning: false,
+  };
   const saveState = (s: StackState) => {
     run.state = s;
     writeState(dataDir, s);
@@ -78,7 +84,9 @@ export async function up(argv: string[]): Promise<number> {
     const now = Date.now();
     if (!stop.signal.aborted) {
       firstSignalAt = now;
-      console.log(`\n${sig}: stopping the run and the services (each drains its in-flight work; the same signal again after a few seconds kills them)`);
+      console.log(
+        `\n${sig}: stopping the run and the services (each drains its in-flight work; the same signal again after a few seconds kills them)`,
+      );
       stop.abort();
       update({ phase: 'stopping' });
       // Before any service is spawned there is nothing to stop; once they are, the start path unwinds and stops them.
@@ -164,7 +172,9 @@ export async function up(argv: string[]): Promise<number> {
     run.spawning = true;
     const urls: Partial<Record<App, string>> = {};
     for (const wave of START_WAVES) {
-      const started = await Promise.all(wave.map((app) => startServiceProcess(app, serviceEnv(app, cfg, wiring, urls), join(logDir, `${app}.log`))));
+      const started = await Promise.all(
+        wave.map((app) => startServiceProcess(app, serviceEnv(app, cfg, wiring, urls), join(logDir, `${app}.log`))),
+      );
       for (const s of started) {
         services.push(s);
         urls[s.app] = s.url;
@@ -184,7 +194,14 @@ export async function up(argv: string[]): Promise<number> {
       rolloutManager: new RolloutManagerClient(serviceOf('rollout-manager').url),
       trainer: new TrainerClient(serviceOf('trainer').url),
       bus,
-      warmStart: { cached: ws.cached, seconds: Number(ws.seconds.toFixed(1)), seed: cfg.warmStart.seed, sftSteps: ws.steps, demonstrations: ws.demonstrations, dir: ws.dir },
+      warmStart: {
+        cached: ws.cached,
+        seconds: Number(ws.seconds.toFixed(1)),
+        seed: cfg.warmStart.seed,
+        sftSteps: ws.steps,
+        demonstrations: ws.demonstrations,
+        dir: ws.dir,
+      },
       checkpointDir,
       signal: stop.signal,
       extraSummary: { deployment: 'distributed', runId, runDir, database, topicPrefix: wiring.topicPrefix },
@@ -226,7 +243,10 @@ async function stopAll(services: RunningService[], onStopped: (left: ReturnType<
     const group = services.filter((s) => wave.includes(s.app));
     const codes = await Promise.all(group.map((s) => stopProcess(s.pid, STOP_TIMEOUT_MS, s.exited)));
     group.forEach((s, i) => {
-      if (codes[i] !== 0) console.log(`${s.app} did not stop cleanly (${codes[i] === 'killed' ? `killed after ${STOP_TIMEOUT_MS / 1000} s` : `exit ${codes[i]}`}); see ${s.logFile}`);
+      if (codes[i] !== 0)
+        console.log(
+          `${s.app} did not stop cleanly (${codes[i] === 'killed' ? `killed after ${STOP_TIMEOUT_MS / 1000} s` : `exit ${codes[i]}`}); see ${s.logFile}`,
+        );
     });
     onStopped(services.filter((s) => alive(s.pid)).map(handleOf));
   }

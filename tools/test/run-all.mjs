@@ -1,11 +1,11 @@
 #!/usr/bin/env node
 // `npm test`: every test, from a fresh clone. Installs (when missing) and starts a fresh
-// Kafka broker and PostgreSQL cluster on ports of its own, type-checks, lints (including
-// the Nx module boundaries), builds dist/ for the end-to-end tests, runs the unit,
-// integration and e2e projects, stops the infrastructure, and ends with one summary line
-// "N passed, N failed, N skipped". The CUDA engine sources are compiled too (nvcc from the
-// machine, or CUDA 13.0 fetched from PyPI into .cache/cuda-toolkit): without a GPU its tests
-// are skipped with the reason, but a CUDA source that no longer compiles fails the run.
+// Kafka broker and PostgreSQL cluster on ports of its own, checks formatting (prettier, width
+// 140), type-checks, lints (including the Nx module boundaries), builds dist/ for the end-to-end
+// tests, runs the unit, integration and e2e projects, stops the infrastructure, and ends with one
+// summary line "N passed, N failed, N skipped". The CUDA engine sources are compiled too (nvcc
+// from the machine, or CUDA 13.0 fetched from PyPI into .cache/cuda-toolkit): without a GPU its
+// tests are skipped with the reason, but a CUDA source that no longer compiles fails the run.
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -66,6 +66,7 @@ try {
   const env = { ...stack.env, CI: process.env.CI ?? '' };
   step('cuda compile', 'node', ['tools/build/native-cuda.mjs', '--fetch-toolkit']);
   step('typecheck', 'npx', ['tsc', '-p', 'tsconfig.json', '--noEmit']);
+  step('format', 'npx', ['prettier', '--check', '--log-level', 'warn', '.']);
   step('lint', 'node', ['tools/build/lint.mjs']);
   step('build', 'node', ['tools/build/build.mjs']);
   mkdirSync(join(root, '.cache'), { recursive: true });
@@ -86,12 +87,37 @@ try {
   ]);
   env.PATH = `${join(venv, 'bin')}:${process.env.PATH ?? ''}`;
   const report = join(root, '.cache', 'vitest-report.json');
-  step('tests', 'npx', ['vitest', 'run', '--project', 'unit', '--project', 'integration', '--project', 'e2e', '--reporter=default', '--reporter=json', `--outputFile.json=${report}`, ...only], env);
+  step(
+    'tests',
+    'npx',
+    [
+      'vitest',
+      'run',
+      '--project',
+      'unit',
+      '--project',
+      'integration',
+      '--project',
+      'e2e',
+      '--reporter=default',
+      '--reporter=json',
+      `--outputFile.json=${report}`,
+      ...only,
+    ],
+    env,
+  );
   // The learning test (npm run main must raise held-out success) runs alone: beside the other
   // projects it took both cores for minutes and starved their timeouts.
   if (only.length === 0) {
     const learningReport = join(root, '.cache', 'vitest-learning-report.json');
-    if (!step('learning test', 'npx', ['vitest', 'run', '--project', 'learning', '--reporter=default', '--reporter=json', `--outputFile.json=${learningReport}`], env)) {
+    if (
+      !step(
+        'learning test',
+        'npx',
+        ['vitest', 'run', '--project', 'learning', '--reporter=default', '--reporter=json', `--outputFile.json=${learningReport}`],
+        env,
+      )
+    ) {
       try {
         failures.push(...failedTests(JSON.parse(readFileSync(learningReport, 'utf8'))));
       } catch {
@@ -101,7 +127,12 @@ try {
   }
   try {
     const r = JSON.parse(readFileSync(report, 'utf8'));
-    summary = { passed: r.numPassedTests, failed: r.numFailedTests, skipped: r.numPendingTests + r.numTodoTests, suitesFailed: r.numFailedTestSuites };
+    summary = {
+      passed: r.numPassedTests,
+      failed: r.numFailedTests,
+      skipped: r.numPendingTests + r.numTodoTests,
+      suitesFailed: r.numFailedTestSuites,
+    };
     failures.unshift(...failedTests(r));
   } catch {
     summary = null;

@@ -57,14 +57,21 @@ const exitOnMismatch = (logger: Logger) => (error: VocabularyMismatchError) => {
  */
 @Module({})
 export class GatewayApiModule {
-  static forRoot(config: GatewayConfig, opts: { registry?: ModelRegistry; onVocabularyMismatch?: (error: VocabularyMismatchError) => void } = {}): DynamicModule {
+  static forRoot(
+    config: GatewayConfig,
+    opts: { registry?: ModelRegistry; onVocabularyMismatch?: (error: VocabularyMismatchError) => void } = {},
+  ): DynamicModule {
     return {
       module: GatewayApiModule,
       controllers: [AdminController, OpenAiController],
       providers: [
         { provide: GATEWAY_CONFIG, useValue: config },
         { provide: MODEL_REGISTRY, useFactory: () => opts.registry ?? ModelRegistry.fromConfig(config) },
-        { provide: INFERENCE_CLIENT, useFactory: () => new InferenceProxyClient({ baseUrl: config.INFERENCE_PROXY_URL, timeoutMs: config.GATEWAY_GENERATION_TIMEOUT_MS }) },
+        {
+          provide: INFERENCE_CLIENT,
+          useFactory: () =>
+            new InferenceProxyClient({ baseUrl: config.INFERENCE_PROXY_URL, timeoutMs: config.GATEWAY_GENERATION_TIMEOUT_MS }),
+        },
         {
           provide: INFERENCE_PROBE,
           inject: [INFERENCE_CLIENT, MODEL_REGISTRY, LOGGER],
@@ -73,16 +80,39 @@ export class GatewayApiModule {
         },
         { provide: GATEWAY_METRICS, inject: [METRICS], useFactory: (m: ServiceMetrics) => new GatewayMetrics(m) },
         { provide: IN_FLIGHT, useFactory: () => new InFlightCalls() },
-        { provide: SCHEMA_GATE, inject: [DATA_SOURCE, LOGGER], useFactory: (ds: DataSource, logger: Logger) => new SchemaGate(ds, config.DB_MIGRATE_ON_START, logger) },
+        {
+          provide: SCHEMA_GATE,
+          inject: [DATA_SOURCE, LOGGER],
+          useFactory: (ds: DataSource, logger: Logger) => new SchemaGate(ds, config.DB_MIGRATE_ON_START, logger),
+        },
         { provide: SQL_CLIENT, inject: [DATA_SOURCE], useFactory: (ds: DataSource) => new SqlClient(ds) },
-        { provide: SESSION_STORE, inject: [DATA_SOURCE, SQL_CLIENT], useFactory: (ds: DataSource, sql: SqlClient) => new SessionStore(ds, sql) },
-        { provide: SESSION_AUTH, inject: [SESSION_STORE, SQL_CLIENT], useFactory: (s: SessionStore, sql: SqlClient) => new SessionAuthenticator(s, new SessionLookups(sql)) },
-        { provide: POLICY_VERSIONS, inject: [DATA_SOURCE], useFactory: (ds: DataSource) => new PolicyVersionStore(ds, config.INITIAL_POLICY_VERSION) },
+        {
+          provide: SESSION_STORE,
+          inject: [DATA_SOURCE, SQL_CLIENT],
+          useFactory: (ds: DataSource, sql: SqlClient) => new SessionStore(ds, sql),
+        },
+        {
+          provide: SESSION_AUTH,
+          inject: [SESSION_STORE, SQL_CLIENT],
+          useFactory: (s: SessionStore, sql: SqlClient) => new SessionAuthenticator(s, new SessionLookups(sql)),
+        },
+        {
+          provide: POLICY_VERSIONS,
+          inject: [DATA_SOURCE],
+          useFactory: (ds: DataSource) => new PolicyVersionStore(ds, config.INITIAL_POLICY_VERSION),
+        },
         { provide: CAPTURE_STORE, inject: [SQL_CLIENT], useFactory: (sql: SqlClient) => new CaptureStore(sql) },
         {
           provide: OUTBOX_RELAY,
           inject: [SQL_CLIENT, EVENT_BUS, CAPTURE_STORE, SCHEMA_GATE, GATEWAY_METRICS, LOGGER],
-          useFactory: (sql: SqlClient, bus: MessageBus, captures: CaptureStore, schema: SchemaGate, metrics: GatewayMetrics, logger: Logger) =>
+          useFactory: (
+            sql: SqlClient,
+            bus: MessageBus,
+            captures: CaptureStore,
+            schema: SchemaGate,
+            metrics: GatewayMetrics,
+            logger: Logger,
+          ) =>
             new OutboxRelay(sql, bus, {
               staleAfterMs: config.GATEWAY_OUTBOX_STALE_MS,
               sweepIntervalMs: config.GATEWAY_OUTBOX_SWEEP_MS,
@@ -95,7 +125,19 @@ export class GatewayApiModule {
         },
         {
           provide: CALL_SERVICE,
-          inject: [DATA_SOURCE, SQL_CLIENT, OUTBOX_RELAY, CAPTURE_STORE, SESSION_STORE, SESSION_AUTH, POLICY_VERSIONS, INFERENCE_CLIENT, MODEL_REGISTRY, GATEWAY_METRICS, LOGGER],
+          inject: [
+            DATA_SOURCE,
+            SQL_CLIENT,
+            OUTBOX_RELAY,
+            CAPTURE_STORE,
+            SESSION_STORE,
+            SESSION_AUTH,
+            POLICY_VERSIONS,
+            INFERENCE_CLIENT,
+            MODEL_REGISTRY,
+            GATEWAY_METRICS,
+            LOGGER,
+          ],
           useFactory: (
             ds: DataSource,
             sql: SqlClient,

@@ -42,12 +42,17 @@ export const inferenceProxyEnv = z
   })
   .superRefine((env, ctx) => {
     if (env.INFERENCE_BACKEND !== 'embedded' && env.INFERENCE_REPLICAS.trim() === '') {
-      ctx.addIssue({ code: 'custom', path: ['INFERENCE_REPLICAS'], message: `is required when INFERENCE_BACKEND=${env.INFERENCE_BACKEND}` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['INFERENCE_REPLICAS'],
+        message: `is required when INFERENCE_BACKEND=${env.INFERENCE_BACKEND}`,
+      });
     }
     for (const url of env.INFERENCE_REPLICAS.split(',')
       .map((s) => s.trim())
       .filter(Boolean)) {
-      if (!/^https?:\/\/\S+$/.test(url)) ctx.addIssue({ code: 'custom', path: ['INFERENCE_REPLICAS'], message: `${JSON.stringify(url)} is not an http(s) URL` });
+      if (!/^https?:\/\/\S+$/.test(url))
+        ctx.addIssue({ code: 'custom', path: ['INFERENCE_REPLICAS'], message: `${JSON.stringify(url)} is not an http(s) URL` });
     }
   });
 export type InferenceProxyConfig = z.infer<typeof inferenceProxyEnv>;

@@ -53,10 +53,22 @@ export class InferenceRuntime {
     this.metrics.policyVersion.set(options.initialVersion);
     const list = () => this.replicas;
     this.router = new Router(list, { maxInFlightPerReplica: options.maxInFlightPerReplica });
-    this.swapper = new WeightSwapper(list, this.versions, this.gate, this.active, { policy: options.swapPolicy, drainTimeoutMs: options.drainTimeoutMs }, this.metrics, logger);
+    this.swapper = new WeightSwapper(
+      list,
+      this.versions,
+      this.gate,
+      this.active,
+      { policy: options.swapPolicy, drainTimeoutMs: options.drainTimeoutMs },
+      this.metrics,
+      logger,
+    );
     this.monitor = new HealthMonitor(
       list,
-      { intervalMs: options.healthIntervalMs, failureThreshold: options.healthFailureThreshold, recoveryThreshold: options.healthRecoveryThreshold },
+      {
+        intervalMs: options.healthIntervalMs,
+        failureThreshold: options.healthFailureThreshold,
+        recoveryThreshold: options.healthRecoveryThreshold,
+      },
       logger,
       (r) => this.swapper.resync(r),
       (r) => this.metrics.replicaHealthy.set({ replica: r.id }, r.healthy ? 1 : 0),
@@ -76,7 +88,11 @@ export class InferenceRuntime {
   async stop(graceMs: number): Promise<void> {
     this.monitor.stop();
     await this.generation.shutdown(graceMs);
-    await Promise.all(this.replicas.map((r) => r.backend.close?.().catch((err: unknown) => this.logger.warn('backend close failed', { replica: r.id, err }))));
+    await Promise.all(
+      this.replicas.map((r) =>
+        r.backend.close?.().catch((err: unknown) => this.logger.warn('backend close failed', { replica: r.id, err })),
+      ),
+    );
   }
 
   /** What GET /internal/v1/replicas reports. */

@@ -64,7 +64,13 @@ describe('middleware configuration', () => {
       leaseMs: 4_000,
     });
     expect(c.batchTrajectories).toBeUndefined();
-    expect(c.filters).toMatchObject({ okReasons: ['completed', 'max_steps', 'timeout'], compactReasons: ['max_context'], maxEnvRetries: 0, maskTruncated: true, dropZeroVariance: false });
+    expect(c.filters).toMatchObject({
+      okReasons: ['completed', 'max_steps', 'timeout'],
+      compactReasons: ['max_context'],
+      maxEnvRetries: 0,
+      maskTruncated: true,
+      dropZeroVariance: false,
+    });
     expect(dataPoolConfig(dataPoolOptionsOf(load({ ...base, DATA_POOL_COMPACT_REASONS: '' })).pool).filters).toMatchObject({
       compactReasons: [],
       okReasons: ['completed', 'max_context', 'max_steps', 'timeout'],
@@ -73,16 +79,27 @@ describe('middleware configuration', () => {
 
   it('refuses bad values, every one at once', () => {
     try {
-      load({ ...base, DATA_POOL_COMPACT_REASONS: 'max_context,env_error', DATA_POOL_MAX_ENV_RETRIES: '-1', DATA_POOL_MASK_TRUNCATED: 'yes' });
+      load({
+        ...base,
+        DATA_POOL_COMPACT_REASONS: 'max_context,env_error',
+        DATA_POOL_MAX_ENV_RETRIES: '-1',
+        DATA_POOL_MASK_TRUNCATED: 'yes',
+      });
       throw new Error('the environment was accepted');
     } catch (e) {
       expect(e).toBeInstanceOf(ConfigError);
-      expect([...new Set((e as ConfigError).problems.map((p) => p.split(':')[0]))].sort()).toEqual(['DATA_POOL_COMPACT_REASONS.1', 'DATA_POOL_MASK_TRUNCATED', 'DATA_POOL_MAX_ENV_RETRIES']);
+      expect([...new Set((e as ConfigError).problems.map((p) => p.split(':')[0]))].sort()).toEqual([
+        'DATA_POOL_COMPACT_REASONS.1',
+        'DATA_POOL_MASK_TRUNCATED',
+        'DATA_POOL_MAX_ENV_RETRIES',
+      ]);
     }
   });
 
   it('the Data Pool refuses filters that leave a finish reason unclassified', () => {
-    expect(() => dataPoolConfig({ filters: { okReasons: ['completed'], compactReasons: ['max_context'] } })).toThrow(/finish reason\(s\) max_steps, timeout in none of/);
+    expect(() => dataPoolConfig({ filters: { okReasons: ['completed'], compactReasons: ['max_context'] } })).toThrow(
+      /finish reason\(s\) max_steps, timeout in none of/,
+    );
     expect(() => dataPoolConfig({ filters: { maxEnvRetries: -1 } })).toThrow(/filters\.maxEnvRetries/);
   });
 });

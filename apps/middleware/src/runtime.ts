@@ -4,7 +4,14 @@ import type { MessageBus, Subscription } from '@anvil/messaging';
 import { Outbox, runMigrations } from '@anvil/persistence';
 import type { Logger, ServiceMetrics } from '@anvil/observability';
 import { DataPoolIngestion } from './data-pool/ingestion';
-import { DataPool, dataPoolConfig, NotSchedulerError, type DataPoolConfig, type DataPoolConfigInput, type TickResult } from './data-pool/pool';
+import {
+  DataPool,
+  dataPoolConfig,
+  NotSchedulerError,
+  type DataPoolConfig,
+  type DataPoolConfigInput,
+  type TickResult,
+} from './data-pool/pool';
 
 export interface DataPoolRuntimeOptions {
   bus: MessageBus;
@@ -81,14 +88,34 @@ export class DataPoolRuntime {
       ? {
           ingested: metrics.counter('data_pool_events_ingested_total', 'Events written to the Data Pool', ['type']),
           duplicates: metrics.counter('data_pool_events_duplicate_total', 'Redelivered events that changed nothing', ['type']),
-          lag: metrics.histogram('data_pool_ingest_lag_seconds', 'From an event being produced to its row being committed', ['type'], [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]),
+          lag: metrics.histogram(
+            'data_pool_ingest_lag_seconds',
+            'From an event being produced to its row being committed',
+            ['type'],
+            [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+          ),
           groups: metrics.counter('data_pool_groups_settled_total', 'Rollout groups settled', ['status', 'reason']),
           dropped: metrics.counter('data_pool_rollouts_dropped_total', 'Rollouts dropped from the queue', ['reason']),
           batches: metrics.counter('data_pool_batches_total', 'Train batches cut'),
           scheduledTrajectories: metrics.counter('data_pool_trajectories_scheduled_total', 'Trajectories put into train batches'),
-          staleness: metrics.histogram('data_pool_batch_staleness_versions', 'Mean staleness (policy versions per output token) of each batch', [], [0, 0.5, 1, 2, 3, 4, 6, 8, 12, 16]),
-          stalenessMax: metrics.histogram('data_pool_batch_staleness_max_versions', 'Max staleness of each batch', [], [0, 1, 2, 3, 4, 6, 8, 12, 16]),
-          sharing: metrics.histogram('data_pool_batch_sharing', '1 - unique/total tokens of each batch', [], [0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99]),
+          staleness: metrics.histogram(
+            'data_pool_batch_staleness_versions',
+            'Mean staleness (policy versions per output token) of each batch',
+            [],
+            [0, 0.5, 1, 2, 3, 4, 6, 8, 12, 16],
+          ),
+          stalenessMax: metrics.histogram(
+            'data_pool_batch_staleness_max_versions',
+            'Max staleness of each batch',
+            [],
+            [0, 1, 2, 3, 4, 6, 8, 12, 16],
+          ),
+          sharing: metrics.histogram(
+            'data_pool_batch_sharing',
+            '1 - unique/total tokens of each batch',
+            [],
+            [0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99],
+          ),
           groupsWaiting: metrics.gauge('data_pool_groups_waiting', 'Groups not settled yet'),
           ready: metrics.gauge('data_pool_trajectories_ready', 'Trajectories ready and not in a batch yet'),
           pending: metrics.gauge('data_pool_rollouts_pending', 'Queued rollouts not completed yet'),
@@ -135,13 +162,15 @@ export class DataPoolRuntime {
       fromBeginning: true,
       handler: async (event) => {
         observe(event, await this.ingestion.ingest(event));
-        if (this.opts.roundInHandler) await this.pool.tick().catch((err) => (err instanceof NotSchedulerError ? undefined : Promise.reject(err)));
+        if (this.opts.roundInHandler)
+          await this.pool.tick().catch((err) => (err instanceof NotSchedulerError ? undefined : Promise.reject(err)));
         this.kick();
       },
       batchHandler: async (items) => {
         const fresh = await this.ingestion.ingestBatch(items.map((i) => i.event));
         for (const { event } of items) observe(event, fresh.has(event.id));
-        if (this.opts.roundInHandler) await this.pool.tick().catch((err) => (err instanceof NotSchedulerError ? undefined : Promise.reject(err)));
+        if (this.opts.roundInHandler)
+          await this.pool.tick().catch((err) => (err instanceof NotSchedulerError ? undefined : Promise.reject(err)));
         this.kick();
       },
     });
@@ -150,7 +179,10 @@ export class DataPoolRuntime {
     this.timer.unref();
     const pruneEvery = this.opts.pruneIntervalMs ?? 60_000;
     if (pruneEvery > 0) {
-      this.pruneTimer = setInterval(() => void this.pool.prune().catch((err) => this.opts.logger?.warn('prune failed', { err })), pruneEvery);
+      this.pruneTimer = setInterval(
+        () => void this.pool.prune().catch((err) => this.opts.logger?.warn('prune failed', { err })),
+        pruneEvery,
+      );
       this.pruneTimer.unref();
     }
     this.kick();

@@ -23,7 +23,11 @@ describe('Coalescer', () => {
     let fail = true;
     const c = new Coalescer<string, string>(async (xs) => {
       if (fail) throw new Error('down');
-      return xs.map((x) => (x === 'bad' ? { status: 'rejected' as const, reason: new Error('bad item') } : { status: 'fulfilled' as const, value: x.toUpperCase() }));
+      return xs.map((x) =>
+        x === 'bad'
+          ? { status: 'rejected' as const, reason: new Error('bad item') }
+          : { status: 'fulfilled' as const, value: x.toUpperCase() },
+      );
     });
     const failed = await Promise.allSettled([c.push('a'), c.push('b')]);
     expect(failed.map((r) => r.status)).toEqual(['rejected', 'rejected']);

@@ -52,8 +52,12 @@ export interface ChatRequest {
 export class GatewayClient {
   private readonly opening = new Coalescer<CreateSessionRequest, CreateSessionResponse>((reqs) => this.createSessions(reqs));
   private readonly poster = new HttpPoster();
-  private readonly closing = new Coalescer<string, ClosedSession | null>(async (ids) => (await this.closeSessions(ids, false)).map((value) => ({ status: 'fulfilled', value })));
-  private readonly closingWithCalls = new Coalescer<string, ClosedSession | null>(async (ids) => (await this.closeSessions(ids, true)).map((value) => ({ status: 'fulfilled', value })));
+  private readonly closing = new Coalescer<string, ClosedSession | null>(async (ids) =>
+    (await this.closeSessions(ids, false)).map((value) => ({ status: 'fulfilled', value })),
+  );
+  private readonly closingWithCalls = new Coalescer<string, ClosedSession | null>(async (ids) =>
+    (await this.closeSessions(ids, true)).map((value) => ({ status: 'fulfilled', value })),
+  );
 
   constructor(
     readonly url: string,
@@ -79,7 +83,9 @@ export class GatewayClient {
   async createSessions(reqs: CreateSessionRequest[]): Promise<PromiseSettledResult<CreateSessionResponse>[]> {
     if (reqs.length > 1) {
       try {
-        const { sessions } = createSessionsResponseSchema.parse(await this.admin('/admin/v1/sessions/batch', { method: 'POST', body: JSON.stringify({ sessions: reqs }) }));
+        const { sessions } = createSessionsResponseSchema.parse(
+          await this.admin('/admin/v1/sessions/batch', { method: 'POST', body: JSON.stringify({ sessions: reqs }) }),
+        );
         return sessions.map((value) => ({ status: 'fulfilled', value }));
       } catch (err) {
         if (!(err instanceof GatewayError) || err.status >= 500) throw err;
@@ -91,7 +97,10 @@ export class GatewayClient {
   /** Closes many (idempotent); the state of each (and its calls, `withCalls`), null for ids the gateway does not know. */
   async closeSessions(ids: string[], withCalls: boolean): Promise<(ClosedSession | null)[]> {
     const { sessions } = closeSessionsResponseSchema.parse(
-      await this.admin('/admin/v1/sessions/batch/close', { method: 'POST', body: JSON.stringify({ sessionIds: ids, ...(withCalls ? { withCalls } : {}) }) }),
+      await this.admin('/admin/v1/sessions/batch/close', {
+        method: 'POST',
+        body: JSON.stringify({ sessionIds: ids, ...(withCalls ? { withCalls } : {}) }),
+      }),
     );
     const byId = new Map(sessions.map((s) => [s.sessionId, s]));
     return ids.map((id) => byId.get(id) ?? null);
@@ -118,7 +127,9 @@ export class GatewayClient {
 
   /** Idempotent on the gateway side. */
   async closeSession(sessionId: string): Promise<SessionState> {
-    return sessionStateSchema.parse(await this.admin(`/admin/v1/sessions/${encodeURIComponent(sessionId)}/close`, { method: 'POST', body: '{}' }));
+    return sessionStateSchema.parse(
+      await this.admin(`/admin/v1/sessions/${encodeURIComponent(sessionId)}/close`, { method: 'POST', body: '{}' }),
+    );
   }
 
   async session(sessionId: string): Promise<SessionState> {
@@ -147,7 +158,12 @@ export class GatewayClient {
         /* not JSON */
       }
       const ra = Number(res.headers['retry-after']);
-      throw new GatewayError(`chat: ${res.status} ${text.slice(0, 500)}`, res.status, code, Number.isFinite(ra) && ra > 0 ? ra * 1000 : null);
+      throw new GatewayError(
+        `chat: ${res.status} ${text.slice(0, 500)}`,
+        res.status,
+        code,
+        Number.isFinite(ra) && ra > 0 ? ra * 1000 : null,
+      );
     }
     const json = JSON.parse(text) as {
       choices: { message: { content: string | null; tool_calls?: ChatMessage['tool_calls'] }; finish_reason: string }[];
@@ -156,7 +172,11 @@ export class GatewayClient {
     const choice = json.choices[0];
     const message: ChatMessage = { role: 'assistant', content: choice.message.content ?? null };
     if (choice.message.tool_calls?.length)
-      message.tool_calls = choice.message.tool_calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments } }));
+      message.tool_calls = choice.message.tool_calls.map((c) => ({
+        id: c.id,
+        type: 'function',
+        function: { name: c.function.name, arguments: c.function.arguments },
+      }));
     return {
       message,
       finishReason: choice.finish_reason,

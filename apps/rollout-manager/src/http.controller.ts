@@ -8,7 +8,12 @@ const loadSchema = z.union([
   z.object({ spec: z.record(z.string(), z.unknown()), jsonl: z.string() }),
   z.object({
     spec: z.record(z.string(), z.unknown()),
-    builtin: z.object({ env: z.string(), seed: z.number().int(), trainCount: z.number().int().nonnegative(), evalCount: z.number().int().nonnegative() }),
+    builtin: z.object({
+      env: z.string(),
+      seed: z.number().int(),
+      trainCount: z.number().int().nonnegative(),
+      evalCount: z.number().int().nonnegative(),
+    }),
   }),
 ]);
 const submitSchema = z.object({

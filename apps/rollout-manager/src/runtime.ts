@@ -143,7 +143,10 @@ export class RolloutRuntime {
     this.metrics = new RolloutMetrics(this.serviceMetrics);
     this.bus = opts.bus;
     this.events = new EventBatcher(opts.bus);
-    this.gateway = new GatewayClient(opts.gatewayUrl.replace(/\/$/, ''), opts.adminToken, { requestTimeoutMs: this.config.requestTimeoutMs, model: this.config.model });
+    this.gateway = new GatewayClient(opts.gatewayUrl.replace(/\/$/, ''), opts.adminToken, {
+      requestTimeoutMs: this.config.requestTimeoutMs,
+      model: this.config.model,
+    });
     this.tasks = new RolloutTaskStore(opts.dataSource);
     this.state = new RolloutStateStore(opts.dataSource, this.config.consumerGroup);
     this.envFactories = { ...BUILTIN_ENVIRONMENTS, ...opts.environments };
@@ -271,7 +274,13 @@ export class RolloutRuntime {
   }
 
   private isIdle(): boolean {
-    return this.queue.length === 0 && this.evalQueue.length === 0 && this.ready.length === 0 && this.running.size === 0 && this.finishing.size === 0;
+    return (
+      this.queue.length === 0 &&
+      this.evalQueue.length === 0 &&
+      this.ready.length === 0 &&
+      this.running.size === 0 &&
+      this.finishing.size === 0
+    );
   }
 
   private wakeIdle(): void {
@@ -320,7 +329,10 @@ export class RolloutRuntime {
   loadBuiltin(input: TaskSetSpecInput & { env: string; seed: number; trainCount: number; evalCount: number }) {
     const spec = taskSetSpecSchema.parse(input);
     const env = this.envFactory(input.env)(spec.envConfig);
-    const tasks = [...env.generate({ seed: input.seed, count: input.trainCount, split: 'train' }), ...env.generate({ seed: input.seed, count: input.evalCount, split: 'eval' })];
+    const tasks = [
+      ...env.generate({ seed: input.seed, count: input.trainCount, split: 'train' }),
+      ...env.generate({ seed: input.seed, count: input.evalCount, split: 'eval' }),
+    ];
     return this.loadTaskSet(input, tasks);
   }
 
@@ -353,13 +365,18 @@ export class RolloutRuntime {
   }): Promise<{ groupIds: string[]; rolloutIds: string[] }> {
     const { spec } = await this.taskSet(req.taskSetId);
     const all = await this.tasks.tasks(req.taskSetId);
-    const chosen = req.taskIds ? all.filter((t) => req.taskIds?.includes(t.id) || req.taskIds?.includes(String(t.metadata?.sourceId))) : all.filter((t) => t.split === (req.split ?? 'train'));
-    if (req.taskIds && chosen.length !== req.taskIds.length) throw new Error(`taskIds: ${req.taskIds.length - chosen.length} unknown in task set ${req.taskSetId}`);
+    const chosen = req.taskIds
+      ? all.filter((t) => req.taskIds?.includes(t.id) || req.taskIds?.includes(String(t.metadata?.sourceId)))
+      : all.filter((t) => t.split === (req.split ?? 'train'));
+    if (req.taskIds && chosen.length !== req.taskIds.length)
+      throw new Error(`taskIds: ${req.taskIds.length - chosen.length} unknown in task set ${req.taskSetId}`);
     const G = req.groupSize ?? spec.groupSize ?? this.config.groupSize;
     const groupIds: string[] = [];
     const rolloutIds: string[] = [];
     const seed = req.shuffleSeed;
-    const tasks = Array.from({ length: req.repeat ?? 1 }, (_, r) => (seed === undefined ? chosen : seededShuffle(chosen, (seed + Math.imul(r, 0x9e3779b9)) >>> 0))).flat();
+    const tasks = Array.from({ length: req.repeat ?? 1 }, (_, r) =>
+      seed === undefined ? chosen : seededShuffle(chosen, (seed + Math.imul(r, 0x9e3779b9)) >>> 0),
+    ).flat();
     // All at once (one statement per table): groups written one by one trickled into the queue and started a few at a time.
     for (const g of await this.newGroups(spec, tasks, G, 'train', null)) {
       groupIds.push(g.row.id);
@@ -372,11 +389,26 @@ export class RolloutRuntime {
   }
 
   /** One group of G per task, in order, with queue positions in that order; written in one transaction. */
-  private async newGroups(spec: TaskSetSpec, tasks: StoredTask[], G: number, purpose: 'train' | 'eval', evalId: string | null): Promise<GroupState[]> {
+  private async newGroups(
+    spec: TaskSetSpec,
+    tasks: StoredTask[],
+    G: number,
+    purpose: 'train' | 'eval',
+    evalId: string | null,
+  ): Promise<GroupState[]> {
     const positions = await this.state.queuePositions(tasks.length * G);
     const groups = tasks.map((task, t): GroupState => {
       const groupId = `${purpose === 'eval' ? 'eval:' : ''}${randomUUID()}`;
-      const row: GroupRow = { id: groupId, taskId: task.id, taskSetId: spec.id, groupSize: G, purpose, evalId, status: 'queued', startVersion: null };
+      const row: GroupRow = {
+        id: groupId,
+        taskId: task.id,
+        taskSetId: spec.id,
+        groupSize: G,
+        purpose,
+        evalId,
+        status: 'queued',
+        startVersion: null,
+      };
       const members: RolloutRow[] = Array.from({ length: G }, (_, i) => ({
         id: `${groupId}.${i}`,
         groupId,
@@ -411,7 +443,14 @@ export class RolloutRuntime {
    * evaluation.completed with that version. Eval rollouts say purpose 'eval' and their group ids
    * start with 'eval:'; they never take staleness capacity and are never trained on.
    */
-  async runEvaluation(req: { taskSetId: string; version: number; samplesPerTask?: number; temperature?: number; evalId?: string; waitForVersionMs?: number }): Promise<EvaluationCompletedV1> {
+  async runEvaluation(req: {
+    taskSetId: string;
+    version: number;
+    samplesPerTask?: number;
+    temperature?: number;
+    evalId?: string;
+    waitForVersionMs?: number;
+  }): Promise<EvaluationCompletedV1> {
     const evalId = req.evalId ?? randomUUID();
     this.evaluations.add(evalId);
     const { spec } = await this.taskSet(req.taskSetId);
@@ -419,10 +458,16 @@ export class RolloutRuntime {
     if (tasks.length === 0) throw new EvaluationError(`taskSetId: task set ${req.taskSetId} has no eval tasks`);
     const deadline = Date.now() + (req.waitForVersionMs ?? 600_000);
     while (this.currentVersion < req.version) {
-      if (Date.now() > deadline) throw new EvaluationError(`version: ${req.version} was not activated within ${req.waitForVersionMs ?? 600_000} ms (current ${this.currentVersion})`);
+      if (Date.now() > deadline)
+        throw new EvaluationError(
+          `version: ${req.version} was not activated within ${req.waitForVersionMs ?? 600_000} ms (current ${this.currentVersion})`,
+        );
       await new Promise((r) => setTimeout(r, 50));
     }
-    if (this.currentVersion > req.version) throw new EvaluationError(`version: ${req.version} is already past (current ${this.currentVersion}); evaluations run pinned to the current version`);
+    if (this.currentVersion > req.version)
+      throw new EvaluationError(
+        `version: ${req.version} is already past (current ${this.currentVersion}); evaluations run pinned to the current version`,
+      );
     const startedAt = Date.now();
     this.evalGates.add(evalId);
     try {
@@ -461,7 +506,9 @@ export class RolloutRuntime {
         startedAt,
         completedAt: Date.now(),
       };
-      await this.bus.publish(createEvent('evaluation.completed', payload, { key: evalId, producer: this.config.producer, id: `evaluation:${evalId}:completed` }));
+      await this.bus.publish(
+        createEvent('evaluation.completed', payload, { key: evalId, producer: this.config.producer, id: `evaluation:${evalId}:completed` }),
+      );
       return payload;
     } finally {
       this.evalGates.delete(evalId);
@@ -487,7 +534,11 @@ export class RolloutRuntime {
       if (ev) {
         if (this.currentVersion !== ev.evalVersion) {
           // The version moved before these were admitted: run them anyway (results say versionDrift); nothing waits forever.
-          this.logger.warn('evaluation admitted after the version moved', { evalId: ev.row.evalId, pinned: ev.evalVersion, current: this.currentVersion });
+          this.logger.warn('evaluation admitted after the version moved', {
+            evalId: ev.row.evalId,
+            pinned: ev.evalVersion,
+            current: this.currentVersion,
+          });
         }
         this.evalQueue.shift();
         this.admit(ev);
@@ -525,7 +576,10 @@ export class RolloutRuntime {
   /** The rollouts that will start next, in the order they will (ready, then eval groups, then train groups). */
   private *upcoming(): Generator<LookaheadCandidate> {
     const life = (g: GroupState) => g.spec.limits.timeoutMs + 60_000 + this.config.sessionLookaheadTtlMs;
-    const candidate = (g: GroupState, r: RolloutRow): LookaheadCandidate => ({ rolloutId: r.id, open: () => this.executor.openSession(g, r, life(g)) });
+    const candidate = (g: GroupState, r: RolloutRow): LookaheadCandidate => ({
+      rolloutId: r.id,
+      open: () => this.executor.openSession(g, r, life(g)),
+    });
     for (const { group, rollout } of this.ready) yield candidate(group, rollout);
     for (const g of [...this.evalQueue, ...this.queue]) for (const m of g.members) if (m.status === 'queued') yield candidate(g, m);
   }
@@ -557,7 +611,15 @@ export class RolloutRuntime {
           const old = g.members.find((m) => m.id === id);
           if (!old) continue;
           const n = g.members.filter((m) => m.id.startsWith(`${id}.retry`)).length + 1;
-          retries.push({ ...old, id: `${id}.retry${n}`, queuePosition: positions[retries.length], status: 'queued', sessionId: null, policyVersionAtStart: null, attempts: 0 });
+          retries.push({
+            ...old,
+            id: `${id}.retry${n}`,
+            queuePosition: positions[retries.length],
+            status: 'queued',
+            sessionId: null,
+            policyVersionAtStart: null,
+            attempts: 0,
+          });
         }
         if (retries.length) {
           await this.state.insertRollouts(retries);
@@ -584,9 +646,12 @@ export class RolloutRuntime {
       if (this.evaluations.has(p.evalId) || (await this.state.evaluationKnown(p.evalId))) return;
       this.evaluations.add(p.evalId);
       // In the background: an evaluation takes minutes and must not hold the partition.
-      void this.runEvaluation({ taskSetId: p.taskSetId, version: p.policyVersion, samplesPerTask: p.samplesPerTask, evalId: p.evalId }).catch((err: unknown) =>
-        this.logger.error('requested evaluation failed', { evalId: p.evalId, err }),
-      );
+      void this.runEvaluation({
+        taskSetId: p.taskSetId,
+        version: p.policyVersion,
+        samplesPerTask: p.samplesPerTask,
+        evalId: p.evalId,
+      }).catch((err: unknown) => this.logger.error('requested evaluation failed', { evalId: p.evalId, err }));
       return;
     }
     if (type === 'train_batch.trained') {
@@ -626,7 +691,10 @@ export class RolloutRuntime {
     for (const g of rec.groups) this.groups.set(g.row.id, g);
     this.queue.push(...rec.queued);
     this.ready.push(...rec.ready);
-    this.controller = StalenessController.restore({ eta: this.config.eta, groupsPerStep: this.config.groupsPerStep }, { inFlight: rec.inFlight, untrained: rec.untrained });
+    this.controller = StalenessController.restore(
+      { eta: this.config.eta, groupsPerStep: this.config.groupsPerStep },
+      { inFlight: rec.inFlight, untrained: rec.untrained },
+    );
   }
 
   // ---------------------------------------------------------------- running a rollout

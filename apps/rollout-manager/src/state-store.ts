@@ -36,20 +36,22 @@ export interface RolloutRow {
  */
 export class RolloutStateStore {
   private readonly sessionWrites = new Coalescer<{ id: string; sessionId: string }, void>(async (rows) => {
-    await this.ds.query(`UPDATE "rm_rollouts" r SET "session_id" = v."sid", "updated_at" = now() FROM unnest($1::varchar[], $2::varchar[]) AS v("id", "sid") WHERE r."id" = v."id"`, [
-      rows.map((x) => x.id),
-      rows.map((x) => x.sessionId),
-    ]);
-    return allDone(rows);
-  });
-  private readonly runningWrites = new Coalescer<{ id: string; sessionId: string; version: number; attempts: number }, void>(async (rows) => {
     await this.ds.query(
-      `UPDATE "rm_rollouts" r SET "status" = 'running', "session_id" = v."sid", "policy_version_at_start" = v."ver", "attempts" = v."att", "updated_at" = now()
-       FROM unnest($1::varchar[], $2::varchar[], $3::int[], $4::int[]) AS v("id", "sid", "ver", "att") WHERE r."id" = v."id"`,
-      [rows.map((x) => x.id), rows.map((x) => x.sessionId), rows.map((x) => x.version), rows.map((x) => x.attempts)],
+      `UPDATE "rm_rollouts" r SET "session_id" = v."sid", "updated_at" = now() FROM unnest($1::varchar[], $2::varchar[]) AS v("id", "sid") WHERE r."id" = v."id"`,
+      [rows.map((x) => x.id), rows.map((x) => x.sessionId)],
     );
     return allDone(rows);
   });
+  private readonly runningWrites = new Coalescer<{ id: string; sessionId: string; version: number; attempts: number }, void>(
+    async (rows) => {
+      await this.ds.query(
+        `UPDATE "rm_rollouts" r SET "status" = 'running', "session_id" = v."sid", "policy_version_at_start" = v."ver", "attempts" = v."att", "updated_at" = now()
+       FROM unnest($1::varchar[], $2::varchar[], $3::int[], $4::int[]) AS v("id", "sid", "ver", "att") WHERE r."id" = v."id"`,
+        [rows.map((x) => x.id), rows.map((x) => x.sessionId), rows.map((x) => x.version), rows.map((x) => x.attempts)],
+      );
+      return allDone(rows);
+    },
+  );
   private readonly completedWrites = new Coalescer<{ id: string; finishReason: string }, void>(async (rows) => {
     await this.ds.query(
       `UPDATE "rm_rollouts" r SET "status" = 'completed', "finish_reason" = v."fr", "updated_at" = now() FROM unnest($1::varchar[], $2::varchar[]) AS v("id", "fr") WHERE r."id" = v."id"`,
@@ -67,7 +69,9 @@ export class RolloutStateStore {
   /** `count` queue positions in increasing order, from the shared sequence (unique across instances and restarts). */
   async queuePositions(count: number): Promise<number[]> {
     if (count === 0) return [];
-    const rows = (await this.ds.query(`SELECT nextval('rm_queue_position_seq') AS "n" FROM generate_series(1, $1::int)`, [count])) as { n: string | number }[];
+    const rows = (await this.ds.query(`SELECT nextval('rm_queue_position_seq') AS "n" FROM generate_series(1, $1::int)`, [count])) as {
+      n: string | number;
+    }[];
     return rows.map((r) => Number(r.n)).sort((a, b) => a - b);
   }
 
@@ -105,13 +109,25 @@ export class RolloutStateStore {
       `INSERT INTO "rm_rollouts" ("id","group_id","task_id","sample_index","queue_position","status")
        SELECT v.*, 'queued' FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::int[], $5::bigint[]) AS v
        ON CONFLICT ("id") DO NOTHING`,
-      [rollouts.map((r) => r.id), rollouts.map((r) => r.groupId), rollouts.map((r) => r.taskId), rollouts.map((r) => r.sampleIndex), rollouts.map((r) => r.queuePosition)],
+      [
+        rollouts.map((r) => r.id),
+        rollouts.map((r) => r.groupId),
+        rollouts.map((r) => r.taskId),
+        rollouts.map((r) => r.sampleIndex),
+        rollouts.map((r) => r.queuePosition),
+      ],
     );
   }
 
   async setGroup(id: string, status: GroupStatus, startVersion?: number): Promise<void> {
-    if (startVersion === undefined) await this.ds.query(`UPDATE "rm_groups" SET "status" = $2, "updated_at" = now() WHERE "id" = $1`, [id, status]);
-    else await this.ds.query(`UPDATE "rm_groups" SET "status" = $2, "start_version" = $3, "updated_at" = now() WHERE "id" = $1`, [id, status, startVersion]);
+    if (startVersion === undefined)
+      await this.ds.query(`UPDATE "rm_groups" SET "status" = $2, "updated_at" = now() WHERE "id" = $1`, [id, status]);
+    else
+      await this.ds.query(`UPDATE "rm_groups" SET "status" = $2, "start_version" = $3, "updated_at" = now() WHERE "id" = $1`, [
+        id,
+        status,
+        startVersion,
+      ]);
   }
 
   /** The rollout's session is open: its id is recorded before any agent gets the key, so a restart can close it. */

@@ -5,7 +5,11 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '@anvil/config';
 import { optimizerOf, trainerEnv, trainerOptionsOf } from './config';
 
-const base = { KAFKA_BROKERS: '127.0.0.1:19092', DATABASE_URL: 'postgres://anvil@127.0.0.1:15432/anvil', CHECKPOINT_DIR: '/var/lib/anvil/checkpoints' };
+const base = {
+  KAFKA_BROKERS: '127.0.0.1:19092',
+  DATABASE_URL: 'postgres://anvil@127.0.0.1:15432/anvil',
+  CHECKPOINT_DIR: '/var/lib/anvil/checkpoints',
+};
 const load = (env: Record<string, string>) => loadConfig('trainer', trainerEnv, env);
 
 /** The variables a rejected environment names, each once. */
@@ -37,7 +41,15 @@ describe('trainer configuration', () => {
     });
     expect(c.TRAINER_INITIAL_CHECKPOINT_DIR).toBeUndefined();
     const o = trainerOptionsOf(c);
-    expect(o).toMatchObject({ runId: 'default', publishEvery: 1, checkpointEvery: 20, maxNonFiniteSkips: 5, initialVersion: 0, maxBatches: 0, group: 'anvil.trainer' });
+    expect(o).toMatchObject({
+      runId: 'default',
+      publishEvery: 1,
+      checkpointEvery: 20,
+      maxNonFiniteSkips: 5,
+      initialVersion: 0,
+      maxBatches: 0,
+      group: 'anvil.trainer',
+    });
     expect(o.settings).toMatchObject({ lr: 5e-5, warmupSteps: 10, maxGradNorm: 1, packTokens: 65_536, miniBatches: 1 });
     expect(o.settings.loss).toMatchObject({ kind: 'cispo', epsLow: 1, epsHigh: 4, aggregation: 'token_mean' });
     expect(optimizerOf(c)).toEqual({ beta1: 0.9, beta2: 0.95, eps: 1e-15, weightDecay: 0 });
@@ -77,7 +89,15 @@ describe('trainer configuration', () => {
     expect(c.TRAINER_INITIAL_CHECKPOINT_DIR).toBe(model);
     expect(c).toMatchObject({ ENGINE_THREADS: 8, DB_MIGRATE_ON_START: false, CHECKPOINT_KEEP_PUBLISHED: 10, CHECKPOINT_KEEP_FULL: 3 });
     const o = trainerOptionsOf(c);
-    expect(o).toMatchObject({ runId: 'run-7', publishEvery: 2, checkpointEvery: 4, maxNonFiniteSkips: 0, initialVersion: 12, maxBatches: 100, group: 'anvil.trainer.run-7' });
+    expect(o).toMatchObject({
+      runId: 'run-7',
+      publishEvery: 2,
+      checkpointEvery: 4,
+      maxNonFiniteSkips: 0,
+      initialVersion: 12,
+      maxBatches: 100,
+      group: 'anvil.trainer.run-7',
+    });
     expect(o.settings).toMatchObject({ lr: 1e-4, warmupSteps: 0, maxGradNorm: 0, packTokens: 8192, miniBatches: 2 });
     expect(o.settings.loss).toEqual({
       kind: 'decoupled_ppo',
@@ -91,12 +111,15 @@ describe('trainer configuration', () => {
     });
     expect(optimizerOf(c)).toEqual({ beta1: 0.8, beta2: 0.99, eps: 1e-8, weightDecay: 0.01 });
     expect(trainerOptionsOf(load({ ...base, TRAINER_LOSS: 'reinforce_tis' })).settings.loss.correction).toEqual({ tokenTis: { cap: 2 } });
-    expect(trainerOptionsOf(load({ ...base, TRAINER_CISPO_MASK: '0.1, 0.5' })).settings.loss.cispoMask).toEqual({ epsLow: 0.1, epsHigh: 0.5 });
+    expect(trainerOptionsOf(load({ ...base, TRAINER_CISPO_MASK: '0.1, 0.5' })).settings.loss.cispoMask).toEqual({
+      epsLow: 0.1,
+      epsHigh: 0.5,
+    });
     expect(trainerOptionsOf(load({ ...base, TRAINER_LOSS: 'ppo', TRAINER_DUAL_CLIP: '3' })).settings.loss.dualClip).toBe(3);
     expect(trainerOptionsOf(load({ ...base, TRAINER_LOSS: 'ppo' })).settings.loss.dualClip).toBeUndefined();
   });
 
-  it("refuses a dual-clip outside the PPO kinds or at c <= 1, naming TRAINER_DUAL_CLIP", () => {
+  it('refuses a dual-clip outside the PPO kinds or at c <= 1, naming TRAINER_DUAL_CLIP', () => {
     expect(problemsOf({ ...base, TRAINER_DUAL_CLIP: '3' })).toEqual(['TRAINER_DUAL_CLIP']);
     expect(() => load({ ...base, TRAINER_DUAL_CLIP: '3' })).toThrow(/TRAINER_DUAL_CLIP: .*not used by kind 'cispo'/);
     expect(problemsOf({ ...base, TRAINER_LOSS: 'ppo', TRAINER_DUAL_CLIP: '1' })).toEqual(['TRAINER_DUAL_CLIP']);
@@ -166,7 +189,9 @@ describe('trainer configuration', () => {
     expect(problemsOf({ ...base, TRAINER_AGGREGATION: 'constant' })).toEqual(['TRAINER_CONSTANT_NORMALIZER']);
     expect(problemsOf({ ...base, TRAINER_CONSTANT_NORMALIZER: '100' })).toEqual(['TRAINER_CONSTANT_NORMALIZER']);
     expect(problemsOf({ ...base, TRAINER_LOSS: 'ppo', TRAINER_TOKEN_TIS_CAP: '2' })).toEqual(['TRAINER_TOKEN_TIS_CAP']);
-    expect(problemsOf({ ...base, TRAINER_LOSS: 'reinforce_tis', TRAINER_TOKEN_TIS_CAP: '2', TRAINER_SEQ_TIS_CAP: '5' })).toEqual(['TRAINER_SEQ_TIS_CAP']);
+    expect(problemsOf({ ...base, TRAINER_LOSS: 'reinforce_tis', TRAINER_TOKEN_TIS_CAP: '2', TRAINER_SEQ_TIS_CAP: '5' })).toEqual([
+      'TRAINER_SEQ_TIS_CAP',
+    ]);
     expect(problemsOf({ ...base, TRAINER_LOSS: 'ppo', TRAINER_CISPO_MASK: '0.2,0.28' })).toEqual(['TRAINER_CISPO_MASK']); // PPO masks through its own clip
     expect(problemsOf({ ...base, TRAINER_CISPO_MASK: '1.5,0.28' })).toEqual(['TRAINER_CISPO_MASK']);
     expect(problemsOf({ ...base, TRAINER_CISPO_MASK: '0.2' })).toEqual(['TRAINER_CISPO_MASK']);

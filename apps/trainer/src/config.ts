@@ -7,7 +7,8 @@ import type { TrainerOptions } from './runtime';
 
 // Integers checked with a refinement, not zod's int format: a failed int format aborts the whole
 // object's parse, which would keep the relation checks below from running (every problem is listed at once).
-const int = (min: number, max: number, fallback: number) => z.coerce.number().refine(Number.isInteger, 'must be an integer').pipe(z.number().min(min).max(max)).default(fallback);
+const int = (min: number, max: number, fallback: number) =>
+  z.coerce.number().refine(Number.isInteger, 'must be an integer').pipe(z.number().min(min).max(max)).default(fallback);
 const nonNegativeInt = (fallback: number) => int(0, Number.MAX_SAFE_INTEGER, fallback);
 const positiveInt = (fallback: number) => int(1, Number.MAX_SAFE_INTEGER, fallback);
 const flag = (fallback: 'true' | 'false') =>
@@ -114,9 +115,22 @@ export const trainerEnv = z.object(shape).superRefine(
   (env, ctx) => {
     const dir = env.TRAINER_INITIAL_CHECKPOINT_DIR;
     if (typeof dir === 'string' && dir !== '' && !existsSync(join(dir, 'config.json')))
-      ctx.addIssue({ code: 'custom', path: ['TRAINER_INITIAL_CHECKPOINT_DIR'], message: 'has no config.json (a Hugging Face model directory: config.json + safetensors)' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['TRAINER_INITIAL_CHECKPOINT_DIR'],
+        message: 'has no config.json (a Hugging Face model directory: config.json + safetensors)',
+      });
     // Relations between the loss knobs, exactly as libs/rl refuses them; only once each knob parsed on its own.
-    const knobs = ['TRAINER_LOSS', 'TRAINER_EPS_LOW', 'TRAINER_EPS_HIGH', 'TRAINER_DUAL_CLIP', 'TRAINER_AGGREGATION', 'TRAINER_CONSTANT_NORMALIZER', 'TRAINER_TOKEN_TIS_CAP', 'TRAINER_SEQ_TIS_CAP'] as const;
+    const knobs = [
+      'TRAINER_LOSS',
+      'TRAINER_EPS_LOW',
+      'TRAINER_EPS_HIGH',
+      'TRAINER_DUAL_CLIP',
+      'TRAINER_AGGREGATION',
+      'TRAINER_CONSTANT_NORMALIZER',
+      'TRAINER_TOKEN_TIS_CAP',
+      'TRAINER_SEQ_TIS_CAP',
+    ] as const;
     if (!knobs.every((k) => shape[k].safeParse(env[k]).success)) return;
     if (typeof env.TRAINER_CISPO_MASK === 'string') return; // did not parse (still the raw text)
     if (env.TRAINER_LOSS === 'ppo' && (env.TRAINER_TOKEN_TIS_CAP !== undefined || env.TRAINER_SEQ_TIS_CAP !== undefined))
@@ -139,7 +153,18 @@ export const trainerEnv = z.object(shape).superRefine(
 );
 export type TrainerConfig = z.infer<typeof trainerEnv>;
 
-type LossEnv = Pick<TrainerConfig, 'TRAINER_LOSS' | 'TRAINER_EPS_LOW' | 'TRAINER_EPS_HIGH' | 'TRAINER_AGGREGATION' | 'TRAINER_CONSTANT_NORMALIZER' | 'TRAINER_TOKEN_TIS_CAP' | 'TRAINER_SEQ_TIS_CAP' | 'TRAINER_KL_COEF'> & Partial<Pick<TrainerConfig, 'TRAINER_CISPO_MASK' | 'TRAINER_DUAL_CLIP'>>;
+type LossEnv = Pick<
+  TrainerConfig,
+  | 'TRAINER_LOSS'
+  | 'TRAINER_EPS_LOW'
+  | 'TRAINER_EPS_HIGH'
+  | 'TRAINER_AGGREGATION'
+  | 'TRAINER_CONSTANT_NORMALIZER'
+  | 'TRAINER_TOKEN_TIS_CAP'
+  | 'TRAINER_SEQ_TIS_CAP'
+  | 'TRAINER_KL_COEF'
+> &
+  Partial<Pick<TrainerConfig, 'TRAINER_CISPO_MASK' | 'TRAINER_DUAL_CLIP'>>;
 
 /** The loss configuration the knobs name (libs/rl lossConfig: defaults per kind; throws LossConfigError naming the field). */
 export function lossConfigOf(c: LossEnv): LossConfig {
@@ -187,4 +212,9 @@ export function trainerOptionsOf(c: TrainerConfig): TrainerOptions {
 }
 
 /** AdamW's settings (Model.configureOptimizer). */
-export const optimizerOf = (c: TrainerConfig) => ({ beta1: c.TRAINER_ADAM_BETA1, beta2: c.TRAINER_ADAM_BETA2, eps: c.TRAINER_ADAM_EPS, weightDecay: c.TRAINER_WEIGHT_DECAY });
+export const optimizerOf = (c: TrainerConfig) => ({
+  beta1: c.TRAINER_ADAM_BETA1,
+  beta2: c.TRAINER_ADAM_BETA2,
+  eps: c.TRAINER_ADAM_EPS,
+  weightDecay: c.TRAINER_WEIGHT_DECAY,
+});

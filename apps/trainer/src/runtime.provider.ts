@@ -53,7 +53,11 @@ export async function startTrainer(
     bus: deps.bus,
     model,
     ...(reference ? { reference } : {}),
-    store: new CheckpointStore(config.CHECKPOINT_DIR, { keepPublished: config.CHECKPOINT_KEEP_PUBLISHED, keepFull: config.CHECKPOINT_KEEP_FULL, ...(dir ? { tokenizerDir: dir } : {}) }),
+    store: new CheckpointStore(config.CHECKPOINT_DIR, {
+      keepPublished: config.CHECKPOINT_KEEP_PUBLISHED,
+      keepFull: config.CHECKPOINT_KEEP_FULL,
+      ...(dir ? { tokenizerDir: dir } : {}),
+    }),
     batches: new PostgresBatchSource(deps.dataSource),
     logger: deps.logger,
     onStep: (e) => {
@@ -117,9 +121,14 @@ export class TrainerLifecycle implements OnModuleInit, OnModuleDestroy {
           const applied = await runMigrations(dataSource);
           if (applied.length) log.info('migrations applied', { applied });
         }
-        const [row]: Record<string, string | null>[] = await dataSource.query(`SELECT ${BATCH_TABLES.map((t, i) => `to_regclass('${t}') AS t${i}`).join(', ')}`);
+        const [row]: Record<string, string | null>[] = await dataSource.query(
+          `SELECT ${BATCH_TABLES.map((t, i) => `to_regclass('${t}') AS t${i}`).join(', ')}`,
+        );
         const missing = BATCH_TABLES.filter((_, i) => !row?.[`t${i}`]);
-        if (missing.length) throw new Error(`the Data Pool's tables ${missing.join(', ')} do not exist yet (the middleware migrates them, or set DB_MIGRATE_ON_START=true)`);
+        if (missing.length)
+          throw new Error(
+            `the Data Pool's tables ${missing.join(', ')} do not exist yet (the middleware migrates them, or set DB_MIGRATE_ON_START=true)`,
+          );
       },
       start: () =>
         startTrainer(config, {
@@ -132,7 +141,8 @@ export class TrainerLifecycle implements OnModuleInit, OnModuleDestroy {
           // A fatal error or the batch budget: stop consuming, so no delivery is committed untrained
           // (not awaited: this runs inside the last batch's handler, which stop() waits for).
           onDone: (runtime) => {
-            if (!runtime.failure) log.info('training budget reached: no further batches are consumed', { maxBatches: config.TRAINER_MAX_BATCHES });
+            if (!runtime.failure)
+              log.info('training budget reached: no further batches are consumed', { maxBatches: config.TRAINER_MAX_BATCHES });
             setImmediate(() => void runtime.stop(stopTimeoutMs).catch((e: unknown) => log.warn('trainer stop failed', { err: e })));
           },
         }),
@@ -141,7 +151,12 @@ export class TrainerLifecycle implements OnModuleInit, OnModuleDestroy {
         model.dispose();
         reference?.dispose();
       },
-      describe: ({ runtime }) => ({ runId: config.TRAINER_RUN_ID, group: config.TRAINER_CONSUMER_GROUP, version: runtime.currentVersion, position: runtime.dataPosition }),
+      describe: ({ runtime }) => ({
+        runId: config.TRAINER_RUN_ID,
+        group: config.TRAINER_CONSUMER_GROUP,
+        version: runtime.currentVersion,
+        position: runtime.dataPosition,
+      }),
     });
     readiness.add({
       name: 'training',

@@ -65,10 +65,22 @@ const options = {
 async function harness(root: string, log: TrainBatchEvent[], seed = 1) {
   const bus = new MemoryBus({ logger: silentLogger });
   const seen: AnyEventEnvelope[] = [];
-  await bus.subscribe({ group: 'observer', topics: [TOPICS.weights, TOPICS.trainBatches], fromBeginning: true, handler: async (e) => void seen.push(e) });
+  await bus.subscribe({
+    group: 'observer',
+    topics: [TOPICS.weights, TOPICS.trainBatches],
+    fromBeginning: true,
+    handler: async (e) => void seen.push(e),
+  });
   const model = Model.tiny({ seed, config: { vocabSize: 272 } });
   const steps: TrainerStepEvent[] = [];
-  const trainer = new TrainerRuntime(options, { bus, model, store: new CheckpointStore(root), batches: new LogSource(log), logger, onStep: (e) => steps.push(e) });
+  const trainer = new TrainerRuntime(options, {
+    bus,
+    model,
+    store: new CheckpointStore(root),
+    batches: new LogSource(log),
+    logger,
+    onStep: (e) => steps.push(e),
+  });
   return { bus, seen, model, trainer, steps };
 }
 
@@ -94,10 +106,14 @@ describe('TrainerRuntime', () => {
       [3, 3, 4],
     ]);
     expect(h.steps.map((s) => s.checkpointed)).toEqual([false, true, false, true]);
-    const published = h.seen.filter((e) => e.type === 'weights.published').map((e) => e.payload as { version: number; checkpointUri: string; sha256: string });
+    const published = h.seen
+      .filter((e) => e.type === 'weights.published')
+      .map((e) => e.payload as { version: number; checkpointUri: string; sha256: string });
     expect(published.map((p) => p.version)).toEqual([1, 2, 3, 4]);
     for (const p of published.slice(-2)) await verifyCheckpointDigest(p.checkpointUri, p.sha256);
-    const trained = h.seen.filter((e) => e.type === 'train_batch.trained').map((e) => e.payload as { batchId: string; outcome: string; groupIds: string[] });
+    const trained = h.seen
+      .filter((e) => e.type === 'train_batch.trained')
+      .map((e) => e.payload as { batchId: string; outcome: string; groupIds: string[] });
     expect(trained.map((t) => t.batchId)).toEqual(['b0', 'b1', 'b2', 'b3']);
     expect(trained[0].groupIds).toEqual(['g0-0', 'g0-1']);
     expect(h.trainer.dataPosition).toMatchObject({ nextBatchStep: 4, batchesTrained: 4, lastBatchId: 'b3' });
@@ -109,12 +125,23 @@ describe('TrainerRuntime', () => {
     const klOptions = { ...options, settings: { ...options.settings, loss: lossConfig({ klCoef: 0.5 }) } };
     const bus = new MemoryBus({ logger: silentLogger });
     const model = Model.tiny({ seed: 1, config: { vocabSize: 272 } });
-    expect(() => new TrainerRuntime(klOptions, { bus, model, store: new CheckpointStore(join(root, 'kl0')), batches: new LogSource([]), logger })).toThrow(/klCoef is 0.5: the trainer needs a reference model/);
+    expect(
+      () =>
+        new TrainerRuntime(klOptions, { bus, model, store: new CheckpointStore(join(root, 'kl0')), batches: new LogSource([]), logger }),
+    ).toThrow(/klCoef is 0.5: the trainer needs a reference model/);
     const reference = Model.tiny({ seed: 1, config: { vocabSize: 272 } });
     const before = Float32Array.from(reference.tensor('model.layers.0.self_attn.q_proj.weight').data);
     const log = [0, 1, 2].map((s) => batchEvent(s, 50 + s));
     const steps: TrainerStepEvent[] = [];
-    const trainer = new TrainerRuntime(klOptions, { bus, model, reference, store: new CheckpointStore(join(root, 'kl')), batches: new LogSource(log), logger, onStep: (e) => steps.push(e) });
+    const trainer = new TrainerRuntime(klOptions, {
+      bus,
+      model,
+      reference,
+      store: new CheckpointStore(join(root, 'kl')),
+      batches: new LogSource(log),
+      logger,
+      onStep: (e) => steps.push(e),
+    });
     await trainer.start();
     for (const e of log) await bus.publish(e);
     await waitFor('three batches', async () => (steps.length >= 3 ? true : undefined), 60_000, 20);
@@ -188,11 +215,22 @@ describe('TrainerRuntime', () => {
       'train_batch.created',
       2,
       {
-        ...{ batchId: 'other:batch:0', step: 0, runId: 'other', trajectoryIds: ['t'], groupIds: ['g'], samples: [{ sampleId: 's', trajectoryId: 't', groupId: 'g', advantage: 1, lossWeight: 1 }] },
+        ...{
+          batchId: 'other:batch:0',
+          step: 0,
+          runId: 'other',
+          trajectoryIds: ['t'],
+          groupIds: ['g'],
+          samples: [{ sampleId: 's', trajectoryId: 't', groupId: 'g', advantage: 1, lossWeight: 1 }],
+        },
         blob: { store: 'postgres', sha256: '0'.repeat(64), bytes: 1, layout: 'anvil-prefix-tree/1', nodes: 1 },
         stats: {
           ...{ trajectories: 1, samples: 1, groups: 1, totalTokens: 1, uniqueTokens: 1, outputTokens: 1, sharing: 0 },
-          ...{ staleness: { k: 1, mean: 0, max: 0, shareOlderThanK: 0 }, positionLag: { mean: 0, max: 0 }, outOfOrder: { mean: 0, max: 0 } },
+          ...{
+            staleness: { k: 1, mean: 0, max: 0, shareOlderThanK: 0 },
+            positionLag: { mean: 0, max: 0 },
+            outOfOrder: { mean: 0, max: 0 },
+          },
           ...{ difficulty: { batchMean: null, populationMean: null }, lossMasked: 0, trainerWaitMs: null },
         },
         policyVersion: 0,
@@ -211,7 +249,14 @@ describe('TrainerRuntime', () => {
     expect(h.seen.filter((e) => e.type === 'train_batch.trained')).toEqual([]);
 
     const steps: TrainerStepEvent[] = [];
-    const next = new TrainerRuntime(options, { bus: h.bus, model: h.model, store: new CheckpointStore(join(root, 'd2')), batches: new LogSource([]), logger, onStep: (e) => steps.push(e) });
+    const next = new TrainerRuntime(options, {
+      bus: h.bus,
+      model: h.model,
+      store: new CheckpointStore(join(root, 'd2')),
+      batches: new LogSource([]),
+      logger,
+      onStep: (e) => steps.push(e),
+    });
     await next.start();
     await waitFor('the handed-back batch', async () => (steps.length === 1 ? true : undefined), 60_000, 20);
     expect(steps.map((s) => s.batchId)).toEqual(['b0']);

@@ -119,7 +119,8 @@ export class TrainerRuntime {
     private readonly deps: Deps,
   ) {
     const kl = options.settings.loss.klCoef ?? 0;
-    if (kl > 0 && !deps.reference) throw new Error(`loss.klCoef is ${kl}: the trainer needs a reference model (the run's starting weights) to take the KL against`);
+    if (kl > 0 && !deps.reference)
+      throw new Error(`loss.klCoef is ${kl}: the trainer needs a reference model (the run's starting weights) to take the KL against`);
     this.version = options.initialVersion;
     this.lastPublished = options.initialVersion;
   }
@@ -159,7 +160,13 @@ export class TrainerRuntime {
       // New weights after a resume get a number no earlier weights had.
       const newest = Math.max(state.version, ...(await store.versions()));
       this.version = newest;
-      logger.info('trainer resumed', { dir: latest.dir, step: state.step, version: state.version, nextVersion: newest + 1, position: state.position });
+      logger.info('trainer resumed', {
+        dir: latest.dir,
+        step: state.step,
+        version: state.version,
+        nextVersion: newest + 1,
+        position: state.position,
+      });
       if (newest !== state.version) {
         // The resumed weights are state.version's; publish them under a fresh number so inference
         // stops serving the lost branch.
@@ -231,17 +238,26 @@ export class TrainerRuntime {
 
   private async handle(event: TrainBatchEvent): Promise<void> {
     while (this.pauseGate && !this.stopped) await this.pauseGate.promise;
-    if (this.stopped) throw new TrainerStoppingError(`trainer stopping: batch ${event.payload.batchId} (step ${event.payload.step}) handed back untrained`);
+    if (this.stopped)
+      throw new TrainerStoppingError(`trainer stopping: batch ${event.payload.batchId} (step ${event.payload.step}) handed back untrained`);
     if (this.done) return;
     const runId = (event.payload as { runId?: string | null }).runId;
     if (runId !== undefined && runId !== null && runId !== this.options.runId) {
       // Another run's batch (runs may share a topic): not this trainer's, and its step is not this run's position.
-      this.deps.logger.debug("another run's batch: not trained here", { batchId: event.payload.batchId, runId, trainerRunId: this.options.runId });
+      this.deps.logger.debug("another run's batch: not trained here", {
+        batchId: event.payload.batchId,
+        runId,
+        trainerRunId: this.options.runId,
+      });
       return;
     }
     const step = event.payload.step;
     if (step < this.position.nextBatchStep) {
-      this.deps.logger.debug('batch already trained (redelivery)', { batchId: event.payload.batchId, step, position: this.position.nextBatchStep });
+      this.deps.logger.debug('batch already trained (redelivery)', {
+        batchId: event.payload.batchId,
+        step,
+        position: this.position.nextBatchStep,
+      });
       return;
     }
     if (step > this.position.nextBatchStep) {
@@ -279,7 +295,8 @@ export class TrainerRuntime {
   }
 
   private async train(event: TrainBatchEvent): Promise<void> {
-    if (this.stopped) throw new TrainerStoppingError(`trainer stopping: batch ${event.payload.batchId} (step ${event.payload.step}) handed back untrained`);
+    if (this.stopped)
+      throw new TrainerStoppingError(`trainer stopping: batch ${event.payload.batchId} (step ${event.payload.step}) handed back untrained`);
     if (this.done || event.payload.step < this.position.nextBatchStep) return;
     const run = this.trainOne(event);
     this.training = run;
@@ -315,7 +332,14 @@ export class TrainerRuntime {
     const skipped = reports.length - applied;
     this.trainerStep += applied;
     this.nonFiniteSkips += skipped;
-    for (const r of reports) if (r.skipped) this.deps.logger.warn('optimizer step skipped', { batchId: payload.batchId, reason: r.skipped, loss: r.loss, gradNorm: r.gradNorm });
+    for (const r of reports)
+      if (r.skipped)
+        this.deps.logger.warn('optimizer step skipped', {
+          batchId: payload.batchId,
+          reason: r.skipped,
+          loss: r.loss,
+          gradNorm: r.gradNorm,
+        });
     this.position = {
       nextBatchStep: payload.step + 1,
       batchesTrained: this.position.batchesTrained + (applied > 0 ? 1 : 0),
@@ -325,7 +349,8 @@ export class TrainerRuntime {
     if (applied > 0) this.version += 1;
     const n = this.position.batchesTrained;
     const full = applied > 0 && n % this.options.checkpointEvery === 0;
-    const publish = applied > 0 && (n % this.options.publishEvery === 0 || full || (this.options.maxBatches > 0 && n >= this.options.maxBatches));
+    const publish =
+      applied > 0 && (n % this.options.publishEvery === 0 || full || (this.options.maxBatches > 0 && n >= this.options.maxBatches));
     if (publish || full) await this.writeAndPublish(full);
     await this.deps.bus.publish(
       createEvent(
@@ -399,7 +424,16 @@ export class TrainerRuntime {
     await this.deps.bus.publish(
       createEvent(
         'weights.published',
-        { version, parentVersion: parent, step: this.trainerStep, checkpointId: `${this.options.runId}-v${version}`, checkpointUri: dir, format: 'hf-safetensors', sha256, publishedAt: Date.now() },
+        {
+          version,
+          parentVersion: parent,
+          step: this.trainerStep,
+          checkpointId: `${this.options.runId}-v${version}`,
+          checkpointUri: dir,
+          format: 'hf-safetensors',
+          sha256,
+          publishedAt: Date.now(),
+        },
         { key: String(version), producer: 'trainer' },
       ),
     );
@@ -424,5 +458,8 @@ function stalenessOf(tree: PrefixTree, version: number) {
       n++;
       histogram[lag] = (histogram[lag] ?? 0) + 1;
     }
-  return { staleness: { mean: n ? sum / n : 0, max, shareOlderThan1: n ? old / n : 0, tokens: n }, stalenessHistogram: Array.from(histogram, (v) => v ?? 0) };
+  return {
+    staleness: { mean: n ? sum / n : 0, max, shareOlderThan1: n ? old / n : 0, tokens: n },
+    stalenessHistogram: Array.from(histogram, (v) => v ?? 0),
+  };
 }

@@ -33,13 +33,30 @@ describe('loadConfig', () => {
   });
 
   it('needs KAFKA_BROKERS only for the Kafka bus, and takes an embedded database URL', () => {
-    const embedded = loadConfig('svc', schema, { EVENT_BUS_KIND: 'memory', DATABASE_URL: 'pglite:///tmp/anvil-db', ADMIN_TOKEN: 'x'.repeat(32), PROXY_URL: 'http://127.0.0.1:8081' });
+    const embedded = loadConfig('svc', schema, {
+      EVENT_BUS_KIND: 'memory',
+      DATABASE_URL: 'pglite:///tmp/anvil-db',
+      ADMIN_TOKEN: 'x'.repeat(32),
+      PROXY_URL: 'http://127.0.0.1:8081',
+    });
     expect(embedded.EVENT_BUS_KIND).toBe('memory');
     expect(embedded.KAFKA_BROKERS).toEqual([]);
-    expect(loadConfig('svc', schema, { EVENT_BUS_KIND: 'memory', DATABASE_URL: 'memory', ADMIN_TOKEN: 'x'.repeat(32), PROXY_URL: 'http://127.0.0.1:8081' }).DATABASE_URL).toBe('memory');
+    expect(
+      loadConfig('svc', schema, {
+        EVENT_BUS_KIND: 'memory',
+        DATABASE_URL: 'memory',
+        ADMIN_TOKEN: 'x'.repeat(32),
+        PROXY_URL: 'http://127.0.0.1:8081',
+      }).DATABASE_URL,
+    ).toBe('memory');
     let err: ConfigError | undefined;
     try {
-      loadConfig('svc', schema, { DATABASE_URL: 'memory', ADMIN_TOKEN: 'x'.repeat(32), PROXY_URL: 'http://127.0.0.1:8081', EVENT_BUS_KIND: 'rabbit' });
+      loadConfig('svc', schema, {
+        DATABASE_URL: 'memory',
+        ADMIN_TOKEN: 'x'.repeat(32),
+        PROXY_URL: 'http://127.0.0.1:8081',
+        EVENT_BUS_KIND: 'rabbit',
+      });
     } catch (e) {
       err = e as ConfigError;
     }

@@ -14,7 +14,9 @@ describe('SERVICE_NODE_FLAGS', () => {
     const apps = readdirSync(join(root, 'apps'));
     expect(apps.length).toBeGreaterThan(0);
     for (const app of apps) {
-      const project = JSON.parse(readFileSync(join(root, 'apps', app, 'project.json'), 'utf8')) as { targets: { serve?: { options?: { command?: string } } } };
+      const project = JSON.parse(readFileSync(join(root, 'apps', app, 'project.json'), 'utf8')) as {
+        targets: { serve?: { options?: { command?: string } } };
+      };
       const command = project.targets.serve?.options?.command ?? '';
       expect(command, app).toBe(`node ${SERVICE_NODE_FLAGS.join(' ')} dist/apps/${app}/src/main.js`);
     }

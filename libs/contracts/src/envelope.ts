@@ -20,7 +20,11 @@ export interface EventEnvelope<T extends EventType = EventType> {
 
 export type AnyEventEnvelope = { [T in EventType]: EventEnvelope<T> }[EventType];
 
-export function createEvent<T extends EventType>(type: T, payload: EventPayload<T>, opts: { key: string; producer: string; id?: string; occurredAt?: number }): EventEnvelope<T> {
+export function createEvent<T extends EventType>(
+  type: T,
+  payload: EventPayload<T>,
+  opts: { key: string; producer: string; id?: string; occurredAt?: number },
+): EventEnvelope<T> {
   return {
     id: opts.id ?? randomUUID(),
     type,
@@ -42,7 +46,15 @@ export function createEventAt<T extends EventType, V extends EventVersion<T>>(
   payload: EventPayloadAt<T, V>,
   opts: { key: string; producer: string; id?: string; occurredAt?: number },
 ): Omit<EventEnvelope<T>, 'payload'> & { payload: EventPayloadAt<T, V> } {
-  return { id: opts.id ?? randomUUID(), type, version, occurredAt: opts.occurredAt ?? Date.now(), key: opts.key, producer: opts.producer, payload };
+  return {
+    id: opts.id ?? randomUUID(),
+    type,
+    version,
+    occurredAt: opts.occurredAt ?? Date.now(),
+    key: opts.key,
+    producer: opts.producer,
+    payload,
+  };
 }
 
 export function topicOf(type: EventType): string {
@@ -51,10 +63,16 @@ export function topicOf(type: EventType): string {
 
 function schemaFor(type: unknown, version: unknown) {
   if (!isEventType(type)) throw new ContractError('unknown_type', `unknown event type ${JSON.stringify(type)}`);
-  const versions = EVENTS[type].versions as Record<number, { safeParse(v: unknown): { success: boolean; data?: unknown; error?: { issues: { path: PropertyKey[]; message: string }[] } } }>;
+  const versions = EVENTS[type].versions as Record<
+    number,
+    { safeParse(v: unknown): { success: boolean; data?: unknown; error?: { issues: { path: PropertyKey[]; message: string }[] } } }
+  >;
   const schema = typeof version === 'number' ? versions[version] : undefined;
   if (!schema) {
-    throw new ContractError('unknown_version', `${type} version ${JSON.stringify(version)} is not supported (supported: ${Object.keys(versions).join(', ')})`);
+    throw new ContractError(
+      'unknown_version',
+      `${type} version ${JSON.stringify(version)} is not supported (supported: ${Object.keys(versions).join(', ')})`,
+    );
   }
   return schema;
 }
@@ -65,15 +83,18 @@ export function validateEvent(raw: unknown): AnyEventEnvelope {
   const env = raw as Record<string, unknown>;
   const schema = schemaFor(env.type, env.version);
   const problems: string[] = [];
-  if (typeof env.id !== 'string' || env.id.length === 0 || env.id.length > 128) problems.push('id: must be a non-empty string of at most 128 chars');
+  if (typeof env.id !== 'string' || env.id.length === 0 || env.id.length > 128)
+    problems.push('id: must be a non-empty string of at most 128 chars');
   if (typeof env.key !== 'string' || env.key.length === 0) problems.push('key: must be a non-empty string');
   if (typeof env.producer !== 'string') problems.push('producer: must be a string');
-  if (typeof env.occurredAt !== 'number' || !Number.isFinite(env.occurredAt)) problems.push('occurredAt: must be a number (ms since epoch)');
+  if (typeof env.occurredAt !== 'number' || !Number.isFinite(env.occurredAt))
+    problems.push('occurredAt: must be a number (ms since epoch)');
   const parsed = schema.safeParse(env.payload);
   if (!parsed.success) {
     for (const issue of parsed.error?.issues ?? []) problems.push(`payload.${issue.path.map(String).join('.')}: ${issue.message}`);
   }
-  if (problems.length > 0) throw new ContractError('invalid_payload', `${String(env.type)} v${String(env.version)}: ${problems.join('; ')}`);
+  if (problems.length > 0)
+    throw new ContractError('invalid_payload', `${String(env.type)} v${String(env.version)}: ${problems.join('; ')}`);
   return { ...(env as unknown as AnyEventEnvelope), payload: parsed.data } as AnyEventEnvelope;
 }
 

@@ -23,7 +23,9 @@ describe('generated JSON Schemas', () => {
   });
 
   it('describes typed arrays as blob references with their dtype', () => {
-    const llm = eventJsonSchemas()['llm_call.recorded.v1'] as { properties: { payload: { properties: Record<string, Record<string, unknown>> } } };
+    const llm = eventJsonSchemas()['llm_call.recorded.v1'] as {
+      properties: { payload: { properties: Record<string, Record<string, unknown>> } };
+    };
     const props = llm.properties.payload.properties;
     expect(props.promptIds['x-anvil-dtype']).toBe('i32');
     expect(props.outputLogprobs['x-anvil-dtype']).toBe('f32');

@@ -5,9 +5,15 @@ import { pinBlasKernels, quietBlasThreads } from './loader';
 
 describe('async engine calls', () => {
   it('the event loop keeps turning while a large forward / backward / step runs', async () => {
-    const model = Model.create({ vocabSize: 4096, hiddenSize: 256, intermediateSize: 768, numHiddenLayers: 4, numAttentionHeads: 4, numKeyValueHeads: 2 }, { seed: 1 });
+    const model = Model.create(
+      { vocabSize: 4096, hiddenSize: 256, intermediateSize: 768, numHiddenLayers: 4, numAttentionHeads: 4, numKeyValueHeads: 2 },
+      { seed: 1 },
+    );
     const N = 1536;
-    const pack = { tokens: Int32Array.from({ length: N }, (_, i) => (i * 31) % 4096), parents: Int32Array.from({ length: N }, (_, i) => i - 1) };
+    const pack = {
+      tokens: Int32Array.from({ length: N }, (_, i) => (i * 31) % 4096),
+      parents: Int32Array.from({ length: N }, (_, i) => i - 1),
+    };
     let ticks = 0;
     let running = true;
     const spin = () => {
@@ -121,7 +127,10 @@ describe('garbage collection', () => {
 })();
 `,
     );
-    const r = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', script], { encoding: 'utf8', cwd: resolve(__dirname, '../../..') });
+    const r = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', script], {
+      encoding: 'utf8',
+      cwd: resolve(__dirname, '../../..'),
+    });
     rmSync(dir, { recursive: true, force: true });
     expect(r.status, r.stderr).toBe(0);
     const out = JSON.parse(r.stdout.trim().split('\n').pop()!);

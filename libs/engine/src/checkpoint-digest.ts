@@ -35,10 +35,12 @@ export async function checkpointWeightFiles(dir: string): Promise<string[]> {
     }
     if (typeof map !== 'object' || map === null) throw new CheckpointDigestError(`${index}: weight_map missing`);
     const shards = [...new Set(Object.values(map as Record<string, string>))];
-    for (const f of shards) if (typeof f !== 'string' || basename(f) !== f) throw new CheckpointDigestError(`${index}: bad shard name ${JSON.stringify(f)}`);
+    for (const f of shards)
+      if (typeof f !== 'string' || basename(f) !== f) throw new CheckpointDigestError(`${index}: bad shard name ${JSON.stringify(f)}`);
     return ['config.json', 'model.safetensors.index.json', ...shards].sort();
   }
-  if (!existsSync(join(dir, 'model.safetensors'))) throw new CheckpointDigestError(`${dir}: neither model.safetensors nor model.safetensors.index.json`);
+  if (!existsSync(join(dir, 'model.safetensors')))
+    throw new CheckpointDigestError(`${dir}: neither model.safetensors nor model.safetensors.index.json`);
   return ['config.json', 'model.safetensors'];
 }
 
@@ -57,5 +59,6 @@ export async function checkpointDigest(dir: string): Promise<string> {
 /** Throws CheckpointDigestError unless the directory's digest equals `expected`. */
 export async function verifyCheckpointDigest(dir: string, expected: string): Promise<void> {
   const actual = await checkpointDigest(dir);
-  if (actual !== expected) throw new CheckpointDigestError(`${dir}: checksum mismatch (expected sha256 ${expected}, the files give ${actual})`);
+  if (actual !== expected)
+    throw new CheckpointDigestError(`${dir}: checksum mismatch (expected sha256 ${expected}, the files give ${actual})`);
 }

@@ -40,7 +40,10 @@ function toHalfBits(x: number): number {
 
 describe('checkpoints', () => {
   it('save -> load is bit-exact (llama untied + rope scaling) and keeps config fields', async () => {
-    const m = Model.create({ ...cfg, ropeScaling: { type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 } }, { seed: 9 });
+    const m = Model.create(
+      { ...cfg, ropeScaling: { type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 } },
+      { seed: 9 },
+    );
     m.tensor('model.norm.weight').data[3] = -0; // odd values survive too
     m.tensor('model.norm.weight').data[4] = 1e-40; // subnormal
     const d = tmp();
@@ -162,7 +165,11 @@ describe('checkpoints', () => {
       ['negative shape', make({ a: { dtype: 'F32', shape: [-1], data_offsets: [0, 4] } }, 4), /shape must be/],
       ['offsets out of bounds', make({ a: { dtype: 'F32', shape: [4], data_offsets: [0, 16] } }, 8), /out of bounds/],
       ['size does not match shape', make({ a: { dtype: 'F32', shape: [3], data_offsets: [0, 16] } }, 16), /expected 12/],
-      ['overlap', make({ a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] }, b: { dtype: 'F32', shape: [2], data_offsets: [4, 12] } }, 12), /gap or overlap/],
+      [
+        'overlap',
+        make({ a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] }, b: { dtype: 'F32', shape: [2], data_offsets: [4, 12] } }, 12),
+        /gap or overlap/,
+      ],
       ['gap', make({ a: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, 8), /gap or overlap/],
       ['trailing bytes', make({ a: { dtype: 'F32', shape: [1], data_offsets: [0, 4] } }, 8), /cover 4 bytes/],
       ['bad offsets type', make({ a: { dtype: 'F32', shape: [1], data_offsets: [0] } }, 4), /data_offsets must be/],

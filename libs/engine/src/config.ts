@@ -34,31 +34,36 @@ export interface ModelConfig {
 }
 
 /** Fields one may give to create a model; the rest default as transformers' config classes do. */
-export type ModelConfigInput = Partial<ModelConfig> & Pick<ModelConfig, 'vocabSize' | 'hiddenSize' | 'intermediateSize' | 'numHiddenLayers' | 'numAttentionHeads'>;
+export type ModelConfigInput = Partial<ModelConfig> &
+  Pick<ModelConfig, 'vocabSize' | 'hiddenSize' | 'intermediateSize' | 'numHiddenLayers' | 'numAttentionHeads'>;
 
 export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
 function posInt(v: unknown, key: string): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) throw new ConfigError(`config.json: ${key} must be a positive integer, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0)
+    throw new ConfigError(`config.json: ${key} must be a positive integer, got ${JSON.stringify(v)}`);
   return v;
 }
 
 function posNum(v: unknown, key: string): number {
-  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new ConfigError(`config.json: ${key} must be a positive number, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0)
+    throw new ConfigError(`config.json: ${key} must be a positive number, got ${JSON.stringify(v)}`);
   return v;
 }
 
 /** Completes and validates a config (shared by parseHfConfig and Model.create). */
 export function normalizeConfig(c: ModelConfigInput): ModelConfig {
   const modelType = c.modelType ?? 'llama';
-  if (modelType !== 'llama' && modelType !== 'qwen2') throw new ConfigError(`model type must be "llama" or "qwen2", got ${JSON.stringify(modelType)}`);
+  if (modelType !== 'llama' && modelType !== 'qwen2')
+    throw new ConfigError(`model type must be "llama" or "qwen2", got ${JSON.stringify(modelType)}`);
   const heads = posInt(c.numAttentionHeads, 'num_attention_heads');
   const hidden = posInt(c.hiddenSize, 'hidden_size');
   const kv = posInt(c.numKeyValueHeads ?? heads, 'num_key_value_heads');
   if (heads % kv !== 0) throw new ConfigError(`num_attention_heads (${heads}) must be a multiple of num_key_value_heads (${kv})`);
-  if (c.headDim === undefined && hidden % heads !== 0) throw new ConfigError(`hidden_size (${hidden}) must be divisible by num_attention_heads (${heads}) when head_dim is absent`);
+  if (c.headDim === undefined && hidden % heads !== 0)
+    throw new ConfigError(`hidden_size (${hidden}) must be divisible by num_attention_heads (${heads}) when head_dim is absent`);
   const headDim = posInt(c.headDim ?? hidden / heads, 'head_dim');
   if (headDim % 2 !== 0) throw new ConfigError(`head_dim must be even for RoPE, got ${headDim}`);
   const cfg: ModelConfig = {
@@ -79,7 +84,8 @@ export function normalizeConfig(c: ModelConfigInput): ModelConfig {
   };
   if (c.bosTokenId !== undefined) cfg.bosTokenId = c.bosTokenId;
   if (c.eosTokenId !== undefined) cfg.eosTokenId = c.eosTokenId;
-  if (cfg.modelType === 'qwen2' && !cfg.attentionBias) throw new ConfigError('qwen2 models always have q/k/v biases (attention_bias cannot be false)');
+  if (cfg.modelType === 'qwen2' && !cfg.attentionBias)
+    throw new ConfigError('qwen2 models always have q/k/v biases (attention_bias cannot be false)');
   if (cfg.ropeScaling) validateRopeScaling(cfg.ropeScaling);
   return cfg;
 }
@@ -119,17 +125,21 @@ export function parseHfConfig(json: unknown): ModelConfig {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) throw new ConfigError('config.json must be an object');
   const j = json as Record<string, unknown>;
   const modelType = j.model_type;
-  if (modelType !== 'llama' && modelType !== 'qwen2') throw new ConfigError(`config.json: model_type must be "llama" or "qwen2", got ${JSON.stringify(modelType)}`);
+  if (modelType !== 'llama' && modelType !== 'qwen2')
+    throw new ConfigError(`config.json: model_type must be "llama" or "qwen2", got ${JSON.stringify(modelType)}`);
   const act = j.hidden_act ?? 'silu';
   if (act !== 'silu') throw new ConfigError(`config.json: hidden_act must be "silu", got ${JSON.stringify(act)}`);
   if (j.mlp_bias === true) throw new ConfigError('config.json: mlp_bias = true is not supported');
   if (j.use_sliding_window === true) throw new ConfigError('config.json: use_sliding_window = true is not supported');
   // transformers >= 5 nests RoPE settings in rope_parameters
-  const rp = (typeof j.rope_parameters === 'object' && j.rope_parameters !== null ? j.rope_parameters : undefined) as Record<string, unknown> | undefined;
+  const rp = (typeof j.rope_parameters === 'object' && j.rope_parameters !== null ? j.rope_parameters : undefined) as
+    Record<string, unknown> | undefined;
   const ropeTheta = (rp?.rope_theta ?? j.rope_theta ?? 10000) as number;
   const ropeScaling = parseRopeScaling(j.rope_scaling ?? rp);
-  if (modelType === 'llama' && j.attention_bias !== undefined && typeof j.attention_bias !== 'boolean') throw new ConfigError('config.json: attention_bias must be a boolean');
-  if (j.tie_word_embeddings !== undefined && typeof j.tie_word_embeddings !== 'boolean') throw new ConfigError('config.json: tie_word_embeddings must be a boolean');
+  if (modelType === 'llama' && j.attention_bias !== undefined && typeof j.attention_bias !== 'boolean')
+    throw new ConfigError('config.json: attention_bias must be a boolean');
+  if (j.tie_word_embeddings !== undefined && typeof j.tie_word_embeddings !== 'boolean')
+    throw new ConfigError('config.json: tie_word_embeddings must be a boolean');
   return normalizeConfig({
     modelType,
     vocabSize: j.vocab_size as number,

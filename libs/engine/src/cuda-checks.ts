@@ -72,12 +72,29 @@ export const CHECK_CONFIGS: Array<{ name: string; cfg: ModelConfigInput }> = [
   },
   {
     name: 'tiny D=32',
-    cfg: { modelType: 'llama', vocabSize: 300, hiddenSize: 128, intermediateSize: 384, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, maxPositionEmbeddings: 4096, ropeTheta: 10000 },
+    cfg: {
+      modelType: 'llama',
+      vocabSize: 300,
+      hiddenSize: 128,
+      intermediateSize: 384,
+      numHiddenLayers: 2,
+      numAttentionHeads: 4,
+      numKeyValueHeads: 2,
+      maxPositionEmbeddings: 4096,
+      ropeTheta: 10000,
+    },
   },
 ];
 
 /** Samples sharing prefixes: a few prompts, each with several sampled continuations. */
-export function branchingSamples(seed: number, vocab: number, prompts: number, branches: number, promptLen: number, outLen: number): PackSample[] {
+export function branchingSamples(
+  seed: number,
+  vocab: number,
+  prompts: number,
+  branches: number,
+  promptLen: number,
+  outLen: number,
+): PackSample[] {
   const r = seededRandom(seed);
   const tok = () => Math.floor(r() * vocab);
   const out: PackSample[] = [];
@@ -166,7 +183,9 @@ export async function modelVsCpu(name: string, cfg: ModelConfigInput, pack: Pack
     checks.push({
       name: `${name}: backward, every gradient tensor (relative L2)`,
       passed: bad.length === 0,
-      detail: bad.length ? `over ${GRAD_REL_L2}: ${bad.slice(0, 6).join(', ')}` : `worst ${worstName} ${worst.toExponential(2)} (tolerance ${GRAD_REL_L2})`,
+      detail: bad.length
+        ? `over ${GRAD_REL_L2}: ${bad.slice(0, 6).join(', ')}`
+        : `worst ${worstName} ${worst.toExponential(2)} (tolerance ${GRAD_REL_L2})`,
       metrics: { worstGradRelL2: worst },
     });
     const nc = await cpu.gradNorm(),
@@ -225,7 +244,10 @@ export async function treeEqualsFlat(name: string, cfg: ModelConfigInput, sample
 
 /** The same AdamW steps on both backends from the same weights: the loss curves must track. */
 export async function trainingTracksCpu(cfg: ModelConfigInput, steps = 12): Promise<CudaCheck> {
-  const samples = branchingSamples(3, 512, 4, 4, 48, 24).map((s) => ({ promptIds: s.promptIds, outputIds: Array.from(s.promptIds).slice(0, 24) }));
+  const samples = branchingSamples(3, 512, 4, 4, 48, 24).map((s) => ({
+    promptIds: s.promptIds,
+    outputIds: Array.from(s.promptIds).slice(0, 24),
+  }));
   const pack = buildPack(samples);
   const coef = mergeSampleValues(
     pack,
@@ -256,7 +278,8 @@ export async function trainingTracksCpu(cfg: ModelConfigInput, steps = 12): Prom
   // Relative gap per step, measured against the CPU loss but never against less than 5% of the
   // first loss: once the task is nearly memorised (loss near 0) a relative gap means nothing.
   let worst = 0;
-  for (let i = 0; i < steps; i++) worst = Math.max(worst, Math.abs(lg[i] - lc[i]) / Math.max(Math.abs(lc[i]), 0.05 * Math.abs(lc[0]), 1e-6));
+  for (let i = 0; i < steps; i++)
+    worst = Math.max(worst, Math.abs(lg[i] - lc[i]) / Math.max(Math.abs(lc[i]), 0.05 * Math.abs(lc[0]), 1e-6));
   const fell = lg[steps - 1] < 0.8 * lg[0] && lc[steps - 1] < 0.8 * lc[0];
   return {
     name: `training run, ${steps} AdamW steps: GPU losses track the CPU's`,
@@ -319,7 +342,13 @@ export async function generationMatchesCpu(cfg: ModelConfigInput, backend: 'cuda
       name: 'generation: GPU generator (paged KV) vs the CPU, teacher-forced greedy tokens and raw log-probs, then a prefix-cache hit',
       passed: lpErr <= 0.05 && worstTie <= 0.05 && topOk && topErr <= 0.05 && b2.cachedPromptTokens >= 48,
       detail: `gpu ${b.outputIds.join(',')}: ${exact}/8 the CPU's greedy choice${notes.length ? ` (near-ties: ${notes.join('; ')})` : ''}; max raw log-prob gap ${lpErr.toExponential(2)}; top-3 log-probs ${topOk ? 'present' : 'MISSING'}, max gap to the CPU ${topErr.toExponential(2)}; second turn reused ${b2.cachedPromptTokens} of ${next.length} prompt tokens`,
-      metrics: { exactTokens: exact, worstTieGap: worstTie, maxLogprobErr: lpErr, maxTopLogprobErr: topErr, cachedPromptTokens: b2.cachedPromptTokens },
+      metrics: {
+        exactTokens: exact,
+        worstTieGap: worstTie,
+        maxLogprobErr: lpErr,
+        maxTopLogprobErr: topErr,
+        cachedPromptTokens: b2.cachedPromptTokens,
+      },
     };
   } finally {
     await gc.close();
@@ -390,7 +419,14 @@ export async function optimizerStateResumes(cfg: ModelConfigInput, backend: 'cud
         zeroGap = Math.max(zeroGap, Math.abs(t[k] - wz[i][k]));
       }
     });
-    const passed = before.m === null && before.step === 0 && state.step === 2 && roundTrip && resumed.stepCount === 3 && resumedGap <= 1e-6 && zeroGap > 100 * Math.max(resumedGap, 1e-9);
+    const passed =
+      before.m === null &&
+      before.step === 0 &&
+      state.step === 2 &&
+      roundTrip &&
+      resumed.stepCount === 3 &&
+      resumedGap <= 1e-6 &&
+      zeroGap > 100 * Math.max(resumedGap, 1e-9);
     return {
       name: `optimizer state (${backend}): moments out after 2 steps, into a copy, the 3rd step lands where the uninterrupted run's does`,
       passed,

@@ -3,7 +3,15 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { createGenerator, type Generation, Generator, Model } from './index';
 
-const cfg = { vocabSize: 97, hiddenSize: 32, intermediateSize: 64, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, maxPositionEmbeddings: 64 };
+const cfg = {
+  vocabSize: 97,
+  hiddenSize: 32,
+  intermediateSize: 64,
+  numHiddenLayers: 2,
+  numAttentionHeads: 4,
+  numKeyValueHeads: 2,
+  maxPositionEmbeddings: 64,
+};
 const model = Model.create(cfg, { seed: 7, initStd: 0.2 });
 // a Qwen2-style variant: q/k/v bias, untied head, no GQA
 const model2 = Model.create({ ...cfg, numKeyValueHeads: 4, attentionBias: true, tieWordEmbeddings: false }, { seed: 3, initStd: 0.2 });
@@ -64,7 +72,10 @@ describe('generation', () => {
 
   it('batched decode of several sequences equals decoding each alone', async () => {
     const gen = new Generator(model, { prefixCacheBytes: 0 });
-    const reqs = [0, 1, 2, 3].map((k) => ({ p: prompt(3 + 4 * k, k), s: { maxTokens: 6 + 3 * k, temperature: 0.9, topK: k ? 20 : 0, seed: 100 + k } }));
+    const reqs = [0, 1, 2, 3].map((k) => ({
+      p: prompt(3 + 4 * k, k),
+      s: { maxTokens: 6 + 3 * k, temperature: 0.9, topK: k ? 20 : 0, seed: 100 + k },
+    }));
     const alone: Generation[] = [];
     for (const r of reqs) alone.push(await gen.generate(r.p, r.s));
     const stepsAlone = gen.stats().steps;
@@ -166,7 +177,18 @@ describe('generation', () => {
   });
 
   it('abort mid-generation resolves with abort; the event loop keeps turning', async () => {
-    const big = Model.create({ vocabSize: 2048, hiddenSize: 256, intermediateSize: 512, numHiddenLayers: 4, numAttentionHeads: 4, numKeyValueHeads: 2, maxPositionEmbeddings: 4096 }, { seed: 1 });
+    const big = Model.create(
+      {
+        vocabSize: 2048,
+        hiddenSize: 256,
+        intermediateSize: 512,
+        numHiddenLayers: 4,
+        numAttentionHeads: 4,
+        numKeyValueHeads: 2,
+        maxPositionEmbeddings: 4096,
+      },
+      { seed: 1 },
+    );
     const gen = new Generator(big);
     let ticks = 0;
     let spinning = true;
@@ -215,7 +237,11 @@ describe('generation', () => {
     const gen = new Generator(model, { prefixCacheBytes: 0 });
     const p = prompt(9, 4);
     const tops: Array<Array<{ id: number; logprob: number }>> = [];
-    const g = await gen.generate(p, { maxTokens: 6, temperature: 0, topLogprobs: 5, seed: 1 }, { onToken: (_i, _lp, _raw, top) => tops.push(top ?? []) });
+    const g = await gen.generate(
+      p,
+      { maxTokens: 6, temperature: 0, topLogprobs: 5, seed: 1 },
+      { onToken: (_i, _lp, _raw, top) => tops.push(top ?? []) },
+    );
     expect(g.topLogprobs).toHaveLength(6);
     expect(tops).toEqual(g.topLogprobs);
     // each alternative's log-prob is the training forward's log-prob of that token at that position

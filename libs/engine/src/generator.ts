@@ -146,7 +146,11 @@ export class Generator {
    * on an empty prompt, a token outside [0, vocab), a prompt that leaves no position to
    * generate, or invalid sampling values.
    */
-  generate(promptIds: readonly number[] | Int32Array, sampling: GenerationSampling, callbacks: GenerationCallbacks = {}): Promise<Generation> {
+  generate(
+    promptIds: readonly number[] | Int32Array,
+    sampling: GenerationSampling,
+    callbacks: GenerationCallbacks = {},
+  ): Promise<Generation> {
     return new Promise<Generation>((resolve, reject) => {
       if (this.closed) throw new Error('generator is closed');
       const { maxTokens } = sampling;
@@ -159,12 +163,14 @@ export class Generator {
       if (!(topP > 0 && topP <= 1)) throw new Error('topP must be in (0, 1]');
       if (!Number.isInteger(topK) || topK < 0) throw new Error('topK must be an integer >= 0');
       const topLogprobs = sampling.topLogprobs ?? 0;
-      if (!Number.isInteger(topLogprobs) || topLogprobs < 0 || topLogprobs > 20) throw new Error('topLogprobs must be an integer in [0, 20]');
+      if (!Number.isInteger(topLogprobs) || topLogprobs < 0 || topLogprobs > 20)
+        throw new Error('topLogprobs must be an integer in [0, 20]');
       const seed = sampling.seed ?? Math.floor(Math.random() * 2 ** 52);
       if (!Number.isSafeInteger(seed)) throw new Error('seed must be a safe integer');
       const prompt = Int32Array.from(promptIds);
       if (prompt.length === 0) throw new Error('empty prompt: generation needs at least one prompt token');
-      if (prompt.length >= this.maxPositions) throw new Error(`prompt has ${prompt.length} tokens: it leaves no room to generate within ${this.maxPositions} positions`);
+      if (prompt.length >= this.maxPositions)
+        throw new Error(`prompt has ${prompt.length} tokens: it leaves no room to generate within ${this.maxPositions} positions`);
       const out: Generation = { outputIds: [], logprobs: [], rawLogprobs: [], finishReason: 'length', cachedPromptTokens: 0 };
       if (topLogprobs > 0) out.topLogprobs = [];
       if (callbacks.signal?.aborted) return resolve({ ...out, finishReason: 'abort' });
@@ -336,7 +342,8 @@ export class Generator {
         let top: TopLogprob[] | undefined;
         if (seq.out.topLogprobs && res.topK && res.topCounts && res.topIds && res.topLogprobs) {
           top = [];
-          for (let i = 0; i < res.topCounts[b]; i++) top.push({ id: res.topIds[b * res.topK + i], logprob: res.topLogprobs[b * res.topK + i] });
+          for (let i = 0; i < res.topCounts[b]; i++)
+            top.push({ id: res.topIds[b * res.topK + i], logprob: res.topLogprobs[b * res.topK + i] });
           seq.out.topLogprobs.push(top);
         }
         try {

@@ -60,7 +60,18 @@ async function check(cfg: ModelConfigInput, seed: number): Promise<Map<string, n
 
 describe('gradients vs finite differences', () => {
   it('untied llama with q/k/v bias and GQA: every tensor kind', async () => {
-    const worst = await check({ vocabSize: 16, hiddenSize: 16, intermediateSize: 24, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, attentionBias: true }, 11);
+    const worst = await check(
+      {
+        vocabSize: 16,
+        hiddenSize: 16,
+        intermediateSize: 24,
+        numHiddenLayers: 2,
+        numAttentionHeads: 4,
+        numKeyValueHeads: 2,
+        attentionBias: true,
+      },
+      11,
+    );
     const kinds = [
       'embed_tokens',
       'q_proj.weight',
@@ -87,12 +98,27 @@ describe('gradients vs finite differences', () => {
   });
 
   it('head_dim 40 (vector attention kernels, 32-wide + 8-wide tails)', async () => {
-    const worst = await check({ vocabSize: 16, hiddenSize: 16, intermediateSize: 16, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 40 }, 13);
+    const worst = await check(
+      { vocabSize: 16, hiddenSize: 16, intermediateSize: 16, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 40 },
+      13,
+    );
     for (const [name, rel] of worst) expect(rel, name).toBeLessThan(1e-2);
   });
 
   it('tied qwen2 (embedding gets both the input and the LM-head gradient)', async () => {
-    const worst = await check({ modelType: 'qwen2', vocabSize: 16, hiddenSize: 16, intermediateSize: 20, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, tieWordEmbeddings: true }, 12);
+    const worst = await check(
+      {
+        modelType: 'qwen2',
+        vocabSize: 16,
+        hiddenSize: 16,
+        intermediateSize: 20,
+        numHiddenLayers: 1,
+        numAttentionHeads: 2,
+        numKeyValueHeads: 1,
+        tieWordEmbeddings: true,
+      },
+      12,
+    );
     for (const [name, rel] of worst) expect(rel, name).toBeLessThan(1e-2);
   });
 });

@@ -5,7 +5,17 @@ import { describe, expect, it } from 'vitest';
 import { Model, ModelConfigInput } from './index';
 import { randInt, referenceForward, rng } from './test-support';
 
-function expectedLayout(c: { V: number; C: number; F: number; L: number; H: number; KVH: number; D: number; bias: boolean; tied: boolean }): Array<[string, number[]]> {
+function expectedLayout(c: {
+  V: number;
+  C: number;
+  F: number;
+  L: number;
+  H: number;
+  KVH: number;
+  D: number;
+  bias: boolean;
+  tied: boolean;
+}): Array<[string, number[]]> {
   const out: Array<[string, number[]]> = [['model.embed_tokens.weight', [c.V, c.C]]];
   for (let l = 0; l < c.L; l++) {
     const p = `model.layers.${l}.`;
@@ -33,20 +43,40 @@ const sorted = (x: Array<[string, number[]]>) => [...x].sort((a, b) => a[0].loca
 
 describe('Hugging Face compatibility', () => {
   it('LlamaForCausalLM names and shapes (GQA, untied, explicit head_dim)', () => {
-    const m = Model.create({ vocabSize: 100, hiddenSize: 48, intermediateSize: 80, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, headDim: 16 });
+    const m = Model.create({
+      vocabSize: 100,
+      hiddenSize: 48,
+      intermediateSize: 80,
+      numHiddenLayers: 2,
+      numAttentionHeads: 4,
+      numKeyValueHeads: 2,
+      headDim: 16,
+    });
     const got = m.tensors.map((t) => [t.name, [...t.shape]] as [string, number[]]);
     expect(sorted(got)).toEqual(sorted(expectedLayout({ V: 100, C: 48, F: 80, L: 2, H: 4, KVH: 2, D: 16, bias: false, tied: false })));
   });
 
   it('Qwen2ForCausalLM names and shapes (q/k/v bias, tied)', () => {
-    const m = Model.create({ modelType: 'qwen2', vocabSize: 64, hiddenSize: 32, intermediateSize: 64, numHiddenLayers: 3, numAttentionHeads: 4, numKeyValueHeads: 1, tieWordEmbeddings: true });
+    const m = Model.create({
+      modelType: 'qwen2',
+      vocabSize: 64,
+      hiddenSize: 32,
+      intermediateSize: 64,
+      numHiddenLayers: 3,
+      numAttentionHeads: 4,
+      numKeyValueHeads: 1,
+      tieWordEmbeddings: true,
+    });
     expect(m.config.attentionBias).toBe(true);
     const got = m.tensors.map((t) => [t.name, [...t.shape]] as [string, number[]]);
     expect(sorted(got)).toEqual(sorted(expectedLayout({ V: 64, C: 32, F: 64, L: 3, H: 4, KVH: 1, D: 8, bias: true, tied: true })));
   });
 
   const cases: Array<[string, ModelConfigInput]> = [
-    ['single-layer llama, MHA', { vocabSize: 40, hiddenSize: 16, intermediateSize: 24, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 2 }],
+    [
+      'single-layer llama, MHA',
+      { vocabSize: 40, hiddenSize: 16, intermediateSize: 24, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 2 },
+    ],
     [
       'llama GQA, untied, llama3 rope scaling, eps 1e-5',
       {
@@ -63,19 +93,42 @@ describe('Hugging Face compatibility', () => {
     ],
     [
       'llama linear rope scaling, explicit head_dim',
-      { vocabSize: 33, hiddenSize: 24, intermediateSize: 30, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 16, ropeScaling: { type: 'linear', factor: 2.5 } },
+      {
+        vocabSize: 33,
+        hiddenSize: 24,
+        intermediateSize: 30,
+        numHiddenLayers: 1,
+        numAttentionHeads: 2,
+        numKeyValueHeads: 1,
+        headDim: 16,
+        ropeScaling: { type: 'linear', factor: 2.5 },
+      },
     ],
-    ['llama head_dim 40 (vector kernels: 32-wide + 8-wide tails)', { vocabSize: 30, hiddenSize: 32, intermediateSize: 48, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 40 }],
+    [
+      'llama head_dim 40 (vector kernels: 32-wide + 8-wide tails)',
+      { vocabSize: 30, hiddenSize: 32, intermediateSize: 48, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 40 },
+    ],
     [
       'qwen2 (bias), tied, GQA',
-      { modelType: 'qwen2', vocabSize: 45, hiddenSize: 24, intermediateSize: 36, numHiddenLayers: 2, numAttentionHeads: 3, numKeyValueHeads: 1, tieWordEmbeddings: true, ropeTheta: 1e6 },
+      {
+        modelType: 'qwen2',
+        vocabSize: 45,
+        hiddenSize: 24,
+        intermediateSize: 36,
+        numHiddenLayers: 2,
+        numAttentionHeads: 3,
+        numKeyValueHeads: 1,
+        tieWordEmbeddings: true,
+        ropeTheta: 1e6,
+      },
     ],
   ];
   for (const [label, cfg] of cases) {
     it(`log-probs and entropies match the Float64 reference: ${label}`, async () => {
       const r = rng(label.length);
       const m = Model.create(cfg, { seed: 3, initStd: 0.3 });
-      if (m.config.attentionBias) for (const t of m.tensors) if (t.name.endsWith('.bias')) t.data.forEach((_, i) => (t.data[i] = 0.2 * (r() - 0.5)));
+      if (m.config.attentionBias)
+        for (const t of m.tensors) if (t.name.endsWith('.bias')) t.data.forEach((_, i) => (t.data[i] = 0.2 * (r() - 0.5)));
       for (const t of m.tensors) if (t.name.includes('norm')) t.data.forEach((_, i) => (t.data[i] = 0.5 + r()));
       const T = 30;
       const seq = Array.from({ length: T }, () => randInt(r, 0, m.config.vocabSize - 1));

@@ -7,7 +7,16 @@ export * from './checkpoint-digest';
 export { cudaAvailability, kernelChecks, modelChecks, type CudaCheck } from './cuda-checks';
 export { loadEngine, loadBackend, selectEngine, engineInfo, setThreads, getThreads, findRepoRoot, EngineLoadError } from './loader';
 export type { Backend, EngineSelection } from './loader';
-export type { NativeAddon, NativeDeviceInfo, NativeGeneratorStats, NativeInfo, NativeKernelCheck, NativeStepResult, NativeTreeInfo, SgemmMode } from './native';
+export type {
+  NativeAddon,
+  NativeDeviceInfo,
+  NativeGeneratorStats,
+  NativeInfo,
+  NativeKernelCheck,
+  NativeStepResult,
+  NativeTreeInfo,
+  SgemmMode,
+} from './native';
 
 import { loadEngine } from './loader';
 import type { NativeTreeInfo, SgemmMode } from './native';

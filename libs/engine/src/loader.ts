@@ -33,7 +33,9 @@ const BINARIES: Record<Backend, string> = {
 
 /** The repository root: the nearest directory upwards whose package.json is named "anvil". */
 export function findRepoRoot(start?: string): string {
-  const starts = [start, typeof __dirname !== 'undefined' ? __dirname : undefined, process.cwd()].filter((s): s is string => typeof s === 'string');
+  const starts = [start, typeof __dirname !== 'undefined' ? __dirname : undefined, process.cwd()].filter(
+    (s): s is string => typeof s === 'string',
+  );
   for (const s of starts) {
     let dir = resolve(s);
     for (;;) {
@@ -50,7 +52,10 @@ export function findRepoRoot(start?: string): string {
       dir = up;
     }
   }
-  throw new EngineLoadError(`cannot find the Anvil repository root (a package.json named "anvil") above ${starts.join(' or ')}; ` + 'set ANVIL_ENGINE_BINARY to the path of anvil_engine.node');
+  throw new EngineLoadError(
+    `cannot find the Anvil repository root (a package.json named "anvil") above ${starts.join(' or ')}; ` +
+      'set ANVIL_ENGINE_BINARY to the path of anvil_engine.node',
+  );
 }
 
 function fixes(path: string, detail: string): string {
@@ -119,7 +124,8 @@ export function loadEngine(): EngineSelection {
 /** Selects and loads a backend from the given environment (uncached; loadEngine() caches). */
 export function selectEngine(env: Record<string, string | undefined>): EngineSelection {
   const forced = env.ANVIL_ENGINE_BACKEND;
-  if (forced !== undefined && forced !== '' && forced !== 'cpu' && forced !== 'cuda') throw new EngineLoadError(`ANVIL_ENGINE_BACKEND must be "cpu" or "cuda", got "${forced}"`);
+  if (forced !== undefined && forced !== '' && forced !== 'cpu' && forced !== 'cuda')
+    throw new EngineLoadError(`ANVIL_ENGINE_BACKEND must be "cpu" or "cuda", got "${forced}"`);
   const override = env.ANVIL_ENGINE_BINARY;
   const root = override ? '' : findRepoRoot();
   const pathOf = (b: Backend) => (override ? resolve(override) : join(root, BINARIES[b]));
@@ -128,15 +134,22 @@ export function selectEngine(env: Record<string, string | undefined>): EngineSel
     const binaryPath = pathOf(backend);
     const addon = loadBinary(binaryPath);
     const info = addon.info();
-    if (info.backend !== backend) throw new EngineLoadError(fixes(binaryPath, `expected a ${backend} build but the binary is a ${info.backend} build`));
-    if (backend === 'cuda' && !info.device?.ok) throw new EngineLoadError(`the CUDA build loads but has no usable device: ${info.device?.why ?? 'unknown reason'}`);
+    if (info.backend !== backend)
+      throw new EngineLoadError(fixes(binaryPath, `expected a ${backend} build but the binary is a ${info.backend} build`));
+    if (backend === 'cuda' && !info.device?.ok)
+      throw new EngineLoadError(`the CUDA build loads but has no usable device: ${info.device?.why ?? 'unknown reason'}`);
     return { backend, reason, binaryPath, info, addon };
   };
 
   if (forced === 'cpu') return take('cpu', 'ANVIL_ENGINE_BACKEND=cpu');
   if (forced === 'cuda') {
     if (!override && !existsSync(pathOf('cuda')))
-      throw new EngineLoadError(fixes(pathOf('cuda'), 'ANVIL_ENGINE_BACKEND=cuda but no CUDA build exists (`npm run build:cuda` builds it where nvcc is installed)'));
+      throw new EngineLoadError(
+        fixes(
+          pathOf('cuda'),
+          'ANVIL_ENGINE_BACKEND=cuda but no CUDA build exists (`npm run build:cuda` builds it where nvcc is installed)',
+        ),
+      );
     return take('cuda', 'ANVIL_ENGINE_BACKEND=cuda');
   }
   if (!override && existsSync(pathOf('cuda'))) {

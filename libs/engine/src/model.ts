@@ -199,10 +199,12 @@ export class Model {
     let weightMap: Record<string, string> | null = null;
     if (existsSync(index)) {
       const idx = JSON.parse(await fsp.readFile(index, 'utf8')) as { weight_map?: unknown };
-      if (typeof idx.weight_map !== 'object' || idx.weight_map === null) throw new SafetensorsError(`${index}: weight_map missing or not an object`);
+      if (typeof idx.weight_map !== 'object' || idx.weight_map === null)
+        throw new SafetensorsError(`${index}: weight_map missing or not an object`);
       weightMap = idx.weight_map as Record<string, string>;
       for (const f of Object.values(weightMap))
-        if (typeof f !== 'string' || basename(f) !== f || f === '..' || f === '.') throw new SafetensorsError(`${index}: shard name ${JSON.stringify(f)} must be a plain file name in ${dir}`);
+        if (typeof f !== 'string' || basename(f) !== f || f === '..' || f === '.')
+          throw new SafetensorsError(`${index}: shard name ${JSON.stringify(f)} must be a plain file name in ${dir}`);
       files = [...new Set(Object.values(weightMap))];
     } else if (existsSync(single)) {
       files = ['model.safetensors'];
@@ -214,7 +216,8 @@ export class Model {
       const path = join(dir, f);
       const st = parseSafetensors(await fsp.readFile(path), path);
       for (const [name, t] of st.tensors) {
-        if (weightMap && weightMap[name] !== f) throw new SafetensorsError(`${path}: tensor ${name} is not listed for this shard in the index`);
+        if (weightMap && weightMap[name] !== f)
+          throw new SafetensorsError(`${path}: tensor ${name} is not listed for this shard in the index`);
         const view = this.byName.get(name);
         if (!view) {
           if (IGNORED_CHECKPOINT_TENSOR.test(name)) continue;
@@ -229,7 +232,8 @@ export class Model {
       }
     }
     const missing = this.tensors.filter((t) => !loaded.has(t.name)).map((t) => t.name);
-    if (missing.length) throw new SafetensorsError(`${dir}: missing tensors: ${missing.slice(0, 8).join(', ')}${missing.length > 8 ? ', ...' : ''}`);
+    if (missing.length)
+      throw new SafetensorsError(`${dir}: missing tensors: ${missing.slice(0, 8).join(', ')}${missing.length > 8 ? ', ...' : ''}`);
   }
 
   /** Writes config.json + model.safetensors (f32), or shards + index when maxShardBytes is given. */
@@ -261,7 +265,10 @@ export class Model {
       for (const t of shards[i]) weightMap[t.name] = file;
     }
     const total = all.reduce((a, t) => a + t.data.byteLength, 0);
-    await fsp.writeFile(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2) + '\n');
+    await fsp.writeFile(
+      join(dir, 'model.safetensors.index.json'),
+      JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2) + '\n',
+    );
   }
 
   /**
@@ -308,7 +315,8 @@ export class Model {
   async forward(pack: PackInput, opts: ForwardOptions = {}): Promise<ForwardResult> {
     const native = this.nat();
     const { tokens, parents } = pack;
-    if (!(tokens instanceof Int32Array) || !(parents instanceof Int32Array)) throw new TypeError('forward: pack.tokens and pack.parents must be Int32Arrays');
+    if (!(tokens instanceof Int32Array) || !(parents instanceof Int32Array))
+      throw new TypeError('forward: pack.tokens and pack.parents must be Int32Arrays');
     const n = tokens.length;
     const logp = new Float32Array(n);
     const entropy = new Float32Array(n);
@@ -328,7 +336,8 @@ export class Model {
     const h = handle instanceof ForwardHandle ? handle : handle.handle;
     if (h.owner !== this) throw new Error('backward: the handle belongs to another model');
     if (!(dLdlogp instanceof Float32Array)) throw new TypeError('backward: dLdlogp must be a Float32Array');
-    if (dLdEntropy !== undefined && !(dLdEntropy instanceof Float32Array)) throw new TypeError('backward: dLdEntropy must be a Float32Array');
+    if (dLdEntropy !== undefined && !(dLdEntropy instanceof Float32Array))
+      throw new TypeError('backward: dLdEntropy must be a Float32Array');
     await this.nat().backward(h.native, dLdlogp, dLdEntropy ?? null);
   }
 
@@ -387,7 +396,13 @@ export class Model {
 
   memory(): MemoryReport {
     const m = this.nat().memory();
-    return { numParams: m.numParams, paramBytes: m.paramBytes, gradBytes: m.gradBytes, optimizerBytes: m.optimizerBytes, cachedBytes: m.cachedBytes };
+    return {
+      numParams: m.numParams,
+      paramBytes: m.paramBytes,
+      gradBytes: m.gradBytes,
+      optimizerBytes: m.optimizerBytes,
+      cachedBytes: m.cachedBytes,
+    };
   }
 
   /** Returns the cached activation/scratch arenas to the operating system. */

@@ -73,7 +73,15 @@ export interface NativeModel {
    * Writes logp/entropy in place and resolves with the handle. maxTokens/maxBytes: 0 = no limit.
    * logitsMode: 0 auto, 1 keep the LM-head logits for the backward, 2 recompute them there.
    */
-  forward(tokens: Int32Array, parents: Int32Array, logp: Float32Array, entropy: Float32Array, maxTokens: number, maxBytes: number, logitsMode: 0 | 1 | 2): Promise<NativeHandle>;
+  forward(
+    tokens: Int32Array,
+    parents: Int32Array,
+    logp: Float32Array,
+    entropy: Float32Array,
+    maxTokens: number,
+    maxBytes: number,
+    logitsMode: 0 | 1 | 2,
+  ): Promise<NativeHandle>;
   backward(handle: NativeHandle, dLdlogp: Float32Array, dLdEntropy?: Float32Array | null): Promise<void>;
   zeroGrad(): Promise<number>;
   gradNorm(): Promise<number>;
@@ -211,7 +219,13 @@ export interface NativeAddon {
    * sequences of `promptLen` random tokens are prefilled in one step, then `steps` decode steps run
    * (the first is a warm-up, the others are timed); sampling at `temperature` (default 1, 0 = greedy).
    */
-  benchDecodeCuda?(config: NativeDecodeBenchConfig, batch: number, promptLen: number, steps: number, temperature?: number): Promise<NativeDecodeBench>;
+  benchDecodeCuda?(
+    config: NativeDecodeBenchConfig,
+    batch: number,
+    promptLen: number,
+    steps: number,
+    temperature?: number,
+  ): Promise<NativeDecodeBench>;
 }
 
 /** Model shape for benchDecodeCuda (random weights). */

@@ -30,7 +30,11 @@ describe('optimizer state', () => {
     await oneStep(b, 3);
     expect(b.stepCount).toBe(3);
     a.tensors.forEach((t, i) =>
-      expect(Buffer.from(b.tensors[i].data.buffer, b.tensors[i].data.byteOffset, b.tensors[i].data.byteLength).equals(Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength))).toBe(true),
+      expect(
+        Buffer.from(b.tensors[i].data.buffer, b.tensors[i].data.byteOffset, b.tensors[i].data.byteLength).equals(
+          Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength),
+        ),
+      ).toBe(true),
     );
     a.dispose();
     b.dispose();

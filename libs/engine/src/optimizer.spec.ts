@@ -3,7 +3,15 @@ import { describe, expect, it } from 'vitest';
 import { Model } from './index';
 import { randn, rng } from './test-support';
 
-const cfg = { vocabSize: 32, hiddenSize: 16, intermediateSize: 24, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, attentionBias: true };
+const cfg = {
+  vocabSize: 32,
+  hiddenSize: 16,
+  intermediateSize: 24,
+  numHiddenLayers: 1,
+  numAttentionHeads: 2,
+  numKeyValueHeads: 1,
+  attentionBias: true,
+};
 
 describe('AdamW', () => {
   it('matches the closed form over several steps (bias correction, decoupled decay, no decay on 1-D)', async () => {

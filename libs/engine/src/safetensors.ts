@@ -4,7 +4,8 @@
 // relative to the buffer and must tile it exactly, without gaps or overlaps).
 import { promises as fsp } from 'node:fs';
 
-export type Dtype = 'F64' | 'F32' | 'F16' | 'BF16' | 'I64' | 'I32' | 'I16' | 'I8' | 'U8' | 'BOOL' | 'U16' | 'U32' | 'U64' | 'F8_E4M3' | 'F8_E5M2';
+export type Dtype =
+  'F64' | 'F32' | 'F16' | 'BF16' | 'I64' | 'I32' | 'I16' | 'I8' | 'U8' | 'BOOL' | 'U16' | 'U32' | 'U64' | 'F8_E4M3' | 'F8_E5M2';
 
 const DTYPE_SIZE: Record<Dtype, number> = {
   F64: 8,
@@ -48,7 +49,8 @@ export function parseSafetensors(buf: Buffer, source = 'safetensors'): Safetenso
   };
   if (buf.length < 8) fail(`file too short (${buf.length} bytes) for a safetensors header`);
   const n = buf.readBigUInt64LE(0);
-  if (n > BigInt(Math.min(MAX_HEADER, buf.length - 8))) fail(`header length ${n} exceeds the file (${buf.length} bytes) or the ${MAX_HEADER}-byte limit`);
+  if (n > BigInt(Math.min(MAX_HEADER, buf.length - 8)))
+    fail(`header length ${n} exceeds the file (${buf.length} bytes) or the ${MAX_HEADER}-byte limit`);
   const headerLen = Number(n);
   let header: unknown;
   try {
@@ -64,7 +66,8 @@ export function parseSafetensors(buf: Buffer, source = 'safetensors'): Safetenso
   for (const [name, raw] of Object.entries(header as Record<string, unknown>)) {
     if (name === '__metadata__') {
       if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail('__metadata__ must be an object');
-      for (const [k, v] of Object.entries(raw as Record<string, unknown>)) if (typeof v !== 'string') fail(`__metadata__.${k} must be a string`);
+      for (const [k, v] of Object.entries(raw as Record<string, unknown>))
+        if (typeof v !== 'string') fail(`__metadata__.${k} must be a string`);
       metadata = raw as Record<string, string>;
       continue;
     }
@@ -73,14 +76,18 @@ export function parseSafetensors(buf: Buffer, source = 'safetensors'): Safetenso
     const dtype = e.dtype as Dtype;
     if (typeof dtype !== 'string' || !(dtype in DTYPE_SIZE)) fail(`tensor ${name}: unknown dtype ${JSON.stringify(e.dtype)}`);
     const shape = e.shape;
-    if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) fail(`tensor ${name}: shape must be an array of non-negative integers, got ${JSON.stringify(shape)}`);
+    if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0))
+      fail(`tensor ${name}: shape must be an array of non-negative integers, got ${JSON.stringify(shape)}`);
     const offs = e.data_offsets;
     if (!Array.isArray(offs) || offs.length !== 2 || !offs.every((d) => Number.isSafeInteger(d) && d >= 0))
       fail(`tensor ${name}: data_offsets must be [begin, end] non-negative integers, got ${JSON.stringify(offs)}`);
     const [b, en] = offs as [number, number];
     if (b > en || en > data.length) fail(`tensor ${name}: data_offsets [${b}, ${en}] out of bounds (data section is ${data.length} bytes)`);
     const numel = (shape as number[]).reduce((a, d) => a * d, 1);
-    if (en - b !== numel * DTYPE_SIZE[dtype]) fail(`tensor ${name}: ${en - b} bytes for shape [${(shape as number[]).join(', ')}] of ${dtype} (expected ${numel * DTYPE_SIZE[dtype]})`);
+    if (en - b !== numel * DTYPE_SIZE[dtype])
+      fail(
+        `tensor ${name}: ${en - b} bytes for shape [${(shape as number[]).join(', ')}] of ${dtype} (expected ${numel * DTYPE_SIZE[dtype]})`,
+      );
     spans.push([b, en, name]);
     tensors.set(name, { dtype, shape: shape as number[], bytes: data.subarray(b, en) });
   }

@@ -8,7 +8,16 @@ import { randInt, randn, randomTreeSamples, rng } from './test-support';
 const CONFIGS: Array<[string, ModelConfigInput]> = [
   [
     'GQA 4/2 + qkv bias + tied embeddings',
-    { vocabSize: 61, hiddenSize: 32, intermediateSize: 48, numHiddenLayers: 2, numAttentionHeads: 4, numKeyValueHeads: 2, attentionBias: true, tieWordEmbeddings: true },
+    {
+      vocabSize: 61,
+      hiddenSize: 32,
+      intermediateSize: 48,
+      numHiddenLayers: 2,
+      numAttentionHeads: 4,
+      numKeyValueHeads: 2,
+      attentionBias: true,
+      tieWordEmbeddings: true,
+    },
   ],
   [
     'GQA 4/1 untied + llama3 rope scaling',
@@ -22,8 +31,23 @@ const CONFIGS: Array<[string, ModelConfigInput]> = [
       ropeScaling: { type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 32 },
     },
   ],
-  ['head_dim 72 (wide vector kernels), GQA 2/1', { vocabSize: 41, hiddenSize: 32, intermediateSize: 40, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 72 }],
-  ['qwen2 MHA (bias) untied, 3 layers', { modelType: 'qwen2', vocabSize: 97, hiddenSize: 24, intermediateSize: 56, numHiddenLayers: 3, numAttentionHeads: 2, numKeyValueHeads: 2, ropeTheta: 1e6 }],
+  [
+    'head_dim 72 (wide vector kernels), GQA 2/1',
+    { vocabSize: 41, hiddenSize: 32, intermediateSize: 40, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1, headDim: 72 },
+  ],
+  [
+    'qwen2 MHA (bias) untied, 3 layers',
+    {
+      modelType: 'qwen2',
+      vocabSize: 97,
+      hiddenSize: 24,
+      intermediateSize: 56,
+      numHiddenLayers: 3,
+      numAttentionHeads: 2,
+      numKeyValueHeads: 2,
+      ropeTheta: 1e6,
+    },
+  ],
 ];
 
 async function gradsOf(model: Model, pack: { tokens: Int32Array; parents: Int32Array }, dlogp: Float32Array, dent: Float32Array) {

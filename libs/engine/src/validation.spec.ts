@@ -4,7 +4,10 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Model, analyzeTree, selectEngine, ConfigError, parseHfConfig, findRepoRoot } from './index';
 
-const model = Model.create({ vocabSize: 50, hiddenSize: 16, intermediateSize: 24, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1 }, { seed: 1 });
+const model = Model.create(
+  { vocabSize: 50, hiddenSize: 16, intermediateSize: 24, numHiddenLayers: 1, numAttentionHeads: 2, numKeyValueHeads: 1 },
+  { seed: 1 },
+);
 const i32 = (a: number[]) => Int32Array.from(a);
 const ok = { tokens: i32([1, 2, 3]), parents: i32([-1, 0, 1]) };
 
@@ -32,7 +35,9 @@ describe('invalid packs are rejected, never a crash', () => {
 
   it('wrong array types', async () => {
     await expect(model.forward({ tokens: [1, 2] as unknown as Int32Array, parents: i32([-1, 0]) })).rejects.toThrow(/Int32Array/);
-    await expect(model.forward({ tokens: i32([1, 2]), parents: new Float32Array([-1, 0]) as unknown as Int32Array })).rejects.toThrow(/Int32Array/);
+    await expect(model.forward({ tokens: i32([1, 2]), parents: new Float32Array([-1, 0]) as unknown as Int32Array })).rejects.toThrow(
+      /Int32Array/,
+    );
   });
 
   it('memory limits are enforced before allocating', async () => {
@@ -67,11 +72,23 @@ describe('invalid packs are rejected, never a crash', () => {
   });
 
   it('bad configs', () => {
-    expect(() => Model.create({ vocabSize: 10, hiddenSize: 16, intermediateSize: 8, numHiddenLayers: 1, numAttentionHeads: 3 })).toThrow(ConfigError);
-    expect(() => Model.create({ vocabSize: 10, hiddenSize: 16, intermediateSize: 8, numHiddenLayers: 1, numAttentionHeads: 4, numKeyValueHeads: 3 })).toThrow(/multiple of num_key_value_heads/);
+    expect(() => Model.create({ vocabSize: 10, hiddenSize: 16, intermediateSize: 8, numHiddenLayers: 1, numAttentionHeads: 3 })).toThrow(
+      ConfigError,
+    );
+    expect(() =>
+      Model.create({ vocabSize: 10, hiddenSize: 16, intermediateSize: 8, numHiddenLayers: 1, numAttentionHeads: 4, numKeyValueHeads: 3 }),
+    ).toThrow(/multiple of num_key_value_heads/);
     expect(() => parseHfConfig({ model_type: 'llama', hidden_act: 'gelu' })).toThrow(/hidden_act must be "silu"/);
     expect(() =>
-      parseHfConfig({ model_type: 'llama', vocab_size: 10, hidden_size: 8, intermediate_size: 8, num_hidden_layers: 1, num_attention_heads: 2, rope_scaling: { rope_type: 'yarn', factor: 2 } }),
+      parseHfConfig({
+        model_type: 'llama',
+        vocab_size: 10,
+        hidden_size: 8,
+        intermediate_size: 8,
+        num_hidden_layers: 1,
+        num_attention_heads: 2,
+        rope_scaling: { rope_type: 'yarn', factor: 2 },
+      }),
     ).toThrow(/yarn.*not supported/);
   });
 

@@ -1,6 +1,12 @@
 import { context, propagation } from '@opentelemetry/api';
 import { Agent, request, type Dispatcher } from 'undici';
-import { apiErrorBodySchema, type ApiErrorBody, type GenerateRequestInput, type GenerateResponse, type GenerateTokenChunk } from '@anvil/contracts';
+import {
+  apiErrorBodySchema,
+  type ApiErrorBody,
+  type GenerateRequestInput,
+  type GenerateResponse,
+  type GenerateTokenChunk,
+} from '@anvil/contracts';
 import { parseGenerateResponse, parseStreamLine } from './wire';
 
 export interface InferenceProxyClientOptions {
@@ -88,7 +94,10 @@ export class InferenceProxyClient {
    * iterator's `return` value is the response; `collect` below is the usual way to get both.
    * Leaving the loop early (return or throw) closes the connection, which aborts the generation.
    */
-  async *generateStream(req: GenerateRequestInput, opts: { signal?: AbortSignal } = {}): AsyncGenerator<GenerateTokenChunk, GenerateResponse> {
+  async *generateStream(
+    req: GenerateRequestInput,
+    opts: { signal?: AbortSignal } = {},
+  ): AsyncGenerator<GenerateTokenChunk, GenerateResponse> {
     const { body, done } = await this.post('/internal/v1/generate', { ...req, stream: true }, opts.signal);
     try {
       body.setEncoding('utf8');
@@ -118,7 +127,10 @@ export class InferenceProxyClient {
   }
 
   /** Streams, calling onChunk per chunk, and resolves with the final response. */
-  async collect(req: GenerateRequestInput, opts: { signal?: AbortSignal; onChunk?: (chunk: GenerateTokenChunk) => void } = {}): Promise<GenerateResponse> {
+  async collect(
+    req: GenerateRequestInput,
+    opts: { signal?: AbortSignal; onChunk?: (chunk: GenerateTokenChunk) => void } = {},
+  ): Promise<GenerateResponse> {
     const it = this.generateStream(req, opts);
     for (;;) {
       const next = await it.next();

@@ -2,7 +2,17 @@ import { generateResponseSchema, generateStreamLineSchema } from '@anvil/contrac
 import { describe, expect, it } from 'vitest';
 import { parseGenerateResponse, parseStreamLine, ProxyWireError } from './wire';
 
-const response = { requestId: 'r1', outputIds: [5, 6], logprobs: [-0.5, -1], versions: [3, 3], finishReason: 'stop', promptTokens: 4, cachedPromptTokens: 2, replica: 'a', firstTokenMs: 1.5 };
+const response = {
+  requestId: 'r1',
+  outputIds: [5, 6],
+  logprobs: [-0.5, -1],
+  versions: [3, 3],
+  finishReason: 'stop',
+  promptTokens: 4,
+  cachedPromptTokens: 2,
+  replica: 'a',
+  firstTokenMs: 1.5,
+};
 
 describe('inference-proxy wire checks', () => {
   it('accept what the contract schemas accept, with the same result', () => {

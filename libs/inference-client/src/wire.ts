@@ -40,9 +40,13 @@ function count(v: unknown, what: string): number {
   return v;
 }
 
-function tokens(o: Record<string, unknown>, idsKey: string): { ids: number[]; logprobs: number[]; versions: number[]; topLogprobs?: TopLogprobs[] } {
+function tokens(
+  o: Record<string, unknown>,
+  idsKey: string,
+): { ids: number[]; logprobs: number[]; versions: number[]; topLogprobs?: TopLogprobs[] } {
   const out = { ids: ids(o[idsKey], idsKey), logprobs: numbers(o.logprobs, 'logprobs'), versions: ids(o.versions, 'versions') };
-  if (out.logprobs.length !== out.ids.length || out.versions.length !== out.ids.length) fail(`${idsKey}, logprobs and versions differ in length`);
+  if (out.logprobs.length !== out.ids.length || out.versions.length !== out.ids.length)
+    fail(`${idsKey}, logprobs and versions differ in length`);
   if (o.topLogprobs === undefined) return out;
   if (!Array.isArray(o.topLogprobs) || o.topLogprobs.length !== out.ids.length) return fail('topLogprobs is not one entry per token');
   const top = o.topLogprobs.map((t: unknown) => {
@@ -58,7 +62,8 @@ export function parseGenerateResponse(v: unknown): GenerateResponse {
   if (!isObject(v)) return fail('response is not an object');
   if (typeof v.requestId !== 'string') fail('requestId');
   if (typeof v.replica !== 'string') fail('replica');
-  if (v.finishReason !== 'stop' && v.finishReason !== 'length' && v.finishReason !== 'abort') fail(`finishReason ${JSON.stringify(v.finishReason)}`);
+  if (v.finishReason !== 'stop' && v.finishReason !== 'length' && v.finishReason !== 'abort')
+    fail(`finishReason ${JSON.stringify(v.finishReason)}`);
   const t = tokens(v, 'outputIds');
   return {
     ...(t.topLogprobs ? { topLogprobs: t.topLogprobs } : {}),

@@ -20,7 +20,9 @@ export function levelEnabled(level: Exclude<BusLogLevel, 'silent'>, min: BusLogL
 export function stderrLogger(min: BusLogLevel = 'warn'): BusLogger {
   const write = (level: Exclude<BusLogLevel, 'silent'>) => (msg: string, fields?: Record<string, unknown>) => {
     if (!levelEnabled(level, min)) return;
-    process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level, component: 'messaging', msg, ...fields }, errorReplacer)}\n`);
+    process.stderr.write(
+      `${JSON.stringify({ time: new Date().toISOString(), level, component: 'messaging', msg, ...fields }, errorReplacer)}\n`,
+    );
   };
   return { debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') };
 }

@@ -2,7 +2,8 @@ import { Partitioners, type PartitionMetadata } from 'kafkajs';
 import { describe, expect, it } from 'vitest';
 import { murmur2, partitionForKey } from './partitioner';
 
-const metadata = (n: number): PartitionMetadata[] => Array.from({ length: n }, (_, partitionId) => ({ partitionId, leader: 0, partitionErrorCode: 0, replicas: [0], isr: [0] }));
+const metadata = (n: number): PartitionMetadata[] =>
+  Array.from({ length: n }, (_, partitionId) => ({ partitionId, leader: 0, partitionErrorCode: 0, replicas: [0], isr: [0] }));
 
 describe('partitionForKey', () => {
   it('matches the Java client murmur2 on published vectors', () => {

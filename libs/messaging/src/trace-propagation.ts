@@ -1,4 +1,14 @@
-import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type TextMapGetter, type TextMapSetter } from '@opentelemetry/api';
+import {
+  context,
+  propagation,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Context,
+  type TextMapGetter,
+  type TextMapSetter,
+} from '@opentelemetry/api';
 import { errorMessage } from './logger';
 
 /**
@@ -53,7 +63,11 @@ export interface ConsumeSpanInfo {
 }
 
 /** Runs `fn` in the trace context carried by `headers`, inside a CONSUMER span. */
-export async function withConsumerSpan<T>(headers: Readonly<Record<string, string>>, info: ConsumeSpanInfo, fn: () => Promise<T>): Promise<T> {
+export async function withConsumerSpan<T>(
+  headers: Readonly<Record<string, string>>,
+  info: ConsumeSpanInfo,
+  fn: () => Promise<T>,
+): Promise<T> {
   const parent = propagation.extract(ROOT_CONTEXT, headers, getter);
   const span = tracer().startSpan(
     `process ${info.topic}`,

@@ -15,7 +15,12 @@ export interface Logger {
   child(fields: Record<string, unknown>): Logger;
 }
 
-export function createLogger(opts: { service: string; level?: LogLevel; sink?: (line: string) => void; base?: Record<string, unknown> }): Logger {
+export function createLogger(opts: {
+  service: string;
+  level?: LogLevel;
+  sink?: (line: string) => void;
+  base?: Record<string, unknown>;
+}): Logger {
   const min = RANK[opts.level ?? 'info'];
   const sink = opts.sink ?? ((line: string) => process.stdout.write(line + '\n'));
   const base = { service: opts.service, ...opts.base };

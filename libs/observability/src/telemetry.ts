@@ -48,7 +48,11 @@ export function startTelemetry(opts: { serviceName: string; otlpEndpoint?: strin
     instrumentations:
       spanProcessors.length === 0
         ? []
-        : [new HttpInstrumentation({ ignoreIncomingRequestHook: (req) => /^\/(healthz|readyz|metrics)/.test(req.url ?? '') }), new PgInstrumentation(), new KafkaJsInstrumentation()],
+        : [
+            new HttpInstrumentation({ ignoreIncomingRequestHook: (req) => /^\/(healthz|readyz|metrics)/.test(req.url ?? '') }),
+            new PgInstrumentation(),
+            new KafkaJsInstrumentation(),
+          ],
   });
   sdk.start();
   active = {

@@ -13,7 +13,11 @@ describe('DATABASE_URL forms', () => {
   });
 
   it('builds node-postgres options for a server URL and the PGlite driver otherwise', () => {
-    const server = createDataSourceOptions({ url: 'postgres://anvil@127.0.0.1:15432/anvil', poolSize: 3 }) as { url?: string; poolSize?: number; driver?: unknown };
+    const server = createDataSourceOptions({ url: 'postgres://anvil@127.0.0.1:15432/anvil', poolSize: 3 }) as {
+      url?: string;
+      poolSize?: number;
+      driver?: unknown;
+    };
     expect(server.url).toBe('postgres://anvil@127.0.0.1:15432/anvil');
     expect(server.poolSize).toBe(3);
     expect(server.driver).toBeUndefined();

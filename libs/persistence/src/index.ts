@@ -1,4 +1,11 @@
-export { createDataSource, createDataSourceOptions, isEmbeddedDatabaseUrl, MIGRATIONS_TABLE, pgliteOfUrl, type CreateDataSourceOptions } from './data-source';
+export {
+  createDataSource,
+  createDataSourceOptions,
+  isEmbeddedDatabaseUrl,
+  MIGRATIONS_TABLE,
+  pgliteOfUrl,
+  type CreateDataSourceOptions,
+} from './data-source';
 export { runMigrations, revertAllMigrations, schemaDrift } from './migrate';
 export * from './entities';
 export { MIGRATIONS } from './migrations';

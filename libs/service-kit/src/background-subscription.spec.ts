@@ -8,7 +8,11 @@ import { ReadinessRegistry } from './readiness';
 const logger = createLogger({ service: 'test', level: 'error' });
 
 function activation(version: number): AnyEventEnvelope {
-  return createEvent('policy_version.activated', { version, deployment: 'default', swapPolicy: 'drain-then-swap', activatedAt: Date.now() }, { key: 'default', producer: 'test' }) as AnyEventEnvelope;
+  return createEvent(
+    'policy_version.activated',
+    { version, deployment: 'default', swapPolicy: 'drain-then-swap', activatedAt: Date.now() },
+    { key: 'default', producer: 'test' },
+  ) as AnyEventEnvelope;
 }
 
 /**
@@ -150,7 +154,12 @@ describe('BackgroundSubscription', () => {
     const event = activation(1);
     await inner.publish(event);
     const taken: string[] = [];
-    const next = await inner.subscribe({ group: 'late', topics: [TOPICS.policyVersions], fromBeginning: true, handler: async (e) => void taken.push(e.id) });
+    const next = await inner.subscribe({
+      group: 'late',
+      topics: [TOPICS.policyVersions],
+      fromBeginning: true,
+      handler: async (e) => void taken.push(e.id),
+    });
     for (let i = 0; i < 200 && taken.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
     await next.stop();
     expect(taken).toEqual([event.id]);
@@ -204,7 +213,12 @@ describe('BackgroundSubscription', () => {
 
   it('is safe to stop before start, and twice', async () => {
     const flaky = new FlakyBus(newBus(), 0);
-    const helper = new BackgroundSubscription({ name: 'c', bus: flaky.asBus(), logger, subscribe: { group: 'g', topics: [TOPICS.policyVersions], handler: async () => undefined } });
+    const helper = new BackgroundSubscription({
+      name: 'c',
+      bus: flaky.asBus(),
+      logger,
+      subscribe: { group: 'g', topics: [TOPICS.policyVersions], handler: async () => undefined },
+    });
     await helper.stop();
     helper.start();
     await helper.stop();

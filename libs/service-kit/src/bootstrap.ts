@@ -23,10 +23,14 @@ export interface BootstrapOptions {
  * and exits 0; if that takes longer than the deadline it exits 1 rather than hang.
  */
 export async function bootstrapService(opts: BootstrapOptions): Promise<NestFastifyApplication> {
-  const app = await NestFactory.create<NestFastifyApplication>(opts.rootModule as never, new FastifyAdapter({ bodyLimit: opts.bodyLimitBytes ?? 8 * 1024 * 1024 }), {
-    logger: new NestLoggerBridge(opts.logger),
-    abortOnError: false,
-  });
+  const app = await NestFactory.create<NestFastifyApplication>(
+    opts.rootModule as never,
+    new FastifyAdapter({ bodyLimit: opts.bodyLimitBytes ?? 8 * 1024 * 1024 }),
+    {
+      logger: new NestLoggerBridge(opts.logger),
+      abortOnError: false,
+    },
+  );
   await app.listen(opts.port, opts.host ?? '127.0.0.1');
   const address = app.getHttpServer().address();
   const port = typeof address === 'object' && address ? address.port : opts.port;

@@ -65,13 +65,20 @@ export function hostedServiceContext<S extends z.ZodObject>(
   infra: SharedInfra,
   options: { logger?: Logger; logLevel?: LogLevel } = {},
 ): HostedServiceContext<z.infer<S>> {
-  const config = loadConfig(service, envSchema, { EVENT_BUS_KIND: infra.bus.kind, DATABASE_URL: (infra.dataSource.options as { url?: string }).url ?? 'memory', ...env });
+  const config = loadConfig(service, envSchema, {
+    EVENT_BUS_KIND: infra.bus.kind,
+    DATABASE_URL: (infra.dataSource.options as { url?: string }).url ?? 'memory',
+    ...env,
+  });
   const logLevel = options.logLevel ?? (config as { LOG_LEVEL?: LogLevel }).LOG_LEVEL ?? 'info';
   return {
     service,
     config,
     // One OpenTelemetry SDK per process: the first caller starts it, later calls share it.
-    telemetry: startTelemetry({ serviceName: 'anvil', otlpEndpoint: (config as { OTEL_EXPORTER_OTLP_ENDPOINT?: string }).OTEL_EXPORTER_OTLP_ENDPOINT }),
+    telemetry: startTelemetry({
+      serviceName: 'anvil',
+      otlpEndpoint: (config as { OTEL_EXPORTER_OTLP_ENDPOINT?: string }).OTEL_EXPORTER_OTLP_ENDPOINT,
+    }),
     logger: options.logger ?? createLogger({ service, level: logLevel }),
     metrics: new ServiceMetrics(service),
     infra,
@@ -92,11 +99,19 @@ export interface HostedService {
  * Starts one service's Nest module in this process, on its own HTTP port, without the
  * signal handlers and process.exit of a standalone service (the host owns the process).
  */
-export async function startHostedService(ctx: HostedServiceContext<BaseServiceConfig>, rootModule: unknown, options: { bodyLimitBytes?: number } = {}): Promise<HostedService> {
-  const app = await NestFactory.create<NestFastifyApplication>(rootModule as never, new FastifyAdapter({ bodyLimit: options.bodyLimitBytes ?? 8 * 1024 * 1024 }), {
-    logger: new NestLoggerBridge(ctx.logger),
-    abortOnError: false,
-  });
+export async function startHostedService(
+  ctx: HostedServiceContext<BaseServiceConfig>,
+  rootModule: unknown,
+  options: { bodyLimitBytes?: number } = {},
+): Promise<HostedService> {
+  const app = await NestFactory.create<NestFastifyApplication>(
+    rootModule as never,
+    new FastifyAdapter({ bodyLimit: options.bodyLimitBytes ?? 8 * 1024 * 1024 }),
+    {
+      logger: new NestLoggerBridge(ctx.logger),
+      abortOnError: false,
+    },
+  );
   await app.listen(ctx.config.PORT, ctx.config.HOST ?? '127.0.0.1');
   const address = app.getHttpServer().address();
   const port = typeof address === 'object' && address ? address.port : ctx.config.PORT;

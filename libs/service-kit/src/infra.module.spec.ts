@@ -21,7 +21,13 @@ describe('InfraModule by configuration', () => {
     // What a standalone service's main.ts builds (launchService), with no shared infra.
     const config = loadConfig('probe', env, { EVENT_BUS_KIND: 'memory', DATABASE_URL: 'memory', LOG_LEVEL: 'error' });
     expect(config.KAFKA_BROKERS).toEqual([]);
-    const ctx = { service: 'probe', config, telemetry: startTelemetry({ serviceName: 'probe' }), logger: createLogger({ service: 'probe', level: 'error' }), metrics: new ServiceMetrics('probe') };
+    const ctx = {
+      service: 'probe',
+      config,
+      telemetry: startTelemetry({ serviceName: 'probe' }),
+      logger: createLogger({ service: 'probe', level: 'error' }),
+      metrics: new ServiceMetrics('probe'),
+    };
     const svc = await startHostedService(ctx, root(ctx));
     const bus = svc.app.get<MessageBus>(EVENT_BUS);
     const ds = svc.app.get<DataSource>(DATA_SOURCE);

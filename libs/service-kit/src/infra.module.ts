@@ -55,7 +55,11 @@ export class InfraModule implements OnModuleInit, OnApplicationShutdown {
 
   static forRoot(opts: InfraOptions): DynamicModule {
     const busKind = opts.shared ? opts.shared.bus.kind : (opts.eventBusKind ?? 'kafka');
-    const state: InfraState = { owned: !opts.shared, busKind, embeddedDatabase: opts.shared ? !(opts.shared.dataSource.options as { url?: string }).url : isEmbeddedDatabaseUrl(opts.databaseUrl) };
+    const state: InfraState = {
+      owned: !opts.shared,
+      busKind,
+      embeddedDatabase: opts.shared ? !(opts.shared.dataSource.options as { url?: string }).url : isEmbeddedDatabaseUrl(opts.databaseUrl),
+    };
     return {
       module: InfraModule,
       providers: [
@@ -98,6 +102,7 @@ export class InfraModule implements OnModuleInit, OnApplicationShutdown {
   async onApplicationShutdown(): Promise<void> {
     if (!this.state.owned) return;
     await this.bus.close().catch((err: unknown) => this.logger.warn('bus close failed', { err }));
-    if (this.dataSource.isInitialized) await this.dataSource.destroy().catch((err: unknown) => this.logger.warn('database close failed', { err }));
+    if (this.dataSource.isInitialized)
+      await this.dataSource.destroy().catch((err: unknown) => this.logger.warn('database close failed', { err }));
   }
 }

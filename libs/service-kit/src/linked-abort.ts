@@ -23,7 +23,8 @@ export function linkAbort(sources: readonly (AbortSignal | undefined)[], timeout
     s.addEventListener('abort', onAbort, { once: true });
     return () => s.removeEventListener('abort', onAbort);
   });
-  const timer = timeoutMs !== undefined && timeoutMs > 0 ? setTimeout(() => controller.abort(new TimeoutError(timeoutMs)), timeoutMs) : undefined;
+  const timer =
+    timeoutMs !== undefined && timeoutMs > 0 ? setTimeout(() => controller.abort(new TimeoutError(timeoutMs)), timeoutMs) : undefined;
   timer?.unref();
   let disposed = false;
   const dispose = () => {

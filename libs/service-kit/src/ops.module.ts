@@ -12,7 +12,12 @@ export class OpsModule {
     return {
       module: OpsModule,
       controllers: [OpsController],
-      providers: [{ provide: SERVICE_NAME, useValue: opts.service }, { provide: LOGGER, useValue: opts.logger }, { provide: METRICS, useValue: opts.metrics }, ReadinessRegistry],
+      providers: [
+        { provide: SERVICE_NAME, useValue: opts.service },
+        { provide: LOGGER, useValue: opts.logger },
+        { provide: METRICS, useValue: opts.metrics },
+        ReadinessRegistry,
+      ],
       exports: [SERVICE_NAME, LOGGER, METRICS, ReadinessRegistry],
     };
   }

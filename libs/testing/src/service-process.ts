@@ -26,8 +26,16 @@ export function builtMain(app: string): string {
 }
 
 /** `nodeArgs`: flags for node itself (e.g. --cpu-prof, which NODE_OPTIONS does not accept). */
-export function runBuilt(app: string, env: NodeJS.ProcessEnv, nodeArgs: readonly string[] = []): { child: ChildProcess; output: () => string; exited: Promise<number | null> } {
-  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...nodeArgs, builtMain(app)], { cwd: repoRoot, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+export function runBuilt(
+  app: string,
+  env: NodeJS.ProcessEnv,
+  nodeArgs: readonly string[] = [],
+): { child: ChildProcess; output: () => string; exited: Promise<number | null> } {
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...nodeArgs, builtMain(app)], {
+    cwd: repoRoot,
+    env: { PATH: process.env.PATH, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   child.stdout?.on('data', (d) => (out += d));
   child.stderr?.on('data', (d) => (out += d));
@@ -35,7 +43,12 @@ export function runBuilt(app: string, env: NodeJS.ProcessEnv, nodeArgs: readonly
   return { child, output: () => out, exited };
 }
 
-export async function startService(app: string, env: NodeJS.ProcessEnv, timeoutMs = 60_000, nodeArgs: readonly string[] = []): Promise<ServiceProcess> {
+export async function startService(
+  app: string,
+  env: NodeJS.ProcessEnv,
+  timeoutMs = 60_000,
+  nodeArgs: readonly string[] = [],
+): Promise<ServiceProcess> {
   const { child, output, exited } = runBuilt(app, { PORT: '0', ...env }, nodeArgs);
   const deadline = Date.now() + timeoutMs;
   let port = 0;

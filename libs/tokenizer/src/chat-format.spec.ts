@@ -17,7 +17,9 @@ describe('chat formats', () => {
     expect(f.reasoning).toBe(true);
     expect(f.stopTokenIds.sort()).toEqual([151643, 151645]);
     expect(f.tokenizer.vocabSize).toBe(151669);
-    expect(f.template.render([{ role: 'user', content: 'hi' }], { addGenerationPrompt: true })).toBe('<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n');
+    expect(f.template.render([{ role: 'user', content: 'hi' }], { addGenerationPrompt: true })).toBe(
+      '<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n',
+    );
   });
 
   it('the tiny format looks the same to the gateway', () => {

@@ -76,7 +76,8 @@ function templateSpecialTokens(cfg: Record<string, unknown>): Record<string, unk
     const v = configTokenContent(cfg[key]);
     if (v !== null) out[key] = v;
   }
-  if (Array.isArray(cfg.additional_special_tokens)) out.additional_special_tokens = cfg.additional_special_tokens.map(configTokenContent).filter((v) => v !== null);
+  if (Array.isArray(cfg.additional_special_tokens))
+    out.additional_special_tokens = cfg.additional_special_tokens.map(configTokenContent).filter((v) => v !== null);
   return out;
 }
 
@@ -85,7 +86,9 @@ function configChatTemplate(cfg: Record<string, unknown>): string | null {
   const t = cfg.chat_template;
   if (typeof t === 'string') return t;
   if (Array.isArray(t)) {
-    const named = t.filter((x): x is { name: string; template: string } => typeof x === 'object' && x !== null && typeof x.template === 'string');
+    const named = t.filter(
+      (x): x is { name: string; template: string } => typeof x === 'object' && x !== null && typeof x.template === 'string',
+    );
     return (named.find((x) => x.name === 'default') ?? named[0])?.template ?? null;
   }
   return null;

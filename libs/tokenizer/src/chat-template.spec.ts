@@ -6,14 +6,21 @@ import { loadGolden, QWEN3_DIR } from './testing/qwen3';
 import { TINY_CHAT_TEMPLATE } from './tiny-template';
 import type { ChatMessage, ToolDefinition } from './types';
 
-const qwenConfig = JSON.parse(readFileSync(join(QWEN3_DIR, 'tokenizer_config.json'), 'utf8')) as { chat_template: string; eos_token: string };
+const qwenConfig = JSON.parse(readFileSync(join(QWEN3_DIR, 'tokenizer_config.json'), 'utf8')) as {
+  chat_template: string;
+  eos_token: string;
+};
 const qwen = new ChatTemplate(qwenConfig.chat_template, { specialTokens: { eos_token: qwenConfig.eos_token } });
 const tiny = new ChatTemplate(TINY_CHAT_TEMPLATE);
 const golden = loadGolden();
 
 const weather: ToolDefinition = {
   type: 'function',
-  function: { name: 'get_weather', description: 'Weather for a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } },
+  function: {
+    name: 'get_weather',
+    description: 'Weather for a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
 };
 
 describe('ChatTemplate on the real Qwen3 chat_template', () => {
@@ -21,13 +28,20 @@ describe('ChatTemplate on the real Qwen3 chat_template', () => {
     expect(qwen.argumentsAsString).toBe(true);
   });
 
-  it.each(golden.templates.map((c) => [`${c.name} gen=${c.addGenerationPrompt} ${JSON.stringify(c.extra)}`, c] as const))('renders like transformers.apply_chat_template: %s', (_, c) => {
-    const text =
-      c.name === 'dict-arguments'
-        ? qwen.renderContext({ ...c.extra, messages: c.messages, tools: c.tools, add_generation_prompt: c.addGenerationPrompt }) // tojson parity
-        : qwen.render(c.messages as unknown as ChatMessage[], { tools: c.tools as unknown as ToolDefinition[] | null, addGenerationPrompt: c.addGenerationPrompt, extra: c.extra });
-    expect(text).toBe(c.text);
-  });
+  it.each(golden.templates.map((c) => [`${c.name} gen=${c.addGenerationPrompt} ${JSON.stringify(c.extra)}`, c] as const))(
+    'renders like transformers.apply_chat_template: %s',
+    (_, c) => {
+      const text =
+        c.name === 'dict-arguments'
+          ? qwen.renderContext({ ...c.extra, messages: c.messages, tools: c.tools, add_generation_prompt: c.addGenerationPrompt }) // tojson parity
+          : qwen.render(c.messages as unknown as ChatMessage[], {
+              tools: c.tools as unknown as ToolDefinition[] | null,
+              addGenerationPrompt: c.addGenerationPrompt,
+              extra: c.extra,
+            });
+      expect(text).toBe(c.text);
+    },
+  );
 
   it('converts OpenAI messages: null content, text parts, arguments strings, reasoning fields', () => {
     const msgs: ChatMessage[] = [
@@ -38,24 +52,44 @@ describe('ChatTemplate on the real Qwen3 chat_template', () => {
           { type: 'text', text: 'b' },
         ],
       },
-      { role: 'assistant', content: null, reasoning: 'thinking', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        reasoning: 'thinking',
+        tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }],
+      },
       { role: 'tool', tool_call_id: 'c1', content: 'sunny' },
     ];
     expect(qwen.toTemplateMessages(msgs)).toEqual([
       { role: 'user', content: 'a\nb' },
-      { role: 'assistant', content: '', reasoning_content: 'thinking', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+      {
+        role: 'assistant',
+        content: '',
+        reasoning_content: 'thinking',
+        tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }],
+      },
       { role: 'tool', content: 'sunny', tool_call_id: 'c1' },
     ]);
     const text = qwen.render(msgs, { tools: [weather], addGenerationPrompt: true });
     expect(text).toContain('<|im_start|>user\na\nb<|im_end|>\n');
-    expect(text).toContain('<|im_start|>assistant\n<think>\nthinking\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call><|im_end|>\n');
+    expect(text).toContain(
+      '<|im_start|>assistant\n<think>\nthinking\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call><|im_end|>\n',
+    );
     expect(text).toContain('<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n');
   });
 
   it('parses arguments into objects for templates that apply tojson themselves', () => {
-    const t = new ChatTemplate('{% for m in messages %}{% for tc in m.tool_calls %}{{ tc.function.arguments | tojson }}{% endfor %}{% endfor %}');
+    const t = new ChatTemplate(
+      '{% for m in messages %}{% for tc in m.tool_calls %}{{ tc.function.arguments | tojson }}{% endfor %}{% endfor %}',
+    );
     expect(t.argumentsAsString).toBe(false);
-    const msgs: ChatMessage[] = [{ role: 'assistant', content: '', tool_calls: [{ id: 'x', type: 'function', function: { name: 'f', arguments: '{"b":1,"a":"é"}' } }] }];
+    const msgs: ChatMessage[] = [
+      {
+        role: 'assistant',
+        content: '',
+        tool_calls: [{ id: 'x', type: 'function', function: { name: 'f', arguments: '{"b":1,"a":"é"}' } }],
+      },
+    ];
     expect(t.render(msgs)).toBe('{"b": 1, "a": "é"}');
     expect(new ChatTemplate(t.source, { toolArguments: 'string' }).render(msgs)).toBe('"{\\"b\\":1,\\"a\\":\\"é\\"}"');
   });

@@ -39,7 +39,9 @@ export function contentText(content: ChatMessage['content']): string {
   return content
     .map((p: TextPart) => {
       if (p === null || typeof p !== 'object' || p.type !== 'text' || typeof p.text !== 'string') {
-        throw new ChatTemplateError(`unsupported content part ${JSON.stringify((p as { type?: unknown })?.type)}: only text parts are supported`);
+        throw new ChatTemplateError(
+          `unsupported content part ${JSON.stringify((p as { type?: unknown })?.type)}: only text parts are supported`,
+        );
       }
       return p.text;
     })
@@ -76,7 +78,8 @@ export class ChatTemplate {
   toTemplateMessages(messages: readonly ChatMessage[]): Record<string, unknown>[] {
     return messages.map((m, i) => {
       if (m === null || typeof m !== 'object') throw new ChatTemplateError(`message ${i}: not an object`);
-      if (!['system', 'user', 'assistant', 'tool'].includes(m.role)) throw new ChatTemplateError(`message ${i}: unsupported role ${JSON.stringify(m.role)}`);
+      if (!['system', 'user', 'assistant', 'tool'].includes(m.role))
+        throw new ChatTemplateError(`message ${i}: unsupported role ${JSON.stringify(m.role)}`);
       const out: Record<string, unknown> = { role: m.role, content: contentText(m.content) };
       if (m.role === 'assistant') {
         const reasoning = messageReasoning(m);

@@ -11,8 +11,18 @@ const tiny = tinyChatFormat();
 const golden = loadGolden();
 
 const tools: ToolDefinition[] = [
-  { type: 'function', function: { name: 'get_weather', description: 'Weather for a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } },
-  { type: 'function', function: { name: 'search', description: 'Web search', parameters: { type: 'object', properties: { q: { type: 'string' } } } } },
+  {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'Weather for a city',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+    },
+  },
+  {
+    type: 'function',
+    function: { name: 'search', description: 'Web search', parameters: { type: 'object', properties: { q: { type: 'string' } } } },
+  },
 ];
 
 /** One LLM call as the gateway records it. */
@@ -27,12 +37,19 @@ interface Call {
 }
 
 /** The gateway's side of a call: the model "writes" `output`, the reply is parsed from it. */
-function respond(f: ChatFormat, messages: ChatMessage[], promptIds: number[], output: string, opts: { eos?: number | null; client?: ChatMessage[] } = {}): Call {
+function respond(
+  f: ChatFormat,
+  messages: ChatMessage[],
+  promptIds: number[],
+  output: string,
+  opts: { eos?: number | null; client?: ChatMessage[] } = {},
+): Call {
   const eos = opts.eos === undefined ? f.tokenizer.tokenToId('<|im_end|>') : opts.eos;
   const outputIds = [...f.tokenizer.encode(output), ...(eos === null || eos === undefined ? [] : [eos])];
   const parsed = parseAssistantOutput(f.tokenizer.decode(outputIds, { skipSpecialTokens: true }), { format: f.toolCallFormat, tools });
   const reply: ChatMessage = { role: 'assistant', content: parsed.content };
-  if (parsed.toolCalls.length) reply.tool_calls = parsed.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } }));
+  if (parsed.toolCalls.length)
+    reply.tool_calls = parsed.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } }));
   if (parsed.reasoning !== undefined) reply.reasoning_content = parsed.reasoning;
   return { messages, client: opts.client ?? messages, promptIds, outputIds, reply };
 }
@@ -40,7 +57,11 @@ function respond(f: ChatFormat, messages: ChatMessage[], promptIds: number[], ou
 /** What a typical OpenAI client sends back: no reasoning, arguments re-serialised compactly. */
 function echo(reply: ChatMessage): ChatMessage {
   const out: ChatMessage = { role: 'assistant', content: reply.content ?? null };
-  if (reply.tool_calls) out.tool_calls = reply.tool_calls.map((c) => ({ ...c, function: { name: c.function.name, arguments: JSON.stringify(JSON.parse(c.function.arguments)) } }));
+  if (reply.tool_calls)
+    out.tool_calls = reply.tool_calls.map((c) => ({
+      ...c,
+      function: { name: c.function.name, arguments: JSON.stringify(JSON.parse(c.function.arguments)) },
+    }));
   return out;
 }
 
@@ -48,7 +69,12 @@ function fresh(f: ChatFormat, messages: ChatMessage[], extra?: Record<string, un
   return f.tokenizer.encode(f.template.render(messages, { tools, addGenerationPrompt: true, extra }));
 }
 
-function next(f: ChatFormat, prev: Call, added: ChatMessage[], extra?: Record<string, unknown>): { plan: ContinuationPlan; messages: ChatMessage[]; client: ChatMessage[] } {
+function next(
+  f: ChatFormat,
+  prev: Call,
+  added: ChatMessage[],
+  extra?: Record<string, unknown>,
+): { plan: ContinuationPlan; messages: ChatMessage[]; client: ChatMessage[] } {
   const request = [...prev.client, echo(prev.reply), ...added];
   const plan = planContinuation({
     template: f.template,
@@ -84,7 +110,12 @@ describe('planContinuation: tiny byte-level format', () => {
       { role: 'system', content: 'You are an agent.' },
       { role: 'user', content: 'Weather in Paris and Oslo?' },
     ];
-    let prev = respond(f, [...history], fresh(f, history), `<think>\nTwo cities.\n</think>\n\nOn it.\n${call('get_weather', '{"city": "Paris"}')}\n${call('get_weather', '{"city": "Oslo"}')}`);
+    let prev = respond(
+      f,
+      [...history],
+      fresh(f, history),
+      `<think>\nTwo cities.\n</think>\n\nOn it.\n${call('get_weather', '{"city": "Paris"}')}\n${call('get_weather', '{"city": "Oslo"}')}`,
+    );
     const steps: Array<{ added: ChatMessage[]; output: string }> = [
       {
         added: [
@@ -94,7 +125,10 @@ describe('planContinuation: tiny byte-level format', () => {
         output: 'Paris 21°C, Oslo 3°C.',
       },
       { added: [{ role: 'user', content: 'And Tokyo? 東京' }], output: call('search', '{"q": "Tokyo weather"}') },
-      { added: [{ role: 'tool', tool_call_id: 'c', content: 'sunny, 28°C' }], output: '<think>\nfound it\n</think>\n\nTokyo: sunny, 28°C ☀️' },
+      {
+        added: [{ role: 'tool', tool_call_id: 'c', content: 'sunny, 28°C' }],
+        output: '<think>\nfound it\n</think>\n\nTokyo: sunny, 28°C ☀️',
+      },
       { added: [{ role: 'user', content: 'Thanks' }], output: 'You are welcome.' },
     ];
     let stored = [...history];
@@ -225,11 +259,22 @@ describe('planContinuation: the real Qwen3 template and tokenizer', () => {
       { role: 'system', content: 'You are a weather agent.' },
       { role: 'user', content: 'Weather in Paris, then in Tokyo?' },
     ];
-    let prev = respond(f, [...history], fresh(f, history), `<think>\nParis first.\n</think>\n\n${call('get_weather', '{"city": "Paris"}')}`);
+    let prev = respond(
+      f,
+      [...history],
+      fresh(f, history),
+      `<think>\nParis first.\n</think>\n\n${call('get_weather', '{"city": "Paris"}')}`,
+    );
     let stored = [...history];
     const steps: Array<{ added: ChatMessage[]; output: string }> = [
-      { added: [{ role: 'tool', tool_call_id: 'x', content: '{"temp": 21}' }], output: `<think>\nNow Tokyo.\n</think>\n\nParis is 21°C.\n${call('get_weather', '{"city": "Tokyo"}')}` },
-      { added: [{ role: 'tool', tool_call_id: 'y', content: '{"temp": 28}' }], output: '<think>\nDone.\n</think>\n\nParis 21°C, Tokyo 28°C.' },
+      {
+        added: [{ role: 'tool', tool_call_id: 'x', content: '{"temp": 21}' }],
+        output: `<think>\nNow Tokyo.\n</think>\n\nParis is 21°C.\n${call('get_weather', '{"city": "Tokyo"}')}`,
+      },
+      {
+        added: [{ role: 'tool', tool_call_id: 'y', content: '{"temp": 28}' }],
+        output: '<think>\nDone.\n</think>\n\nParis 21°C, Tokyo 28°C.',
+      },
     ];
     for (const step of steps) {
       const { plan, messages, client } = next(f, prev, step.added);
@@ -249,7 +294,10 @@ describe('planContinuation: the real Qwen3 template and tokenizer', () => {
     expect(plan).toMatchObject({ kind: 'branch', reason: 'template-rewrites-history' });
     expect((plan as { detail: string }).detail).toMatch(/drops the reply's reasoning/);
     // The earlier reasoning is gone from the new rendering: what the model saw is not a prefix of it.
-    const rendered = f.template.render([...history, prev.reply, { role: 'user', content: 'And 3+3?' }], { tools, addGenerationPrompt: true });
+    const rendered = f.template.render([...history, prev.reply, { role: 'user', content: 'And 3+3?' }], {
+      tools,
+      addGenerationPrompt: true,
+    });
     expect(rendered).not.toContain('Simple arithmetic.');
   });
 
@@ -271,7 +319,10 @@ describe('planContinuation: the real Qwen3 template and tokenizer', () => {
     const prompt = fresh(f, history, extra);
     expect(f.tokenizer.decode(prompt).endsWith('<|im_start|>assistant\n<think>\n\n</think>\n\n')).toBe(true);
     const c1 = respond(f, history, prompt, call('search', '{"q": "cats"}'));
-    expect(next(f, c1, [{ role: 'tool', tool_call_id: 't', content: 'cats!' }], extra).plan).toMatchObject({ kind: 'branch', reason: 'template-rewrites-history' });
+    expect(next(f, c1, [{ role: 'tool', tool_call_id: 't', content: 'cats!' }], extra).plan).toMatchObject({
+      kind: 'branch',
+      reason: 'template-rewrites-history',
+    });
   });
 
   it('handles an output that ended with <|endoftext|> instead of <|im_end|>, or with no stop token', () => {
@@ -363,16 +414,25 @@ describe('planContinuation: what is not an extension', () => {
   });
 
   it('a changed system prompt, truncated history, or no reply in place', () => {
-    expect(planContinuation({ ...base, newMessages: [{ role: 'system', content: 'S2' }, history[1], echo(c1.reply), tool] })).toMatchObject({ reason: 'not-an-extension' });
+    expect(planContinuation({ ...base, newMessages: [{ role: 'system', content: 'S2' }, history[1], echo(c1.reply), tool] })).toMatchObject(
+      { reason: 'not-an-extension' },
+    );
     expect(planContinuation({ ...base, newMessages: [history[1], echo(c1.reply), tool] })).toMatchObject({ reason: 'not-an-extension' });
     expect(planContinuation({ ...base, newMessages: [...history] })).toMatchObject({ reason: 'not-an-extension' });
-    expect(planContinuation({ ...base, newMessages: [...history, { role: 'user', content: 'hm' }] })).toMatchObject({ reason: 'assistant-mismatch' });
+    expect(planContinuation({ ...base, newMessages: [...history, { role: 'user', content: 'hm' }] })).toMatchObject({
+      reason: 'assistant-mismatch',
+    });
   });
 
   it('an edited reply, or a reply echoed with a different reasoning', () => {
-    const edited = { ...echo(c1.reply), tool_calls: [{ id: c1.reply.tool_calls![0].id, type: 'function' as const, function: { name: 'search', arguments: '{"q": "dogs"}' } }] };
+    const edited = {
+      ...echo(c1.reply),
+      tool_calls: [{ id: c1.reply.tool_calls![0].id, type: 'function' as const, function: { name: 'search', arguments: '{"q": "dogs"}' } }],
+    };
     expect(planContinuation({ ...base, newMessages: [...history, edited, tool] })).toMatchObject({ reason: 'assistant-mismatch' });
-    expect(planContinuation({ ...base, newMessages: [...history, { ...echo(c1.reply), reasoning_content: 'made up' }, tool] })).toMatchObject({ reason: 'assistant-mismatch' });
+    expect(
+      planContinuation({ ...base, newMessages: [...history, { ...echo(c1.reply), reasoning_content: 'made up' }, tool] }),
+    ).toMatchObject({ reason: 'assistant-mismatch' });
   });
 
   it('accepts the reply echoed with reordered/compacted arguments and without reasoning', () => {
@@ -389,20 +449,36 @@ describe('planContinuation: what is not an extension', () => {
   });
 
   it('changed tools or template variables', () => {
-    expect(planContinuation({ ...base, newMessages: [...history, echo(c1.reply), tool], tools: tools.slice(0, 1), prevTools: tools })).toMatchObject({ reason: 'tools-changed' });
-    expect(planContinuation({ ...base, newMessages: [...history, echo(c1.reply), tool], extra: { x: 1 }, prevExtra: {} })).toMatchObject({ reason: 'options-changed' });
+    expect(
+      planContinuation({ ...base, newMessages: [...history, echo(c1.reply), tool], tools: tools.slice(0, 1), prevTools: tools }),
+    ).toMatchObject({ reason: 'tools-changed' });
+    expect(planContinuation({ ...base, newMessages: [...history, echo(c1.reply), tool], extra: { x: 1 }, prevExtra: {} })).toMatchObject({
+      reason: 'options-changed',
+    });
   });
 
   it('prompt ids that are not the rendering of the previous messages', () => {
     const plan = planContinuation({ ...base, prevPromptIds: c1.promptIds.slice(1), newMessages: [...history, echo(c1.reply), tool] });
     expect(plan).toMatchObject({ kind: 'branch', reason: 'prompt-mismatch' });
     // Without the check the caller vouches for the prompt.
-    expect(planContinuation({ ...base, prevPromptIds: c1.promptIds.slice(1), newMessages: [...history, echo(c1.reply), tool], verifyPrevPrompt: false }).kind).toBe('extend');
+    expect(
+      planContinuation({
+        ...base,
+        prevPromptIds: c1.promptIds.slice(1),
+        newMessages: [...history, echo(c1.reply), tool],
+        verifyPrevPrompt: false,
+      }).kind,
+    ).toBe('extend');
   });
 
   it('an output the template cannot reproduce (whitespace the parser drops)', () => {
     const odd = respond(f, history, c1.promptIds, `${call('search', '{"q": "cats"}')}  \n`);
-    const plan = planContinuation({ ...base, prevOutputIds: odd.outputIds, assistantMessage: odd.reply, newMessages: [...history, echo(odd.reply), tool] });
+    const plan = planContinuation({
+      ...base,
+      prevOutputIds: odd.outputIds,
+      assistantMessage: odd.reply,
+      newMessages: [...history, echo(odd.reply), tool],
+    });
     expect(plan).toMatchObject({ kind: 'branch', reason: 'assistant-render-mismatch' });
   });
 });
@@ -411,7 +487,12 @@ describe('fingerprintMessages', () => {
   const msgs: ChatMessage[] = [
     { role: 'system', content: 'S' },
     { role: 'user', content: [{ type: 'text', text: 'hi' }] },
-    { role: 'assistant', content: null, reasoning_content: 'r', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{"a": 1, "b": [1, 2]}' } }] },
+    {
+      role: 'assistant',
+      content: null,
+      reasoning_content: 'r',
+      tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{"a": 1, "b": [1, 2]}' } }],
+    },
     { role: 'tool', tool_call_id: 'c', content: 'ok' },
   ];
 
@@ -432,7 +513,11 @@ describe('fingerprintMessages', () => {
     const same: ChatMessage[] = [
       { content: 'S', role: 'system' } as ChatMessage,
       { role: 'user', content: 'hi' },
-      { tool_calls: [{ type: 'function', id: 'c', function: { arguments: '{"b":[1,2],"a":1}', name: 'f' } }], role: 'assistant', content: '' },
+      {
+        tool_calls: [{ type: 'function', id: 'c', function: { arguments: '{"b":[1,2],"a":1}', name: 'f' } }],
+        role: 'assistant',
+        content: '',
+      },
       { content: 'ok', tool_call_id: 'c', role: 'tool' },
     ];
     const reorderedTools = tools.map((t) => JSON.parse(canonicalJson(t)) as ToolDefinition);

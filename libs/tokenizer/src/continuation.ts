@@ -38,7 +38,11 @@ function canonicalArguments(args: string): unknown {
 export function canonicalMessage(m: ChatMessage): string {
   const out: Record<string, unknown> = { role: m.role, content: contentText(m.content) };
   if (m.tool_calls && m.tool_calls.length > 0) {
-    out.tool_calls = m.tool_calls.map((tc) => ({ id: tc.id, name: tc.function.name, arguments: canonicalArguments(tc.function.arguments) }));
+    out.tool_calls = m.tool_calls.map((tc) => ({
+      id: tc.id,
+      name: tc.function.name,
+      arguments: canonicalArguments(tc.function.arguments),
+    }));
   }
   if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
   if (m.name !== undefined) out.name = m.name;
@@ -53,7 +57,11 @@ const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
  * result[n + 1] of a call's messages plus its reply, and looks up result[k] of a new request
  * to find the call it extends.
  */
-export function fingerprintMessages(messages: readonly ChatMessage[], tools?: readonly ToolDefinition[] | null, extra?: Record<string, unknown>): string[] {
+export function fingerprintMessages(
+  messages: readonly ChatMessage[],
+  tools?: readonly ToolDefinition[] | null,
+  extra?: Record<string, unknown>,
+): string[] {
   let h = sha256(`anvil-fp-v1\u0000${canonicalJson(tools && tools.length > 0 ? tools : null)}\u0000${canonicalJson(extra ?? {})}`);
   const out = [h];
   for (const m of messages) {
@@ -175,9 +183,11 @@ export function planContinuation(input: ContinuationInput): ContinuationPlan {
   if (canonicalJson(tools && tools.length ? tools : null) !== canonicalJson(prevTools && prevTools.length ? prevTools : null)) {
     return branch('tools-changed', 'the tools differ from the previous call');
   }
-  if (canonicalJson(extra) !== canonicalJson(prevExtra)) return branch('options-changed', 'template variables differ from the previous call');
+  if (canonicalJson(extra) !== canonicalJson(prevExtra))
+    return branch('options-changed', 'template variables differ from the previous call');
   const n = prevMessages.length;
-  if (newMessages.length < n + 1) return branch('not-an-extension', `${newMessages.length} messages, the previous call had ${n} + its reply`);
+  if (newMessages.length < n + 1)
+    return branch('not-an-extension', `${newMessages.length} messages, the previous call had ${n} + its reply`);
   for (let i = 0; i < n; i++) {
     if (canonicalMessage(newMessages[i]) !== canonicalMessage(prevMessages[i])) return branch('not-an-extension', `message ${i} differs`);
   }
@@ -198,14 +208,18 @@ export function planContinuation(input: ContinuationInput): ContinuationPlan {
   const prevText = input.prevText ?? template.render(prevMessages, { tools: prevTools, addGenerationPrompt: true, extra: prevExtra });
   if (input.verifyPrevPrompt !== false) {
     const decoded = tokenizer.decode(input.prevPromptIds);
-    if (decoded !== prevText && decoded !== tokenizer.normalize(prevText)) return branch('prompt-mismatch', 'the previous prompt ids do not decode to the rendering of the previous messages');
+    if (decoded !== prevText && decoded !== tokenizer.normalize(prevText))
+      return branch('prompt-mismatch', 'the previous prompt ids do not decode to the rendering of the previous messages');
   }
   // Tools equal as values are rendered as the previous call's (same key order, same text).
   const newText = template.render(history, { tools: prevTools, addGenerationPrompt: true, extra: prevExtra });
   if (!newText.startsWith(prevText)) {
     let at = 0;
     while (at < prevText.length && prevText[at] === newText[at]) at++;
-    return branch('template-rewrites-history', `the renderings part at character ${at}: ${JSON.stringify(prevText.slice(at, at + 40))} became ${JSON.stringify(newText.slice(at, at + 40))}`);
+    return branch(
+      'template-rewrites-history',
+      `the renderings part at character ${at}: ${JSON.stringify(prevText.slice(at, at + 40))} became ${JSON.stringify(newText.slice(at, at + 40))}`,
+    );
   }
   const afterPrompt = newText.slice(prevText.length);
 
@@ -241,7 +255,10 @@ export function planContinuation(input: ContinuationInput): ContinuationPlan {
   const appendedIds = tokenizer.encode(appendedText);
   const lastReused = outputIds.length > 0 ? outputIds[outputIds.length - 1] : input.prevPromptIds[input.prevPromptIds.length - 1];
   const lastToken = lastReused === undefined ? undefined : tokenizer.idToToken(lastReused);
-  const cleanBoundary = appendedText.length === 0 || startsWithAddedToken(appendedText, tokenizer) || (lastToken !== undefined && tokenizer.addedTokens.has(lastToken));
+  const cleanBoundary =
+    appendedText.length === 0 ||
+    startsWithAddedToken(appendedText, tokenizer) ||
+    (lastToken !== undefined && tokenizer.addedTokens.has(lastToken));
   const promptIds = [...input.prevPromptIds, ...outputIds, ...appendedIds];
   return {
     kind: 'extend',

@@ -18,7 +18,11 @@ describe('forcedToolCallOpening', () => {
     const any = forcedToolCallOpening(format.template, { messages, tools }, null);
     expect(named).toMatch(/<tool_call>\n\{"name": "add$/);
     expect(any).toBe(named!.slice(0, -'add'.length));
-    const call = { role: 'assistant' as const, content: '', tool_calls: [{ id: 'c1', type: 'function' as const, function: { name: 'add', arguments: '{"a": 12, "b": 7}' } }] };
+    const call = {
+      role: 'assistant' as const,
+      content: '',
+      tool_calls: [{ id: 'c1', type: 'function' as const, function: { name: 'add', arguments: '{"a": 12, "b": 7}' } }],
+    };
     const rendered = format.template.render([...messages, call], { tools });
     expect(rendered.startsWith(prompt + named)).toBe(true);
     // what follows the opening, as a model would write it, parses back to the call

@@ -24,7 +24,11 @@ export function forcedToolCallOpening(
   let full: string;
   try {
     prefix = template.render(prompt.messages, { ...options, addGenerationPrompt: true });
-    const call: ChatMessage = { role: 'assistant', content: '', tool_calls: [{ id: 'call_probe', type: 'function', function: { name: NAME_PROBE, arguments: '{}' } }] };
+    const call: ChatMessage = {
+      role: 'assistant',
+      content: '',
+      tool_calls: [{ id: 'call_probe', type: 'function', function: { name: NAME_PROBE, arguments: '{}' } }],
+    };
     full = template.render([...prompt.messages, call], { ...options, addGenerationPrompt: false });
   } catch {
     return null;

@@ -3,7 +3,14 @@ export { BYTE_TO_CHAR, CHAR_TO_BYTE, byteLevelTokenBytes } from './byte-level';
 export { HfTokenizer, loadHfTokenizer, loadHfTokenizerFromDir, readHfTokenizerFiles, type HfTokenizerFiles } from './hf-tokenizer';
 export { ByteTokenizer, BYTE_VOCAB_SIZE, BYTE_ADDED_TOKENS } from './byte-tokenizer';
 export { StreamDecoder } from './stream-decoder';
-export { ChatTemplate, ChatTemplateError, contentText, messageReasoning, type ChatTemplateOptions, type RenderOptions } from './chat-template';
+export {
+  ChatTemplate,
+  ChatTemplateError,
+  contentText,
+  messageReasoning,
+  type ChatTemplateOptions,
+  type RenderOptions,
+} from './chat-template';
 export { TINY_CHAT_TEMPLATE } from './tiny-template';
 export * from './tool-calls';
 export { forcedToolCallOpening } from './forced-tool-call';

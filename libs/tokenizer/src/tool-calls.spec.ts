@@ -28,7 +28,9 @@ describe('parseAssistantOutput (hermes)', () => {
     expect(out.issues).toEqual([]);
     expect(out.malformed).toBe(false);
     // Same output, same seed: same ids (retries are stable); another seed: other ids.
-    expect(parseAssistantOutput(text, { format: 'hermes', tools, idSeed: 'req-1' }).toolCalls.map((c) => c.id)).toEqual(out.toolCalls.map((c) => c.id));
+    expect(parseAssistantOutput(text, { format: 'hermes', tools, idSeed: 'req-1' }).toolCalls.map((c) => c.id)).toEqual(
+      out.toolCalls.map((c) => c.id),
+    );
     expect(parseAssistantOutput(text, { format: 'hermes', tools, idSeed: 'req-2' }).toolCalls[0].id).not.toBe(out.toolCalls[0].id);
     expect(toolCallId(0, 'get_weather', '{"city": "Paris"}', 'req-1')).toBe(out.toolCalls[0].id);
   });
@@ -59,8 +61,12 @@ describe('parseAssistantOutput (hermes)', () => {
 
   it('flags a cut-off call, a call without a name, and arguments that are not an object', () => {
     expect(parseAssistantOutput('<tool_call>\n{"name": "se', { format: 'hermes' }).issues.map((i) => i.kind)).toEqual(['unterminated']);
-    expect(parseAssistantOutput('<tool_call>\n{"arguments": {}}\n</tool_call>', { format: 'hermes' }).issues.map((i) => i.kind)).toEqual(['missing-name']);
-    expect(parseAssistantOutput('<tool_call>\n{"name": "f", "arguments": [1]}\n</tool_call>', { format: 'hermes' }).issues.map((i) => i.kind)).toEqual(['bad-arguments']);
+    expect(parseAssistantOutput('<tool_call>\n{"arguments": {}}\n</tool_call>', { format: 'hermes' }).issues.map((i) => i.kind)).toEqual([
+      'missing-name',
+    ]);
+    expect(
+      parseAssistantOutput('<tool_call>\n{"name": "f", "arguments": [1]}\n</tool_call>', { format: 'hermes' }).issues.map((i) => i.kind),
+    ).toEqual(['bad-arguments']);
     const cut = parseAssistantOutput('ok <tool_call>\n{"name"', { format: 'hermes' });
     expect(cut.content).toBe('ok <tool_call>\n{"name"');
     expect(cut.malformed).toBe(true);
@@ -69,7 +75,9 @@ describe('parseAssistantOutput (hermes)', () => {
   it('accepts arguments written as a JSON string, "parameters", and a missing arguments key', () => {
     const s = parseAssistantOutput('<tool_call>\n{"name": "f", "arguments": "{\\"a\\": 1}"}\n</tool_call>', { format: 'hermes' });
     expect(s.toolCalls[0].arguments).toBe('{"a": 1}');
-    expect(parseAssistantOutput('<tool_call>{"name": "f", "parameters": {"a": 2}}</tool_call>', { format: 'hermes' }).toolCalls[0].arguments).toBe('{"a": 2}');
+    expect(
+      parseAssistantOutput('<tool_call>{"name": "f", "parameters": {"a": 2}}</tool_call>', { format: 'hermes' }).toolCalls[0].arguments,
+    ).toBe('{"a": 2}');
     expect(parseAssistantOutput('<tool_call>{"name": "f"}</tool_call>', { format: 'hermes' }).toolCalls[0].arguments).toBe('{}');
   });
 
@@ -88,16 +96,28 @@ describe('reasoning extraction (Qwen3 <think>)', () => {
 
   it('handles an empty think block, a block opened by the prompt, an unterminated block, and none', () => {
     expect(parseAssistantOutput('<think>\n\n</think>\n\nHi', { format: 'hermes' })).toMatchObject({ reasoning: '', content: 'Hi' });
-    expect(parseAssistantOutput('reasoning here\n</think>\n\nHi', { format: 'none' })).toMatchObject({ reasoning: 'reasoning here', content: 'Hi' });
-    expect(parseAssistantOutput('<think>\ncut off', { format: 'hermes' })).toMatchObject({ reasoning: 'cut off', content: null, reasoningUnterminated: true });
+    expect(parseAssistantOutput('reasoning here\n</think>\n\nHi', { format: 'none' })).toMatchObject({
+      reasoning: 'reasoning here',
+      content: 'Hi',
+    });
+    expect(parseAssistantOutput('<think>\ncut off', { format: 'hermes' })).toMatchObject({
+      reasoning: 'cut off',
+      content: null,
+      reasoningUnterminated: true,
+    });
     const plain = parseAssistantOutput('no reasoning', { format: 'hermes' });
     expect(plain.reasoning).toBeUndefined();
-    expect(parseAssistantOutput('<think>\nx\n</think>\n\ny', { format: 'hermes', reasoning: 'none' }).content).toBe('<think>\nx\n</think>\n\ny');
+    expect(parseAssistantOutput('<think>\nx\n</think>\n\ny', { format: 'hermes', reasoning: 'none' }).content).toBe(
+      '<think>\nx\n</think>\n\ny',
+    );
     expect(splitReasoning('a <think> b')).toEqual({ rest: 'a <think> b' });
   });
 
   it('combines reasoning and tool calls', () => {
-    const out = parseAssistantOutput('<think>\nneed weather\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>', { format: 'hermes', tools });
+    const out = parseAssistantOutput(
+      '<think>\nneed weather\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>',
+      { format: 'hermes', tools },
+    );
     expect(out).toMatchObject({ reasoning: 'need weather', content: null });
     expect(out.toolCalls[0].arguments).toBe('{"city": "Oslo"}');
   });
@@ -108,15 +128,29 @@ describe('parseAssistantOutput (llama3-json)', () => {
     const one = parseAssistantOutput('{"name": "get_weather", "parameters": {"city": "Rome"}}', { format: 'llama3-json', tools });
     expect(one.content).toBeNull();
     expect(one.toolCalls.map((c) => [c.name, c.arguments])).toEqual([['get_weather', '{"city": "Rome"}']]);
-    const two = parseAssistantOutput('<|python_tag|>{"name": "search", "parameters": {"q": "a;b"}}; {"name": "get_weather", "parameters": {"city": "X"}}', { format: 'llama3-json', tools });
+    const two = parseAssistantOutput(
+      '<|python_tag|>{"name": "search", "parameters": {"q": "a;b"}}; {"name": "get_weather", "parameters": {"city": "X"}}',
+      { format: 'llama3-json', tools },
+    );
     expect(two.toolCalls.map((c) => c.name)).toEqual(['search', 'get_weather']);
     expect(JSON.parse(two.toolCalls[0].arguments)).toEqual({ q: 'a;b' });
   });
 
   it('treats prose and plain JSON that is not a call as content', () => {
-    expect(parseAssistantOutput('The weather is fine.', { format: 'llama3-json' })).toMatchObject({ content: 'The weather is fine.', toolCalls: [], malformed: false });
-    expect(parseAssistantOutput('{"answer": 42}', { format: 'llama3-json' })).toMatchObject({ content: '{"answer": 42}', toolCalls: [], malformed: true });
-    expect(parseAssistantOutput('<|python_tag|>{"name": "f", "parameters": {', { format: 'llama3-json' })).toMatchObject({ toolCalls: [], malformed: true });
+    expect(parseAssistantOutput('The weather is fine.', { format: 'llama3-json' })).toMatchObject({
+      content: 'The weather is fine.',
+      toolCalls: [],
+      malformed: false,
+    });
+    expect(parseAssistantOutput('{"answer": 42}', { format: 'llama3-json' })).toMatchObject({
+      content: '{"answer": 42}',
+      toolCalls: [],
+      malformed: true,
+    });
+    expect(parseAssistantOutput('<|python_tag|>{"name": "f", "parameters": {', { format: 'llama3-json' })).toMatchObject({
+      toolCalls: [],
+      malformed: true,
+    });
   });
 });
 
@@ -151,7 +185,9 @@ describe('parsing then rendering reproduces the model output', () => {
       const reply: ChatMessage = {
         role: 'assistant',
         content: parsed.content,
-        tool_calls: parsed.toolCalls.length ? parsed.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })) : undefined,
+        tool_calls: parsed.toolCalls.length
+          ? parsed.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } }))
+          : undefined,
         ...(parsed.reasoning !== undefined ? { reasoning_content: parsed.reasoning } : {}),
       };
       const user: ChatMessage = { role: 'user', content: 'q' };

@@ -153,7 +153,8 @@ function readCall(body: string): CallCandidate | { kind: ToolCallIssueKind; mess
   } catch (err) {
     return { kind: 'malformed-json', message: (err as Error).message };
   }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return { kind: 'malformed-json', message: 'not a JSON object' };
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
+    return { kind: 'malformed-json', message: 'not a JSON object' };
   const obj = parsed as Record<string, unknown>;
   if (typeof obj.name !== 'string' || obj.name.length === 0) return { kind: 'missing-name', message: 'no "name" string' };
   const key = 'arguments' in obj ? 'arguments' : 'parameters' in obj ? 'parameters' : null;
@@ -175,7 +176,8 @@ function readCall(body: string): CallCandidate | { kind: ToolCallIssueKind; mess
     const span = topLevelValueSpans(body).get(key);
     if (span) raw = body.slice(span[0], span[1]);
   }
-  if (args === null || typeof args !== 'object' || Array.isArray(args)) return { kind: 'bad-arguments', message: `"${key}" is not a JSON object` };
+  if (args === null || typeof args !== 'object' || Array.isArray(args))
+    return { kind: 'bad-arguments', message: `"${key}" is not a JSON object` };
   return { name: obj.name, arguments: raw ?? JSON.stringify(args) };
 }
 
@@ -238,7 +240,8 @@ function parseLlama3(text: string, issues: ToolCallIssue[]): { content: string; 
     const r = readCall(piece);
     if (!('name' in r)) {
       // Plain JSON that is not a call is content; a tagged one was meant as a call.
-      if (tagged || pieces.length > 1 || r.kind !== 'malformed-json') issues.push({ kind: r.kind, index: 0, text: trimmed, message: r.message });
+      if (tagged || pieces.length > 1 || r.kind !== 'malformed-json')
+        issues.push({ kind: r.kind, index: 0, text: trimmed, message: r.message });
       return { content: text, calls: [] };
     }
     calls.push(r);

@@ -1,5 +1,13 @@
 import type { DataSource, EntityManager } from 'typeorm';
-import { decodePrefixTreeBlob, encodePrefixTreeBlob, PREFIX_TREE_LAYOUT, sha256Hex, type EventEnvelope, type PrefixTree, type TrainBatchV2 } from '@anvil/contracts';
+import {
+  decodePrefixTreeBlob,
+  encodePrefixTreeBlob,
+  PREFIX_TREE_LAYOUT,
+  sha256Hex,
+  type EventEnvelope,
+  type PrefixTree,
+  type TrainBatchV2,
+} from '@anvil/contracts';
 
 /** Where the Data Pool stores batch trees (migration 1796500000000). */
 export const TRAIN_BATCH_BLOBS_TABLE = 'train_batch_blobs';
@@ -57,25 +65,36 @@ function payloadOf(event: EventEnvelope<'train_batch.created'> | TrainBatchV2): 
  * 'anvil-prefix-tree/1' layout and checks it names the event's samples in order with their
  * advantages and loss weights. Never materialises a prompt.
  */
-export async function readTrainBatch(event: EventEnvelope<'train_batch.created'> | TrainBatchV2, db: Queryable, opts: ReadTrainBatchOptions = {}): Promise<PrefixTree> {
+export async function readTrainBatch(
+  event: EventEnvelope<'train_batch.created'> | TrainBatchV2,
+  db: Queryable,
+  opts: ReadTrainBatchOptions = {},
+): Promise<PrefixTree> {
   const b = payloadOf(event);
-  const rows: { blob: Buffer; layout: string }[] = await db.query(`SELECT "blob", "layout" FROM "${TRAIN_BATCH_BLOBS_TABLE}" WHERE "batch_id" = $1`, [b.batchId]);
-  if (rows.length === 0) throw new TrainBatchError('missing', b.batchId, 'batchId', `no row in ${TRAIN_BATCH_BLOBS_TABLE} (pruned, or never written)`);
+  const rows: { blob: Buffer; layout: string }[] = await db.query(
+    `SELECT "blob", "layout" FROM "${TRAIN_BATCH_BLOBS_TABLE}" WHERE "batch_id" = $1`,
+    [b.batchId],
+  );
+  if (rows.length === 0)
+    throw new TrainBatchError('missing', b.batchId, 'batchId', `no row in ${TRAIN_BATCH_BLOBS_TABLE} (pruned, or never written)`);
   const blob = Buffer.from(rows[0].blob);
-  if (rows[0].layout !== PREFIX_TREE_LAYOUT || b.blob.layout !== PREFIX_TREE_LAYOUT) throw new TrainBatchError('layout', b.batchId, 'blob.layout', `unsupported layout ${rows[0].layout}`);
+  if (rows[0].layout !== PREFIX_TREE_LAYOUT || b.blob.layout !== PREFIX_TREE_LAYOUT)
+    throw new TrainBatchError('layout', b.batchId, 'blob.layout', `unsupported layout ${rows[0].layout}`);
   const actual = sha256Hex(blob);
   if (actual !== b.blob.sha256 || blob.length !== b.blob.bytes) {
     if (opts.recordRefusal ?? true) {
-      await db.query(`UPDATE "${TRAIN_BATCH_BLOBS_TABLE}" SET "refused_at" = now(), "refused_reason" = $2 WHERE "batch_id" = $1 AND "refused_at" IS NULL`, [
-        b.batchId,
-        `checksum: expected ${b.blob.sha256} (${b.blob.bytes} bytes), got ${actual} (${blob.length} bytes)`,
-      ]);
+      await db.query(
+        `UPDATE "${TRAIN_BATCH_BLOBS_TABLE}" SET "refused_at" = now(), "refused_reason" = $2 WHERE "batch_id" = $1 AND "refused_at" IS NULL`,
+        [b.batchId, `checksum: expected ${b.blob.sha256} (${b.blob.bytes} bytes), got ${actual} (${blob.length} bytes)`],
+      );
     }
     throw new BatchChecksumError(b.batchId, b.blob.sha256, actual);
   }
   const tree = decodePrefixTreeBlob(blob);
-  if (tree.tokens.length !== b.blob.nodes) throw new TrainBatchError('mismatch', b.batchId, 'blob.nodes', `event says ${b.blob.nodes} nodes, the blob has ${tree.tokens.length}`);
-  if (tree.samples.length !== b.samples.length) throw new TrainBatchError('mismatch', b.batchId, 'samples', `event lists ${b.samples.length} samples, the blob ${tree.samples.length}`);
+  if (tree.tokens.length !== b.blob.nodes)
+    throw new TrainBatchError('mismatch', b.batchId, 'blob.nodes', `event says ${b.blob.nodes} nodes, the blob has ${tree.tokens.length}`);
+  if (tree.samples.length !== b.samples.length)
+    throw new TrainBatchError('mismatch', b.batchId, 'samples', `event lists ${b.samples.length} samples, the blob ${tree.samples.length}`);
   b.samples.forEach((s, i) => {
     const t = tree.samples[i];
     if (t.sampleId !== s.sampleId || t.trajectoryId !== s.trajectoryId || t.groupId !== s.groupId)
@@ -88,16 +107,14 @@ export async function readTrainBatch(event: EventEnvelope<'train_batch.created'>
 }
 
 /** Writes a batch's tree in the caller's transaction; returns what the event's `blob` names. */
-export async function writeTrainBatchBlob(db: Queryable, batch: { batchId: string; runId: string | null; tree: PrefixTree }): Promise<TrainBatchV2['blob']> {
+export async function writeTrainBatchBlob(
+  db: Queryable,
+  batch: { batchId: string; runId: string | null; tree: PrefixTree },
+): Promise<TrainBatchV2['blob']> {
   const { blob, sha256 } = encodePrefixTreeBlob(batch.tree);
-  await db.query(`INSERT INTO "${TRAIN_BATCH_BLOBS_TABLE}" ("batch_id", "run_id", "layout", "sha256", "bytes", "nodes", "blob") VALUES ($1, $2, $3, $4, $5, $6, $7)`, [
-    batch.batchId,
-    batch.runId,
-    PREFIX_TREE_LAYOUT,
-    sha256,
-    blob.length,
-    batch.tree.tokens.length,
-    blob,
-  ]);
+  await db.query(
+    `INSERT INTO "${TRAIN_BATCH_BLOBS_TABLE}" ("batch_id", "run_id", "layout", "sha256", "bytes", "nodes", "blob") VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+    [batch.batchId, batch.runId, PREFIX_TREE_LAYOUT, sha256, blob.length, batch.tree.tokens.length, blob],
+  );
   return { store: 'postgres', sha256, bytes: blob.length, layout: PREFIX_TREE_LAYOUT, nodes: batch.tree.tokens.length };
 }

@@ -77,12 +77,21 @@ describe('PrefixTreeBuilder (from call deltas) equals buildPack over the materia
   it.each([1, 2, 3, 4, 5])('seed %i: same nodes, pre-order, loss weights and output nodes', (seed) => {
     const calls = group(seed, 4, 12);
     const b = new PrefixTreeBuilder();
-    for (const f of calls) b.add(f.call, { sampleId: f.call.callId, trajectoryId: f.trajectoryId, groupId: 'g', advantage: 0.5, lossWeight: f.weight });
+    for (const f of calls)
+      b.add(f.call, { sampleId: f.call.callId, trajectoryId: f.trajectoryId, groupId: 'g', advantage: 0.5, lossWeight: f.weight });
     const tree = b.build();
     const chain = new PromptChain();
-    const prompts = calls.map((f) => chain.fullPrompt({ ...(f.call as unknown as Parameters<PromptChain['fullPrompt']>[0]), promptLength: f.prompt.length } as never));
+    const prompts = calls.map((f) =>
+      chain.fullPrompt({ ...(f.call as unknown as Parameters<PromptChain['fullPrompt']>[0]), promptLength: f.prompt.length } as never),
+    );
     expect(prompts.map((p) => Array.from(p))).toEqual(calls.map((f) => Array.from(f.prompt)));
-    const pack = buildPack(calls.map((f) => ({ promptIds: f.prompt, outputIds: f.call.outputIds, weights: new Float32Array(f.call.outputIds.length).fill(f.weight) })));
+    const pack = buildPack(
+      calls.map((f) => ({
+        promptIds: f.prompt,
+        outputIds: f.call.outputIds,
+        weights: new Float32Array(f.call.outputIds.length).fill(f.weight),
+      })),
+    );
     expect(Array.from(tree.tokens)).toEqual(Array.from(pack.tokens));
     expect(Array.from(tree.parents)).toEqual(Array.from(pack.parents));
     expect(Array.from(tree.lossWeight)).toEqual(Array.from(pack.lossWeights));

@@ -97,12 +97,19 @@ export class PrefixTreeBuilder {
   add(call: CallSegment, sample: SampleMeta | null): void {
     if (this.placed.has(call.callId)) throw new TreeBuildError(call.callId, 'callId', 'added twice');
     const n = call.outputIds.length;
-    if (call.outputLogprobs.length !== n || call.outputVersions.length !== n) throw new TreeBuildError(call.callId, 'outputLogprobs', 'outputIds, outputLogprobs and outputVersions differ in length');
+    if (call.outputLogprobs.length !== n || call.outputVersions.length !== n)
+      throw new TreeBuildError(call.callId, 'outputLogprobs', 'outputIds, outputLogprobs and outputVersions differ in length');
     let parent: Placed | null = null;
     if (call.reusedPromptTokens > 0) {
       parent = call.parentCallId === null ? null : (this.placed.get(call.parentCallId) ?? null);
-      if (!parent) throw new TreeBuildError(call.callId, 'parentCallId', `parent ${String(call.parentCallId)} is not in the tree (add parents first)`);
-      if (call.reusedPromptTokens > parent.length) throw new TreeBuildError(call.callId, 'reusedPromptTokens', `${call.reusedPromptTokens} exceeds the parent's ${parent.length} tokens`);
+      if (!parent)
+        throw new TreeBuildError(call.callId, 'parentCallId', `parent ${String(call.parentCallId)} is not in the tree (add parents first)`);
+      if (call.reusedPromptTokens > parent.length)
+        throw new TreeBuildError(
+          call.callId,
+          'reusedPromptTokens',
+          `${call.reusedPromptTokens} exceeds the parent's ${parent.length} tokens`,
+        );
     }
     const reused = parent ? call.reusedPromptTokens : 0;
     const promptLength = reused + call.promptDeltaIds.length;

@@ -193,7 +193,10 @@ async function ingestPhase(
     if (inflight.length >= 8) await inflight.shift();
   }
   await Promise.all(inflight);
-  await Promise.race([done, sleep(300_000).then(() => Promise.reject(new Error(`${name}: only ${persisted}/${events.length} persisted after 300 s`)))]);
+  await Promise.race([
+    done,
+    sleep(300_000).then(() => Promise.reject(new Error(`${name}: only ${persisted}/${events.length} persisted after 300 s`))),
+  ]);
   const seconds = (performance.now() - t0) / 1000;
   const c1 = cpu();
   const perCall = (a: number | null, b: number | null) => (a === null || b === null ? null : (1000 * (b - a)) / events.length);
@@ -223,7 +226,9 @@ async function main() {
   const cpu = () => cpuSeconds(pgDataDir, kafkaPid);
   const topicPrefix = `benchdp${Date.now()}.`;
   const bus = createBus({ kind: 'kafka', brokers: [stack.brokers], clientId: 'bench-datapool', topicPrefix, partitions: PARTITIONS });
-  const publishers = Array.from({ length: PRODUCERS }, (_, k) => createBus({ kind: 'kafka', brokers: [stack.brokers], clientId: `bench-gateway-${k}`, topicPrefix, partitions: PARTITIONS }));
+  const publishers = Array.from({ length: PRODUCERS }, (_, k) =>
+    createBus({ kind: 'kafka', brokers: [stack.brokers], clientId: `bench-gateway-${k}`, topicPrefix, partitions: PARTITIONS }),
+  );
   try {
     await ds.initialize();
     await runMigrations(ds);
@@ -235,7 +240,19 @@ async function main() {
     const legacy = sessions(Math.round(12 * SCALE), 4, 'v1');
     const phases: Phase[] = [];
     phases.push(await ingestPhase(bus, publishers, ds, 'bench.dp.sustained', 'sustained (v2 deltas)', sustained, 'v2', { batch: 50 }, cpu));
-    phases.push(await ingestPhase(bus, publishers, ds, 'bench.dp.latency', 'latency @1k calls/s (v2)', paced, 'v2', { perSecond: 1000, batch: 5 }, cpu));
+    phases.push(
+      await ingestPhase(
+        bus,
+        publishers,
+        ds,
+        'bench.dp.latency',
+        'latency @1k calls/s (v2)',
+        paced,
+        'v2',
+        { perSecond: 1000, batch: 5 },
+        cpu,
+      ),
+    );
     phases.push(await ingestPhase(bus, publishers, ds, 'bench.dp.v1', 'sustained (v1 whole prompts)', legacy, 'v1', { batch: 10 }, cpu));
 
     // stored bytes per unique token (v2 sessions): token bytea of the call rows
@@ -244,7 +261,10 @@ async function main() {
       `SELECT sum(octet_length("prompt_ids") + octet_length("output_ids") + octet_length("output_logprobs") + octet_length("output_versions")) AS bytes FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[])`,
       [ids],
     );
-    const [rowBytes]: { bytes: string }[] = await ds.query(`SELECT sum(pg_column_size(t.*)) AS bytes FROM "llm_calls" t WHERE "rollout_id" = ANY($1::varchar[])`, [ids]);
+    const [rowBytes]: { bytes: string }[] = await ds.query(
+      `SELECT sum(pg_column_size(t.*)) AS bytes FROM "llm_calls" t WHERE "rollout_id" = ANY($1::varchar[])`,
+      [ids],
+    );
     const raw = [...sustained, ...paced].reduce((a, s) => a + 4 * (s.unique - s.outputs) + 12 * s.outputs, 0);
     const v1Raw = [...sustained, ...paced].reduce((a, s) => a + 4 * s.wholePrompt + 12 * s.outputs, 0);
     const bytesPerUniqueTokenRatio = Number(st.bytes) / raw;
@@ -265,7 +285,9 @@ async function main() {
     const batchIds = await rt.settle(200);
     const assembleS = (performance.now() - ta) / 1000;
     await rt.stop(10_000);
-    const [blob]: { bytes: string; n: string }[] = await ds.query(`SELECT sum("bytes") AS bytes, count(*) AS n FROM "train_batch_blobs" WHERE "run_id" = 'bench'`);
+    const [blob]: { bytes: string; n: string }[] = await ds.query(
+      `SELECT sum("bytes") AS bytes, count(*) AS n FROM "train_batch_blobs" WHERE "run_id" = 'bench'`,
+    );
 
     const sus = phases[0];
     const lat = phases[1];
@@ -282,14 +304,19 @@ async function main() {
         'p50 ms': p.p50ms,
         'p99 ms': p.p99ms,
         'Kafka bytes/call': Math.round(p.kafkaBytes / p.calls),
-        'CPU ms/call node+pg+kafka': [p.cpuMsPerCall.node, p.cpuMsPerCall.postgres, p.cpuMsPerCall.kafka].map((x) => (x === null ? '?' : x.toFixed(2))).join(' + '),
+        'CPU ms/call node+pg+kafka': [p.cpuMsPerCall.node, p.cpuMsPerCall.postgres, p.cpuMsPerCall.kafka]
+          .map((x) => (x === null ? '?' : x.toFixed(2)))
+          .join(' + '),
       })),
     );
     printTable('Linear in unique tokens, assembly and batches', [
       { measure: 'stored token bytes / (4 B prompt + 12 B output per unique token)', value: bytesPerUniqueTokenRatio.toFixed(3) },
       { measure: 'whole llm_calls rows (pg_column_size) / same', value: (Number(rowBytes.bytes) / raw).toFixed(3) },
       { measure: 'v1 path (whole prompts per call) / same, computed', value: (v1Raw / raw).toFixed(2) },
-      { measure: 'Kafka bytes per call, v1 / v2 (different sessions: per-token below)', value: `${Math.round(v1KafkaPerCall)} / ${Math.round(v2KafkaPerCall)}` },
+      {
+        measure: 'Kafka bytes per call, v1 / v2 (different sessions: per-token below)',
+        value: `${Math.round(v1KafkaPerCall)} / ${Math.round(v2KafkaPerCall)}`,
+      },
       {
         measure: 'Kafka bytes per unique token, v1 / v2',
         value: `${(v1.kafkaBytes / legacy.reduce((a, s) => a + s.unique, 0)).toFixed(1)} / ${(sus.kafkaBytes / sustained.reduce((a, s) => a + s.unique, 0)).toFixed(1)}`,
@@ -313,7 +340,11 @@ async function main() {
         achievedCallsPerSecAt1k: lat.callsPerSec,
         bytesPerUniqueTokenRatio,
         rowBytesPerUniqueTokenRatio: Number(rowBytes.bytes) / raw,
-        v1: { sustainedCallsPerSec: v1.callsPerSec, kafkaBytesPerUniqueToken: v1.kafkaBytes / legacy.reduce((a, s) => a + s.unique, 0), storedRatioComputed: v1Raw / raw },
+        v1: {
+          sustainedCallsPerSec: v1.callsPerSec,
+          kafkaBytesPerUniqueToken: v1.kafkaBytes / legacy.reduce((a, s) => a + s.unique, 0),
+          storedRatioComputed: v1Raw / raw,
+        },
         v2: { kafkaBytesPerUniqueToken: sus.kafkaBytes / sustained.reduce((a, s) => a + s.unique, 0) },
         trajectoriesPerSec: sustained.length / assembleS,
         batchesPerSec: batchIds.length / assembleS,

@@ -1,5 +1,16 @@
 import { describe, expect, it } from 'vitest';
-import { commonEvalVersion, pairedDifference, duringEvaluation, heldOutAt, heldOutFinal, lagDistribution, rewardOfLast, throughput, trainClock, type RunRecord } from './e2e-metrics';
+import {
+  commonEvalVersion,
+  pairedDifference,
+  duringEvaluation,
+  heldOutAt,
+  heldOutFinal,
+  lagDistribution,
+  rewardOfLast,
+  throughput,
+  trainClock,
+  type RunRecord,
+} from './e2e-metrics';
 
 function run(over: Partial<RunRecord>): RunRecord {
   return {
@@ -45,7 +56,14 @@ describe('e2e bench figures', () => {
       }),
       64,
     );
-    expect(t).toEqual({ trajectoriesPerS: 5, trainedTrajectoriesPerS: 1.28, trainedTokensPerS: 200, uniqueTokensPerS: 20, trainerIdle: 0.75, steps: 2 });
+    expect(t).toEqual({
+      trajectoriesPerS: 5,
+      trainedTrajectoriesPerS: 1.28,
+      trainedTokensPerS: 200,
+      uniqueTokensPerS: 20,
+      trainerIdle: 0.75,
+      steps: 2,
+    });
   });
 
   it('takes the train reward of the last share of rollouts finished by a time, and held-out success per version', () => {

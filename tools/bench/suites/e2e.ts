@@ -43,7 +43,19 @@ import { loadRunConfigOrExit, parseRunConfig, type RunConfig } from '../../embed
 import { startingModel } from '../../embedded/starting-model';
 import { taskSetOf } from '../../embedded/user-run';
 import { printTable } from './bench-kit';
-import { commonEvalVersion, duringEvaluation, heldOutAt, heldOutFinal, lagDistribution, mean, pairedDifference, rewardOfLast, throughput, trainClock, type RunRecord } from './e2e-metrics';
+import {
+  commonEvalVersion,
+  duringEvaluation,
+  heldOutAt,
+  heldOutFinal,
+  lagDistribution,
+  mean,
+  pairedDifference,
+  rewardOfLast,
+  throughput,
+  trainClock,
+  type RunRecord,
+} from './e2e-metrics';
 
 const env = process.env;
 const num = (name: string, fallback: number) => {
@@ -95,7 +107,13 @@ function variantConfig(base: RunConfig, v: Variant, seed: number): RunConfig {
   return parseRunConfig(raw);
 }
 
-async function runOne(base: RunConfig, v: Variant, seed: number, model: Awaited<ReturnType<typeof startingModel>>['model'], baseline: RunRecord['evals'][number] | null): Promise<RunRecord> {
+async function runOne(
+  base: RunConfig,
+  v: Variant,
+  seed: number,
+  model: Awaited<ReturnType<typeof startingModel>>['model'],
+  baseline: RunRecord['evals'][number] | null,
+): Promise<RunRecord> {
   const cfg = variantConfig(base, v, seed);
   const t0 = performance.now();
   const wall = () => (performance.now() - t0) / 1000;
@@ -120,7 +138,12 @@ async function runOne(base: RunConfig, v: Variant, seed: number, model: Awaited<
   const inBudget = (t: number) => t >= r.trainStartedAtS && t <= r.loopEndedAtS && !duringEvaluation(t, r.evalIntervals);
   const done = completions.filter(([t]) => inBudget(t));
   const steps = r.rec.steps.filter((s) => s.wallS <= r.loopEndedAtS);
-  const evals = r.rec.evals.map((e, i) => ({ version: e.version, trainS: r.evalIntervals[i] ? clock(r.evalIntervals[i][0]) : clock(e.wallS), success: e.success, meanReward: e.meanReward }));
+  const evals = r.rec.evals.map((e, i) => ({
+    version: e.version,
+    trainS: r.evalIntervals[i] ? clock(r.evalIntervals[i][0]) : clock(e.wallS),
+    success: e.success,
+    meanReward: e.meanReward,
+  }));
   return {
     label: label(v),
     mode: v.mode,
@@ -131,7 +154,13 @@ async function runOne(base: RunConfig, v: Variant, seed: number, model: Awaited<
     trainerBusySeconds: steps.reduce((a, s) => a + s.trainSeconds, 0),
     admissionBlockedSeconds: r.admissionBlockedSeconds,
     capacityHeld: r.capacityHeld,
-    steps: steps.map((s) => ({ version: s.version, trainS: clock(s.wallS), totalTokens: s.totalTokens, uniqueTokens: s.uniqueTokens, skipped: s.skipped !== null })),
+    steps: steps.map((s) => ({
+      version: s.version,
+      trainS: clock(s.wallS),
+      totalTokens: s.totalTokens,
+      uniqueTokens: s.uniqueTokens,
+      skipped: s.skipped !== null,
+    })),
     rewards: done.filter((c): c is [number, number] => c[1] !== null).map(([t, x]) => [clock(t), x]),
     evals: baseline ? [baseline, ...evals] : evals,
     staleness: Array.from(r.rec.staleness, (n) => n ?? 0),
@@ -166,7 +195,11 @@ function modeJson(r: {
     /** Share of the train time the next group waited at admission, by what held it. */
     admissionHeld: { capacity: fix(r.heldBy('capacity'), 3), version: fix(r.heldBy('version'), 3), slots: fix(r.heldBy('slots'), 3) },
     /** Mean groups holding the staleness capacity, by state. */
-    capacityHeld: { running: fix(r.capacityHeld('running'), 1), untrained: fix(r.capacityHeld('untrained'), 1), awaitingVersion: fix(r.capacityHeld('awaitingVersion'), 1) },
+    capacityHeld: {
+      running: fix(r.capacityHeld('running'), 1),
+      untrained: fix(r.capacityHeld('untrained'), 1),
+      awaitingVersion: fix(r.capacityHeld('awaitingVersion'), 1),
+    },
   };
 }
 
@@ -283,7 +316,11 @@ async function main(): Promise<void> {
   const meanOf = (xs: (number | null | undefined)[]) => mean(xs.filter((x): x is number => typeof x === 'number'));
   const cmp = {
     equalSteps: { version: equalSteps, cispo: meanOf(lossRows.map((r) => r.cispoSteps)), grpo: meanOf(lossRows.map((r) => r.grpoSteps)) },
-    equalWallClock: { seconds: SECONDS, cispo: meanOf(lossRows.map((r) => r.cispoEnd?.success)), grpo: meanOf(lossRows.map((r) => r.grpoEnd?.success)) },
+    equalWallClock: {
+      seconds: SECONDS,
+      cispo: meanOf(lossRows.map((r) => r.cispoEnd?.success)),
+      grpo: meanOf(lossRows.map((r) => r.grpoEnd?.success)),
+    },
   };
   // The same gaps paired by seed (same warm start, same evaluation tasks): whether a gap is more than noise.
   const pairsOf = (f: (r: (typeof lossRows)[number]) => [number | null | undefined, number | null | undefined]) =>
@@ -292,27 +329,33 @@ async function main(): Promise<void> {
     equalSteps: pairedDifference(pairsOf((r) => [r.cispoSteps, r.grpoSteps])),
     equalWallClock: pairedDifference(pairsOf((r) => [r.cispoEnd?.success, r.grpoEnd?.success])),
   };
-  printTable(`CISPO against GRPO (PPO-clip), async, held-out success (${EVAL_TASKS} tasks x ${EVAL_SAMPLES} samples, temperature ${base.eval.temperature})`, [
-    ...lossRows.map((r) => ({
-      seed: String(r.seed),
-      'v0 (start)': pct(r.start),
-      [`CISPO v${equalSteps ?? '-'}`]: pct(r.cispoSteps),
-      [`GRPO v${equalSteps ?? '-'}`]: pct(r.grpoSteps),
-      [`CISPO end (${SECONDS} s)`]: r.cispoEnd ? `${pct(r.cispoEnd.success)} v${r.cispoEnd.version}` : '-',
-      [`GRPO end (${SECONDS} s)`]: r.grpoEnd ? `${pct(r.grpoEnd.success)} v${r.grpoEnd.version}` : '-',
-    })),
-    {
-      seed: 'mean',
-      'v0 (start)': pct(meanOf(lossRows.map((r) => r.start))),
-      [`CISPO v${equalSteps ?? '-'}`]: pct(cmp.equalSteps.cispo),
-      [`GRPO v${equalSteps ?? '-'}`]: pct(cmp.equalSteps.grpo),
-      [`CISPO end (${SECONDS} s)`]: pct(cmp.equalWallClock.cispo),
-      [`GRPO end (${SECONDS} s)`]: pct(cmp.equalWallClock.grpo),
-    },
-  ]);
+  printTable(
+    `CISPO against GRPO (PPO-clip), async, held-out success (${EVAL_TASKS} tasks x ${EVAL_SAMPLES} samples, temperature ${base.eval.temperature})`,
+    [
+      ...lossRows.map((r) => ({
+        seed: String(r.seed),
+        'v0 (start)': pct(r.start),
+        [`CISPO v${equalSteps ?? '-'}`]: pct(r.cispoSteps),
+        [`GRPO v${equalSteps ?? '-'}`]: pct(r.grpoSteps),
+        [`CISPO end (${SECONDS} s)`]: r.cispoEnd ? `${pct(r.cispoEnd.success)} v${r.cispoEnd.version}` : '-',
+        [`GRPO end (${SECONDS} s)`]: r.grpoEnd ? `${pct(r.grpoEnd.success)} v${r.grpoEnd.version}` : '-',
+      })),
+      {
+        seed: 'mean',
+        'v0 (start)': pct(meanOf(lossRows.map((r) => r.start))),
+        [`CISPO v${equalSteps ?? '-'}`]: pct(cmp.equalSteps.cispo),
+        [`GRPO v${equalSteps ?? '-'}`]: pct(cmp.equalSteps.grpo),
+        [`CISPO end (${SECONDS} s)`]: pct(cmp.equalWallClock.cispo),
+        [`GRPO end (${SECONDS} s)`]: pct(cmp.equalWallClock.grpo),
+      },
+    ],
+  );
 
-  const points = (d: { n: number; mean: number; se: number }) => `${(d.mean * 100).toFixed(1)} ± ${Number.isFinite(d.se) ? (d.se * 100).toFixed(1) : '-'} points (${d.n} seeds)`;
-  console.log(`CISPO − GRPO, paired by seed (mean ± standard error): ${points(gap.equalSteps)} at v${equalSteps ?? '-'}, ${points(gap.equalWallClock)} at ${SECONDS} s`);
+  const points = (d: { n: number; mean: number; se: number }) =>
+    `${(d.mean * 100).toFixed(1)} ± ${Number.isFinite(d.se) ? (d.se * 100).toFixed(1) : '-'} points (${d.n} seeds)`;
+  console.log(
+    `CISPO − GRPO, paired by seed (mean ± standard error): ${points(gap.equalSteps)} at v${equalSteps ?? '-'}, ${points(gap.equalWallClock)} at ${SECONDS} s`,
+  );
 
   // 3. How asynchronous is it really: versions behind per trained output token.
   const lags = { async: lagDistribution([...asyncC, ...asyncG]), sync: lagDistribution(syncC) };
@@ -343,16 +386,43 @@ async function main(): Promise<void> {
     async: modeJson(asyncPaired),
     cispoVsGrpo: {
       seeds: seeds.length,
-      equalSteps: { version: equalSteps, cispo: fix(cmp.equalSteps.cispo, 3), grpo: fix(cmp.equalSteps.grpo, 3), pairedGap: fix(gap.equalSteps.mean, 3), pairedGapSe: fix(gap.equalSteps.se, 3) },
-      equalWallClock: { seconds: SECONDS, cispo: fix(cmp.equalWallClock.cispo, 3), grpo: fix(cmp.equalWallClock.grpo, 3), pairedGap: fix(gap.equalWallClock.mean, 3), pairedGapSe: fix(gap.equalWallClock.se, 3) },
+      equalSteps: {
+        version: equalSteps,
+        cispo: fix(cmp.equalSteps.cispo, 3),
+        grpo: fix(cmp.equalSteps.grpo, 3),
+        pairedGap: fix(gap.equalSteps.mean, 3),
+        pairedGapSe: fix(gap.equalSteps.se, 3),
+      },
+      equalWallClock: {
+        seconds: SECONDS,
+        cispo: fix(cmp.equalWallClock.cispo, 3),
+        grpo: fix(cmp.equalWallClock.grpo, 3),
+        pairedGap: fix(gap.equalWallClock.mean, 3),
+        pairedGapSe: fix(gap.equalWallClock.se, 3),
+      },
     },
-    lag: Object.fromEntries(Object.entries(lags).map(([k, l]) => [k, { mean: fix(l.mean, 3), max: l.max, staleShare: fix(l.staleShare, 3), shares: l.shares.map((x) => fix(x, 3)) }])),
+    lag: Object.fromEntries(
+      Object.entries(lags).map(([k, l]) => [
+        k,
+        { mean: fix(l.mean, 3), max: l.max, staleShare: fix(l.staleShare, 3), shares: l.shares.map((x) => fix(x, 3)) },
+      ]),
+    ),
     targets: {
       asyncAtLeast3xSync: speedup >= 3,
       rewardAtEqualWallClockNoWorse: rewardNoWorse,
       cispoAtLeastGrpo: cmp.equalSteps.cispo >= cmp.equalSteps.grpo && cmp.equalWallClock.cispo >= cmp.equalWallClock.grpo,
     },
-    config: { secondsPerRun: SECONDS, seeds: SEEDS, syncSeeds: SYNC_SEEDS, evalEvery: EVAL_EVERY, evalTasks: EVAL_TASKS, evalSamples: EVAL_SAMPLES, toolDelay: TOOL_DELAY, concurrency: concurrencyOf(base), model: base.model },
+    config: {
+      secondsPerRun: SECONDS,
+      seeds: SEEDS,
+      syncSeeds: SYNC_SEEDS,
+      evalEvery: EVAL_EVERY,
+      evalTasks: EVAL_TASKS,
+      evalSamples: EVAL_SAMPLES,
+      toolDelay: TOOL_DELAY,
+      concurrency: concurrencyOf(base),
+      model: base.model,
+    },
     wallClockSeconds: fix((performance.now() - started) / 1000, 0),
   };
   console.log(JSON.stringify(summary));

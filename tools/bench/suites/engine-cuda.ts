@@ -265,7 +265,12 @@ async function attentionKernels(addon: NonNullable<ReturnType<typeof loadBackend
       try {
         const f = await bench(impl, N, sh.H, sh.KVH, sh.D, seqs, false);
         const b = await bench(impl, N, sh.H, sh.KVH, sh.D, seqs, true);
-        Object.assign(row, { forwardMs: f * 1e3, backwardMs: b * 1e3, forwardTflops: (4 * sh.H * sh.D * pairs) / f / 1e12, backwardTflops: (8 * sh.H * sh.D * pairs) / b / 1e12 });
+        Object.assign(row, {
+          forwardMs: f * 1e3,
+          backwardMs: b * 1e3,
+          forwardTflops: (4 * sh.H * sh.D * pairs) / f / 1e12,
+          backwardTflops: (8 * sh.H * sh.D * pairs) / b / 1e12,
+        });
       } catch (e) {
         row.error = (e as Error).message;
       }
@@ -294,14 +299,20 @@ async function main() {
   const attention = sel.addon.benchAttention && only.has('attention') ? await attentionKernels(sel.addon) : [];
   for (const r of attention) console.error(`[bench] attention ${r.shape} ${r.impl}: ${JSON.stringify(r)}`);
   const implUsed = process.env.ANVIL_ATTENTION_IMPL === 'wmma' ? 'wmma' : 'default (fa2 for D = 64/128)';
-  const models = only.has('mfu') ? [await mfu('qwen2-0.5B shape', QWEN2_05B, quick ? 2 : 4), await mfu('qwen2-1.5B shape', QWEN2_15B, quick ? 2 : 4)] : [];
+  const models = only.has('mfu')
+    ? [await mfu('qwen2-0.5B shape', QWEN2_05B, quick ? 2 : 4), await mfu('qwen2-1.5B shape', QWEN2_15B, quick ? 2 : 4)]
+    : [];
   const merge = only.has('merging') ? await merging() : [];
   const decodeRows = sel.addon.benchDecodeCuda && only.has('decode') ? await decode(sel.addon) : [];
 
-  console.log(`\nGPU: ${info.device?.name}, cc ${info.device?.computeCapability}, driver ${info.device?.driverVersion}, runtime ${info.device?.runtimeVersion}; ${info.gemm}`);
+  console.log(
+    `\nGPU: ${info.device?.name}, cc ${info.device?.computeCapability}, driver ${info.device?.driverVersion}, runtime ${info.device?.runtimeVersion}; ${info.gemm}`,
+  );
   console.log(`cuBLASLt bf16 GEMM 8192^3: ${fmt(gemm.tflops)} TFLOP/s (MFU below is against ${H200_BF16_TFLOPS})`);
   if (attention.length) {
-    console.log('\nTree attention kernels alone, 8192 nodes = two causal chains of 4096 (FLOPs: 4·H·D per visible pair forward, 8·H·D backward)');
+    console.log(
+      '\nTree attention kernels alone, 8192 nodes = two causal chains of 4096 (FLOPs: 4·H·D per visible pair forward, 8·H·D backward)',
+    );
     console.log('shape | impl | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s');
     for (const r of attention)
       console.log(
@@ -318,18 +329,27 @@ async function main() {
     );
   if (merge.length) {
     console.log('\nPrefix merging (0.5B shape): the same samples flat vs merged into tries');
-    console.log('target S | S | samples | prompt | suffix | total tok | unique tok | packs flat/merged | flat s | merged s | speed-up | target');
+    console.log(
+      'target S | S | samples | prompt | suffix | total tok | unique tok | packs flat/merged | flat s | merged s | speed-up | target',
+    );
     for (const r of merge)
       console.log(
         `${r.targetS} | ${fmt(r.S, 2)} | ${r.samples} | ${r.prompt} | ${r.suffix} | ${r.totalTokens} | ${r.uniqueTokens} | ${r.flatPacks}/${r.mergedPacks} | ${fmt(r.flatStepSeconds, 3)} | ${fmt(r.mergedStepSeconds, 3)} | ${fmt(r.speedup, 1)}x | ${fmt(r.target, 1)}x`,
       );
   }
   if (decodeRows.length) {
-    console.log('\nGPU decode (paged KV cache; prompt 512 prefilled, then 32 decode steps; logits to the host and the CPU sampler each step)');
+    console.log(
+      '\nGPU decode (paged KV cache; prompt 512 prefilled, then 32 decode steps; logits to the host and the CPU sampler each step)',
+    );
     console.log('model | batch | decode tok/s | ms/step | prefill s');
     for (const r of decodeRows)
-      console.log('error' in r ? `${r.name} | ${r.batch} | error: ${r.error}` : `${r.name} | ${r.batch} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.stepMs, 2)} | ${fmt(r.prefillSeconds, 3)}`);
-  } else console.log(`\nGPU decode: ${only.has('decode') ? 'this CUDA build has no benchDecodeCuda export' : 'not run (ANVIL_BENCH_ONLY)'}`);
+      console.log(
+        'error' in r
+          ? `${r.name} | ${r.batch} | error: ${r.error}`
+          : `${r.name} | ${r.batch} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.stepMs, 2)} | ${fmt(r.prefillSeconds, 3)}`,
+      );
+  } else
+    console.log(`\nGPU decode: ${only.has('decode') ? 'this CUDA build has no benchDecodeCuda export' : 'not run (ANVIL_BENCH_ONLY)'}`);
   const mfuTarget = models.length ? models[1].mfu >= 0.4 : null;
   const mergeTarget = merge.length > 0 && merge.every((r) => r.speedup >= 0.8 * r.S);
   console.log(

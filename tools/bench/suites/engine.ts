@@ -25,9 +25,27 @@ setThreads(threads);
 const quick = process.env.ANVIL_BENCH_QUICK === '1';
 
 const CONFIGS: Array<{ name: string; cfg: ModelConfigInput; seqs: number; seqLen: number; steps: number }> = [
-  { name: 'tiny', cfg: { vocabSize: 2048, hiddenSize: 128, intermediateSize: 384, numHiddenLayers: 4, numAttentionHeads: 4, numKeyValueHeads: 2 }, seqs: 4, seqLen: 512, steps: 5 },
-  { name: 'small', cfg: { vocabSize: 8192, hiddenSize: 512, intermediateSize: 1536, numHiddenLayers: 4, numAttentionHeads: 8, numKeyValueHeads: 4 }, seqs: 4, seqLen: 512, steps: 4 },
-  { name: '100M', cfg: { vocabSize: 32000, hiddenSize: 768, intermediateSize: 2048, numHiddenLayers: 7, numAttentionHeads: 12, numKeyValueHeads: 12 }, seqs: 2, seqLen: 512, steps: 3 },
+  {
+    name: 'tiny',
+    cfg: { vocabSize: 2048, hiddenSize: 128, intermediateSize: 384, numHiddenLayers: 4, numAttentionHeads: 4, numKeyValueHeads: 2 },
+    seqs: 4,
+    seqLen: 512,
+    steps: 5,
+  },
+  {
+    name: 'small',
+    cfg: { vocabSize: 8192, hiddenSize: 512, intermediateSize: 1536, numHiddenLayers: 4, numAttentionHeads: 8, numKeyValueHeads: 4 },
+    seqs: 4,
+    seqLen: 512,
+    steps: 4,
+  },
+  {
+    name: '100M',
+    cfg: { vocabSize: 32000, hiddenSize: 768, intermediateSize: 2048, numHiddenLayers: 7, numAttentionHeads: 12, numKeyValueHeads: 12 },
+    seqs: 2,
+    seqLen: 512,
+    steps: 3,
+  },
 ];
 
 function gemmFlopParams(m: Model): number {
@@ -147,7 +165,9 @@ async function throughput() {
       ratio: modelGflops / sgemmGflops,
     };
     rows.push(row);
-    console.error(`[bench] ${c.name}: ${fmt(row.tokensPerSecond, 0)} tok/s, ${fmt(modelGflops)} model GFLOP/s, sgemm ${fmt(sgemmGflops)} GFLOP/s`);
+    console.error(
+      `[bench] ${c.name}: ${fmt(row.tokensPerSecond, 0)} tok/s, ${fmt(modelGflops)} model GFLOP/s, sgemm ${fmt(sgemmGflops)} GFLOP/s`,
+    );
     m.dispose();
   }
   return rows;
@@ -226,7 +246,9 @@ async function merging() {
       mergedPeakBytes: peakM,
     };
     rows.push(row);
-    console.error(`[bench] S=${fmt(S)}: flat ${fmt(f.seconds, 2)} s, merged ${fmt(tm, 3)} s, speed-up ${fmt(row.speedup)}x (fwd+bwd ${fmt(row.fwdBwdSpeedup)}x)`);
+    console.error(
+      `[bench] S=${fmt(S)}: flat ${fmt(f.seconds, 2)} s, merged ${fmt(tm, 3)} s, speed-up ${fmt(row.speedup)}x (fwd+bwd ${fmt(row.fwdBwdSpeedup)}x)`,
+    );
   }
   m.dispose();
   return rows;
@@ -264,7 +286,15 @@ async function generation() {
     gen.clearPrefixCache();
     const cold = await ttft(long);
     const warm = await ttft([...long, 1, 2, 3]); // the next turn of a session: its prefix is cached
-    const row = { name: c.name, params: m.numParams, decodeTokPerSecB1: b1, decodeTokPerSecB8: b8, ttftColdSeconds: cold.seconds, ttftPrefixHitSeconds: warm.seconds, prefixHitTokens: warm.cached };
+    const row = {
+      name: c.name,
+      params: m.numParams,
+      decodeTokPerSecB1: b1,
+      decodeTokPerSecB8: b8,
+      ttftColdSeconds: cold.seconds,
+      ttftPrefixHitSeconds: warm.seconds,
+      prefixHitTokens: warm.cached,
+    };
     rows.push(row);
     console.error(
       `[bench] generation ${c.name}: decode ${fmt(b1, 0)} tok/s (B=1), ${fmt(b8, 0)} tok/s (B=8); TTFT 1024-token prompt ${fmt(cold.seconds, 3)} s cold, ${fmt(warm.seconds, 3)} s with ${warm.cached} cached`,
@@ -278,7 +308,9 @@ async function generation() {
 async function main() {
   const t0 = performance.now();
   const info = engineInfo();
-  console.log(`Anvil engine benchmark - backend ${info.backend} (${info.reason}); ${info.info.blas}; ${threads} threads; ${info.info.simd}`);
+  console.log(
+    `Anvil engine benchmark - backend ${info.backend} (${info.reason}); ${info.info.blas}; ${threads} threads; ${info.info.simd}`,
+  );
   const tp = await throughput();
   const mg = await merging();
   const gn = await generation();
@@ -294,13 +326,17 @@ async function main() {
   console.log(
     `(step = zeroGrad + forward/backward of every pack (<= ${PACK_TOKENS} tokens each) + clip + AdamW; fwd+bwd excludes the optimizer, whose cost is the same for both; peak = activations + scratch of the largest pack)`,
   );
-  console.log('target S | S = total/unique | samples | total tok | unique tok | packs flat/merged | flat step s | merged step s | step speed-up | fwd+bwd speed-up | flat peak MiB | merged peak MiB');
+  console.log(
+    'target S | S = total/unique | samples | total tok | unique tok | packs flat/merged | flat step s | merged step s | step speed-up | fwd+bwd speed-up | flat peak MiB | merged peak MiB',
+  );
   for (const r of mg)
     console.log(
       `${r.targetS} | ${fmt(r.S, 2)} | ${r.samples} | ${r.totalTokens} | ${r.uniqueTokens} | ${r.flatPacks}/${r.mergedPacks} | ${fmt(r.flatStepSeconds, 3)} | ${fmt(r.mergedStepSeconds, 3)} | ${fmt(r.speedup, 1)}x | ${fmt(r.fwdBwdSpeedup, 1)}x | ${mib(r.flatPeakBytes)} | ${mib(r.mergedPeakBytes)}`,
     );
 
-  console.log('\nGeneration (KV cache, continuous batching): prompt 128, 64 new tokens; TTFT of a 1024-token prompt cold vs prefix-cache hit');
+  console.log(
+    '\nGeneration (KV cache, continuous batching): prompt 128, 64 new tokens; TTFT of a 1024-token prompt cold vs prefix-cache hit',
+  );
   console.log('config | params | decode tok/s B=1 | decode tok/s B=8 | TTFT cold s | TTFT prefix hit s | hit tokens');
   for (const r of gn)
     console.log(

@@ -47,8 +47,14 @@ const FIXTURE_PORT = Number(process.env.BENCH_GW_FIXTURE_PORT ?? 39381);
 // ---------------------------------------------------------------- engine decode tokens/s
 
 const ENGINE_CONFIGS: Array<{ name: string; cfg: ModelConfigInput }> = [
-  { name: 'tiny', cfg: { vocabSize: 2048, hiddenSize: 128, intermediateSize: 384, numHiddenLayers: 4, numAttentionHeads: 4, numKeyValueHeads: 2 } },
-  { name: 'small (~20M)', cfg: { vocabSize: 8192, hiddenSize: 512, intermediateSize: 1536, numHiddenLayers: 4, numAttentionHeads: 8, numKeyValueHeads: 4 } },
+  {
+    name: 'tiny',
+    cfg: { vocabSize: 2048, hiddenSize: 128, intermediateSize: 384, numHiddenLayers: 4, numAttentionHeads: 4, numKeyValueHeads: 2 },
+  },
+  {
+    name: 'small (~20M)',
+    cfg: { vocabSize: 8192, hiddenSize: 512, intermediateSize: 1536, numHiddenLayers: 4, numAttentionHeads: 8, numKeyValueHeads: 4 },
+  },
 ];
 
 interface EngineRow {
@@ -77,7 +83,11 @@ async function engineDecode(): Promise<EngineRow[]> {
       let first = 0;
       let last = 0;
       let n = 0;
-      const g = await gen.generate(ids, { maxTokens: 64, seed: 3, temperature: 1 }, { onToken: () => ((last = performance.now()), first || (first = last), n++) });
+      const g = await gen.generate(
+        ids,
+        { maxTokens: 64, seed: 3, temperature: 1 },
+        { onToken: () => ((last = performance.now()), first || (first = last), n++) },
+      );
       return { decode: (n - 1) / ((last - first) / 1000), e2e: n / ((last - t0) / 1000), cached: g.cachedPromptTokens };
     };
     let best = { cold: { decode: 0, e2e: 0, cached: 0 }, hit: { decode: 0, e2e: 0, cached: 0 } };
@@ -190,11 +200,15 @@ interface Target {
 
 function send(agent: Agent, r: { url: URL; headers: Record<string, string>; body: string }): Promise<number> {
   return new Promise((resolve, reject) => {
-    const q = request(r.url, { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(r.body), ...r.headers } }, (res) => {
-      res.on('data', () => undefined);
-      res.on('end', () => resolve(res.statusCode ?? 0));
-      res.on('error', reject);
-    });
+    const q = request(
+      r.url,
+      { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(r.body), ...r.headers } },
+      (res) => {
+        res.on('data', () => undefined);
+        res.on('end', () => resolve(res.statusCode ?? 0));
+        res.on('error', reject);
+      },
+    );
     q.on('error', reject);
     q.end(r.body);
   });
@@ -220,9 +234,27 @@ const countError = (kinds: Record<string, number>, kind: unknown) => {
   kinds[k] = (kinds[k] ?? 0) + 1;
 };
 
-function summarize(path: string, mode: string, lat: number[], errors: number, seconds: number, errorKinds: Record<string, number> = {}): Measured {
+function summarize(
+  path: string,
+  mode: string,
+  lat: number[],
+  errors: number,
+  seconds: number,
+  errorKinds: Record<string, number> = {},
+): Measured {
   lat.sort((a, b) => a - b);
-  return { path, mode, calls: lat.length, errors, errorKinds, seconds, callsPerSec: lat.length / seconds, p50ms: percentile(lat, 50), p90ms: percentile(lat, 90), p99ms: percentile(lat, 99) };
+  return {
+    path,
+    mode,
+    calls: lat.length,
+    errors,
+    errorKinds,
+    seconds,
+    callsPerSec: lat.length / seconds,
+    p50ms: percentile(lat, 50),
+    p90ms: percentile(lat, 90),
+    p99ms: percentile(lat, 99),
+  };
 }
 
 /** Open loop: request i is due at start + i/rate; latency counts from when it was due. */
@@ -292,7 +324,10 @@ async function closedLoop(t: Target, n: number, seconds: number): Promise<Measur
 
 async function main() {
   console.error('[bench] build (node tools/build/build.mjs)');
-  const build = spawnSync(process.execPath, [join(repoRoot, 'tools', 'build', 'build.mjs')], { cwd: repoRoot, stdio: ['ignore', 'ignore', 'inherit'] });
+  const build = spawnSync(process.execPath, [join(repoRoot, 'tools', 'build', 'build.mjs')], {
+    cwd: repoRoot,
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   if (build.status !== 0) throw new Error('build failed');
   console.error('[bench] engine decode tokens/s (before any service runs)');
   const engine = await engineDecode();
@@ -306,14 +341,27 @@ async function main() {
     fixture = await spawnVllmFixture({ port: FIXTURE_PORT, latencyMs: TOKEN_MS });
     nginx = await startNginx(FIXTURE_PORT);
     const common = { ...stack.env, KAFKA_TOPIC_PREFIX: `benchgw${Date.now()}.`, LOG_LEVEL: 'info' };
-    const proxy = await startService('inference-proxy', { ...common, INFERENCE_BACKEND: 'vllm', INFERENCE_REPLICAS: fixture.url, DEPLOYMENT_NAME: 'bench-gw', MAX_IN_FLIGHT_PER_REPLICA: '100000' });
+    const proxy = await startService('inference-proxy', {
+      ...common,
+      INFERENCE_BACKEND: 'vllm',
+      INFERENCE_REPLICAS: fixture.url,
+      DEPLOYMENT_NAME: 'bench-gw',
+      MAX_IN_FLIGHT_PER_REPLICA: '100000',
+    });
     services.push(proxy);
-    const gwEnv = { ...common, GATEWAY_ADMIN_TOKEN: ADMIN, INFERENCE_PROXY_URL: proxy.baseUrl, GATEWAY_MODEL_NAME: MODEL, GATEWAY_MAX_CONTEXT_TOKENS: '4096' };
+    const gwEnv = {
+      ...common,
+      GATEWAY_ADMIN_TOKEN: ADMIN,
+      INFERENCE_PROXY_URL: proxy.baseUrl,
+      GATEWAY_MODEL_NAME: MODEL,
+      GATEWAY_MAX_CONTEXT_TOKENS: '4096',
+    };
     const gwOn = await startService('gateway', { ...gwEnv, GATEWAY_CAPTURE: 'on' });
     services.push(gwOn);
     const gwOff = await startService('gateway', { ...gwEnv, GATEWAY_CAPTURE: 'off' });
     services.push(gwOff);
-    const ready = (svc: ServiceProcess) => waitFor(`${svc.app} /readyz`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
+    const ready = (svc: ServiceProcess) =>
+      waitFor(`${svc.app} /readyz`, async () => ((await fetch(`${svc.baseUrl}/readyz`)).status === 200 ? true : undefined), 120_000, 250);
     await Promise.all(services.map(ready));
 
     // Sessions: each its own key, opened through the admin API.
@@ -340,7 +388,13 @@ async function main() {
     const keysOff = await openSessions(gwOff, 'off');
 
     const content = 'Benchmark question: what is 2+3? Answer briefly.';
-    const chatBody = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: MAX_TOKENS, temperature: 1, seed: 1 });
+    const chatBody = JSON.stringify({
+      model: MODEL,
+      messages: [{ role: 'user', content }],
+      max_tokens: MAX_TOKENS,
+      temperature: 1,
+      seed: 1,
+    });
     const fmt = tinyChatFormat();
     const promptIds = fmt.tokenizer.encode(fmt.template.render([{ role: 'user', content }], { addGenerationPrompt: true }));
     // The request the inference-proxy's vLLM backend sends (vllm-backend.ts), token ids in, SSE out.
@@ -364,7 +418,11 @@ async function main() {
     const viaNginx: Target = { name: 'nginx -> fixture', req: () => ({ url: nginxUrl, headers: {}, body: completionBody }) };
     const gateway = (gw: ServiceProcess, keys: string[], name: string): Target => ({
       name,
-      req: (i) => ({ url: new URL(`${gw.baseUrl}/v1/chat/completions`), headers: { authorization: `Bearer ${keys[i % keys.length]}` }, body: chatBody }),
+      req: (i) => ({
+        url: new URL(`${gw.baseUrl}/v1/chat/completions`),
+        headers: { authorization: `Bearer ${keys[i % keys.length]}` },
+        body: chatBody,
+      }),
     });
     const gwCaptureOn = gateway(gwOn, keysOn, 'gateway+proxy, capture on');
     const gwCaptureOff = gateway(gwOff, keysOff, 'gateway+proxy, capture off');
@@ -428,13 +486,30 @@ async function main() {
           );
       }
     }
-    console.log(`\nBackend: vLLM protocol fixture, ${MAX_TOKENS} tokens × ${TOKEN_MS} ms/token, SSE; one ${MODEL} chat turn through the gateway. All processes share this machine's cores.`);
-    printTable(`Latency, open loop at ${LOW_RATE} and ${RATE} req/s (latency from each request's due time)`, [...light, ...latency].map(fmtRow));
+    console.log(
+      `\nBackend: vLLM protocol fixture, ${MAX_TOKENS} tokens × ${TOKEN_MS} ms/token, SSE; one ${MODEL} chat turn through the gateway. All processes share this machine's cores.`,
+    );
+    printTable(
+      `Latency, open loop at ${LOW_RATE} and ${RATE} req/s (latency from each request's due time)`,
+      [...light, ...latency].map(fmtRow),
+    );
     printTable('Added over calling the fixture directly (same rate, same percentile)', [
-      ...light
-        .slice(1)
-        .map((m) => ({ path: m.path, rate: LOW_RATE, 'added p50 ms': addedLight(m).p50, 'added p99 ms': addedLight(m).p99, 'achieved calls/s': Math.round(m.callsPerSec), errors: m.errors })),
-      ...latency.slice(1).map((m) => ({ path: m.path, rate: RATE, 'added p50 ms': added(m).p50, 'added p99 ms': added(m).p99, 'achieved calls/s': Math.round(m.callsPerSec), errors: m.errors })),
+      ...light.slice(1).map((m) => ({
+        path: m.path,
+        rate: LOW_RATE,
+        'added p50 ms': addedLight(m).p50,
+        'added p99 ms': addedLight(m).p99,
+        'achieved calls/s': Math.round(m.callsPerSec),
+        errors: m.errors,
+      })),
+      ...latency.slice(1).map((m) => ({
+        path: m.path,
+        rate: RATE,
+        'added p50 ms': added(m).p50,
+        'added p99 ms': added(m).p99,
+        'achieved calls/s': Math.round(m.callsPerSec),
+        errors: m.errors,
+      })),
     ]);
     printTable('Sustained throughput, fixed concurrency (each session its own key)', load.map(fmtRow));
     printTable(
@@ -496,7 +571,14 @@ async function main() {
         added: { captureOn: onAdded, captureOff: offAdded, nginx: ngAdded },
         throughput: load,
         engine,
-        targets: { captureOnP99AddedMsMax: 5, captureOnMet: captureTargetMet, hopRatioMax: 2, hopRatioP50: ratioP50, hopRatioP99: ratioP99, hopMet: hopTargetMet },
+        targets: {
+          captureOnP99AddedMsMax: 5,
+          captureOnMet: captureTargetMet,
+          hopRatioMax: 2,
+          hopRatioP50: ratioP50,
+          hopRatioP99: ratioP99,
+          hopMet: hopTargetMet,
+        },
       }),
     );
   } finally {

@@ -28,11 +28,18 @@ const tokenBytes = (e: Call) => e.payload.promptDeltaIds.byteLength + e.payload.
 function makeCalls(count: number, totalTokens: number, outputTokens: number, seed: number): Call[] {
   // A few hundred distinct payloads, reused with fresh ids: generating 32k random tokens per
   // event would dominate the run and the broker does not care whether bytes repeat.
-  const templates = Array.from({ length: Math.min(count, 64) }, (_, i) => sampleLlmCallEvent({ promptTokens: totalTokens - outputTokens, outputTokens, seed: seed + i }));
+  const templates = Array.from({ length: Math.min(count, 64) }, (_, i) =>
+    sampleLlmCallEvent({ promptTokens: totalTokens - outputTokens, outputTokens, seed: seed + i }),
+  );
   return Array.from({ length: count }, (_, i) => {
     const t = templates[i % templates.length];
     const rolloutId = `bench-r${seed}-${i % 97}`;
-    return { ...t, id: `bench-${seed}-${i}`, key: rolloutId, payload: { ...t.payload, callId: `bench-call-${seed}-${i}`, rolloutId, turnIndex: i } };
+    return {
+      ...t,
+      id: `bench-${seed}-${i}`,
+      key: rolloutId,
+      payload: { ...t.payload, callId: `bench-call-${seed}-${i}`, rolloutId, turnIndex: i },
+    };
   });
 }
 
@@ -47,7 +54,14 @@ interface Phase {
   encodedBytesPerEvent: number;
 }
 
-async function runPhase(bus: MessageBus, ingestion: DataPoolIngestion, group: string, name: string, calls: Call[], pace: { perSecond?: number; batch: number }): Promise<Phase> {
+async function runPhase(
+  bus: MessageBus,
+  ingestion: DataPoolIngestion,
+  group: string,
+  name: string,
+  calls: Call[],
+  pace: { perSecond?: number; batch: number },
+): Promise<Phase> {
   const publishedAt = new Map<string, number>();
   const latencies: number[] = [];
   let persisted = 0;
@@ -94,7 +108,10 @@ async function runPhase(bus: MessageBus, ingestion: DataPoolIngestion, group: st
     if (inflight.length >= 8) await inflight.shift();
   }
   await Promise.all(inflight);
-  await Promise.race([done, sleep(300_000).then(() => Promise.reject(new Error(`${name}: only ${persisted}/${calls.length} persisted after 300 s`)))]);
+  await Promise.race([
+    done,
+    sleep(300_000).then(() => Promise.reject(new Error(`${name}: only ${persisted}/${calls.length} persisted after 300 s`))),
+  ]);
   const seconds = (performance.now() - started) / 1000;
   await sub.stop();
   latencies.sort((a, b) => a - b);
@@ -143,7 +160,13 @@ async function main() {
   const { startStack, stopStack } = await import('../../infra/lib.mjs');
   const stack = await startStack({ fresh: true });
   const ds = createDataSource({ url: stack.url, poolSize: 16 });
-  const bus = createBus({ kind: 'kafka', brokers: [stack.brokers], clientId: 'bench-messaging', topicPrefix: `bench${Date.now()}.`, partitions: PARTITIONS });
+  const bus = createBus({
+    kind: 'kafka',
+    brokers: [stack.brokers],
+    clientId: 'bench-messaging',
+    topicPrefix: `bench${Date.now()}.`,
+    partitions: PARTITIONS,
+  });
   try {
     await ds.initialize();
     await runMigrations(ds);
@@ -152,12 +175,21 @@ async function main() {
     await runPhase(bus, ingestion, 'bench.data-pool', 'warm-up', makeCalls(200, 2048, 256, 1), { batch: 20 });
 
     const phases: Phase[] = [];
-    phases.push(await runPhase(bus, ingestion, 'bench.data-pool', 'throughput 2k-token calls', makeCalls(6000, 2048, 256, 2), { batch: 50 }));
-    phases.push(await runPhase(bus, ingestion, 'bench.data-pool', 'throughput 32k-token calls', makeCalls(1200, 32768, 1024, 3), { batch: 8 }));
+    phases.push(
+      await runPhase(bus, ingestion, 'bench.data-pool', 'throughput 2k-token calls', makeCalls(6000, 2048, 256, 2), { batch: 50 }),
+    );
+    phases.push(
+      await runPhase(bus, ingestion, 'bench.data-pool', 'throughput 32k-token calls', makeCalls(1200, 32768, 1024, 3), { batch: 8 }),
+    );
     // The idempotent producer keeps one request in flight (~1 ms round trip here), so 1k
     // single-event sends a second would saturate it; events go out as 5-event publishes every
     // 5 ms, i.e. still 1k events/s, each timed from its own publish call.
-    phases.push(await runPhase(bus, ingestion, 'bench.data-pool', 'latency @1k ev/s, 2k-token', makeCalls(10_000, 2048, 256, 4), { perSecond: 1000, batch: 5 }));
+    phases.push(
+      await runPhase(bus, ingestion, 'bench.data-pool', 'latency @1k ev/s, 2k-token', makeCalls(10_000, 2048, 256, 4), {
+        perSecond: 1000,
+        batch: 5,
+      }),
+    );
 
     const big = phases[1];
     const ceilingMBps = await brokerCeiling(big.encodedBytesPerEvent, 1500);

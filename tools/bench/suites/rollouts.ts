@@ -61,7 +61,21 @@ async function startBackend(latencyMs: number): Promise<string> {
     if (req.method === 'GET' && req.url === '/internal/v1/replicas') {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(
-        JSON.stringify({ deployment: 'bench', replicas: [{ id: 'bench', healthy: true, routable: true, inFlight: 0, weightsVersion: null, prefixCacheHitRate: 0, model: 'bench', vocabSize: 272 }] }),
+        JSON.stringify({
+          deployment: 'bench',
+          replicas: [
+            {
+              id: 'bench',
+              healthy: true,
+              routable: true,
+              inFlight: 0,
+              weightsVersion: null,
+              prefixCacheHitRate: 0,
+              model: 'bench',
+              vocabSize: 272,
+            },
+          ],
+        }),
       );
       return;
     }
@@ -137,7 +151,11 @@ async function serveGateway(dbUrl: string, brokers: string, topicPrefix: string)
   const app = await NestFactory.create(
     {
       module: RootModule,
-      imports: [OpsModule.forRoot({ service: 'gateway', logger, metrics: new ServiceMetrics('gateway') }), InfraModule, GatewayApiModule.forRoot({ ...config, DB_MIGRATE_ON_START: false })],
+      imports: [
+        OpsModule.forRoot({ service: 'gateway', logger, metrics: new ServiceMetrics('gateway') }),
+        InfraModule,
+        GatewayApiModule.forRoot({ ...config, DB_MIGRATE_ON_START: false }),
+      ],
     },
     new FastifyAdapter({ bodyLimit: config.MAX_REQUEST_BYTES }),
     { logger: false },
@@ -214,14 +232,24 @@ async function main(): Promise<void> {
       child.once('exit', (c) => reject(new Error(`gateway exited ${c}: ${out}`)));
     });
     const bus = createBus({ kind: 'kafka', brokers: brokers.split(','), clientId: 'bench-rm', topicPrefix });
-    const runs: { agents: 'white-box' | 'black-box'; n: number }[] = [...WHITE.map((n) => ({ agents: 'white-box' as const, n })), ...BLACK.map((n) => ({ agents: 'black-box' as const, n }))];
+    const runs: { agents: 'white-box' | 'black-box'; n: number }[] = [
+      ...WHITE.map((n) => ({ agents: 'white-box' as const, n })),
+      ...BLACK.map((n) => ({ agents: 'black-box' as const, n })),
+    ];
     for (const run of runs) {
       const rt = new RolloutRuntime({
         gatewayUrl,
         adminToken: ADMIN,
         bus,
         dataSource: ds,
-        config: { concurrency: run.n, eta: 1000, groupsPerStep: 1_000_000, admissionPollMs: 200, consumerGroup: `bench.rm.${run.agents}.${run.n}.${Date.now()}`, repoRoot: root },
+        config: {
+          concurrency: run.n,
+          eta: 1000,
+          groupsPerStep: 1_000_000,
+          admissionPollMs: 200,
+          consumerGroup: `bench.rm.${run.agents}.${run.n}.${Date.now()}`,
+          repoRoot: root,
+        },
       });
       await rt.start();
       const G = 8;
@@ -250,11 +278,24 @@ async function main(): Promise<void> {
           data: { answer: 1 },
         }));
         await rt.loadTaskSet(
-          { id, agent: { kind: 'black-box', name: 'curl-script', command: ['sh', '-c', script] }, verifier: { kind: 'function', name: 'final-answer' }, limits: { timeoutMs: 600_000 } },
+          {
+            id,
+            agent: { kind: 'black-box', name: 'curl-script', command: ['sh', '-c', script] },
+            verifier: { kind: 'function', name: 'final-answer' },
+            limits: { timeoutMs: 600_000 },
+          },
           tasks,
         );
       }
-      const outcomes: { wallMs: number; agentMs: number; numCalls: number; finishReason: string; sessionMs: number; sessionOpenedAhead: boolean; cleanupMs: number }[] = [];
+      const outcomes: {
+        wallMs: number;
+        agentMs: number;
+        numCalls: number;
+        finishReason: string;
+        sessionMs: number;
+        sessionOpenedAhead: boolean;
+        cleanupMs: number;
+      }[] = [];
       rt.onRolloutCompleted((o) => outcomes.push(o));
       const cpu0 = process.cpuUsage();
       const t0 = performance.now();
@@ -293,7 +334,10 @@ async function main(): Promise<void> {
     await scratch.drop().catch(() => undefined);
     await stop?.();
   }
-  printTable(`rollout manager (backend ${LATENCY_MS} ms/call, gateway capture ${CAPTURE})`, rows as unknown as Record<string, string | number>[]);
+  printTable(
+    `rollout manager (backend ${LATENCY_MS} ms/call, gateway capture ${CAPTURE})`,
+    rows as unknown as Record<string, string | number>[],
+  );
   const at1024 = rows.find((r) => r.agents === 'white-box' && r.concurrency === 1024);
   console.log(
     JSON.stringify({

@@ -409,7 +409,9 @@ function interp(pts: Array<[number, number]>, x: number): number {
  * skew than W=1 AND less idle than W=N counts only if it also beats the nearest end by 10%).
  */
 function frontierVerdict(fixed: Point[], a: Point) {
-  const pareto = fixed.filter((p) => !fixed.some((q) => q !== p && q.idle <= p.idle && q.skew <= p.skew && (q.idle < p.idle || q.skew < p.skew)));
+  const pareto = fixed.filter(
+    (p) => !fixed.some((q) => q !== p && q.idle <= p.idle && q.skew <= p.skew && (q.idle < p.idle || q.skew < p.skew)),
+  );
   // Noise guard: the adaptive point is moved against itself by 2 standard errors on both axes. Every W runs the
   // same task sequence per seed (common random numbers), so the error that matters is that of the DIFFERENCE
   // between the adaptive point and the fixed ones: the largest paired standard error against any fixed point.
@@ -479,7 +481,14 @@ function svg(points: Point[], verdicts: Verdict[]): string {
     top = 108,
     pw = (W - padL - 20 - 2 * gap) / 3,
     ph = H - top - 90;
-  const colors: Record<string, string> = { 'W=1': '#1f77b4', 'W=0.1N': '#2ca02c', 'W=0.3N': '#ff7f0e', 'W=0.5N': '#9467bd', 'W=N': '#d62728', adaptive: '#000000' };
+  const colors: Record<string, string> = {
+    'W=1': '#1f77b4',
+    'W=0.1N': '#2ca02c',
+    'W=0.3N': '#ff7f0e',
+    'W=0.5N': '#9467bd',
+    'W=N': '#d62728',
+    adaptive: '#000000',
+  };
   const parts: string[] = [];
   parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="12">`);
   parts.push(`<rect width="${W}" height="${H}" fill="white"/>`);
@@ -500,11 +509,17 @@ function svg(points: Point[], verdicts: Verdict[]): string {
     const X = (s: number) => x0 + ((s - minSkew) / (maxSkew - minSkew)) * pw;
     const Y = (i: number) => y0 + ph - (i / maxIdle) * ph;
     parts.push(`<text x="${x0 + pw / 2}" y="${y0 - 58}" text-anchor="middle" font-size="14" font-weight="bold">${r.name}</text>`);
-    parts.push(`<text x="${x0 + pw / 2}" y="${y0 - 42}" text-anchor="middle">training capacity = ${r.trainOverGen.toFixed(2)} x generation capacity</text>`);
+    parts.push(
+      `<text x="${x0 + pw / 2}" y="${y0 - 42}" text-anchor="middle">training capacity = ${r.trainOverGen.toFixed(2)} x generation capacity</text>`,
+    );
     if (v) {
       const fill = v.beyond ? '#106010' : '#901010';
-      parts.push(`<text x="${x0 + pw / 2}" y="${y0 - 24}" text-anchor="middle" font-weight="bold" fill="${fill}">adaptive beyond the fixed-W frontier: ${v.beyond ? 'yes' : 'no'}</text>`);
-      parts.push(`<text x="${x0 + pw / 2}" y="${y0 - 9}" text-anchor="middle" fill="${fill}">${gain(v.idleGain, 'idle')} at its skew, ${gain(v.skewGain, 'skew')} at its idle</text>`);
+      parts.push(
+        `<text x="${x0 + pw / 2}" y="${y0 - 24}" text-anchor="middle" font-weight="bold" fill="${fill}">adaptive beyond the fixed-W frontier: ${v.beyond ? 'yes' : 'no'}</text>`,
+      );
+      parts.push(
+        `<text x="${x0 + pw / 2}" y="${y0 - 9}" text-anchor="middle" fill="${fill}">${gain(v.idleGain, 'idle')} at its skew, ${gain(v.skewGain, 'skew')} at its idle</text>`,
+      );
     }
     parts.push(`<rect x="${x0}" y="${y0}" width="${pw}" height="${ph}" fill="none" stroke="#888"/>`);
     const sTicks = ticks(minSkew, maxSkew, 4),
@@ -517,24 +532,45 @@ function svg(points: Point[], verdicts: Verdict[]): string {
       parts.push(`<line x1="${x0 - 4}" y1="${Y(iv)}" x2="${x0 + pw}" y2="${Y(iv)}" stroke="#eee"/>`);
       parts.push(`<text x="${x0 - 7}" y="${Y(iv) + 4}" text-anchor="end">${iv.toFixed(decimals(iTicks))}</text>`);
     }
-    parts.push(`<text x="${x0 + pw / 2}" y="${y0 + ph + 35}" text-anchor="middle">batch difficulty skew (mean |hard share - population share|)</text>`);
-    parts.push(`<text x="${x0 - 48}" y="${y0 + ph / 2}" text-anchor="middle" transform="rotate(-90 ${x0 - 48} ${y0 + ph / 2})">trainer idle fraction</text>`);
+    parts.push(
+      `<text x="${x0 + pw / 2}" y="${y0 + ph + 35}" text-anchor="middle">batch difficulty skew (mean |hard share - population share|)</text>`,
+    );
+    parts.push(
+      `<text x="${x0 - 48}" y="${y0 + ph / 2}" text-anchor="middle" transform="rotate(-90 ${x0 - 48} ${y0 + ph / 2})">trainer idle fraction</text>`,
+    );
     const fixed = pts.filter((p) => p.config !== 'adaptive');
-    const pareto = fixed.filter((p) => !fixed.some((q) => q !== p && q.idle <= p.idle && q.skew <= p.skew && (q.idle < p.idle || q.skew < p.skew))).sort((a, b) => a.skew - b.skew);
-    parts.push(`<polyline fill="none" stroke="#bbb" stroke-dasharray="4 3" points="${fixed.map((p) => `${X(p.skew).toFixed(1)},${Y(p.idle).toFixed(1)}`).join(' ')}"/>`);
-    parts.push(`<polyline fill="none" stroke="#777" stroke-width="2" points="${pareto.map((p) => `${X(p.skew).toFixed(1)},${Y(p.idle).toFixed(1)}`).join(' ')}"/>`);
+    const pareto = fixed
+      .filter((p) => !fixed.some((q) => q !== p && q.idle <= p.idle && q.skew <= p.skew && (q.idle < p.idle || q.skew < p.skew)))
+      .sort((a, b) => a.skew - b.skew);
+    parts.push(
+      `<polyline fill="none" stroke="#bbb" stroke-dasharray="4 3" points="${fixed.map((p) => `${X(p.skew).toFixed(1)},${Y(p.idle).toFixed(1)}`).join(' ')}"/>`,
+    );
+    parts.push(
+      `<polyline fill="none" stroke="#777" stroke-width="2" points="${pareto.map((p) => `${X(p.skew).toFixed(1)},${Y(p.idle).toFixed(1)}`).join(' ')}"/>`,
+    );
     // markers and error bars first, labels after (nudged so they neither overlap each other nor a marker)
-    const placed: Array<{ x: number; y: number; w: number; h: number }> = pts.map((p) => ({ x: X(p.skew) - 6, y: Y(p.idle) - 6, w: 12, h: 12 }));
+    const placed: Array<{ x: number; y: number; w: number; h: number }> = pts.map((p) => ({
+      x: X(p.skew) - 6,
+      y: Y(p.idle) - 6,
+      w: 12,
+      h: 12,
+    }));
     for (const p of pts) {
       const c = colors[p.config] ?? '#555';
       const cx = X(p.skew),
         cy = Y(p.idle);
-      parts.push(`<line x1="${X(p.skew - 2 * p.skewSE).toFixed(1)}" y1="${cy.toFixed(1)}" x2="${X(p.skew + 2 * p.skewSE).toFixed(1)}" y2="${cy.toFixed(1)}" stroke="${c}" stroke-width="1"/>`);
-      parts.push(`<line x1="${cx.toFixed(1)}" y1="${Y(p.idle - 2 * p.idleSE).toFixed(1)}" x2="${cx.toFixed(1)}" y2="${Y(p.idle + 2 * p.idleSE).toFixed(1)}" stroke="${c}" stroke-width="1"/>`);
-      if (p.config === 'adaptive') parts.push(`<rect x="${(cx - 6).toFixed(1)}" y="${(cy - 6).toFixed(1)}" width="12" height="12" fill="${c}"/>`);
+      parts.push(
+        `<line x1="${X(p.skew - 2 * p.skewSE).toFixed(1)}" y1="${cy.toFixed(1)}" x2="${X(p.skew + 2 * p.skewSE).toFixed(1)}" y2="${cy.toFixed(1)}" stroke="${c}" stroke-width="1"/>`,
+      );
+      parts.push(
+        `<line x1="${cx.toFixed(1)}" y1="${Y(p.idle - 2 * p.idleSE).toFixed(1)}" x2="${cx.toFixed(1)}" y2="${Y(p.idle + 2 * p.idleSE).toFixed(1)}" stroke="${c}" stroke-width="1"/>`,
+      );
+      if (p.config === 'adaptive')
+        parts.push(`<rect x="${(cx - 6).toFixed(1)}" y="${(cy - 6).toFixed(1)}" width="12" height="12" fill="${c}"/>`);
       else parts.push(`<circle cx="${cx.toFixed(1)}" cy="${cy.toFixed(1)}" r="6" fill="${c}"/>`);
     }
-    const overlaps = (a: { x: number; y: number; w: number; h: number }) => placed.some((b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h);
+    const overlaps = (a: { x: number; y: number; w: number; h: number }) =>
+      placed.some((b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h);
     for (const p of [...pts].sort((a, b) => Y(a.idle) - Y(b.idle))) {
       const c = colors[p.config] ?? '#555';
       const cx = X(p.skew),
@@ -545,7 +581,8 @@ function svg(points: Point[], verdicts: Verdict[]): string {
       const offsets: Array<[number, number]> = [];
       for (let d = 0; d <= 5; d++) for (const sign of d === 0 ? [1] : [1, -1]) offsets.push([9, -h - 1 + sign * d * h]);
       for (let d = 0; d <= 5; d++) for (const sign of d === 0 ? [1] : [1, -1]) offsets.push([-9 - w, -h - 1 + sign * d * h]);
-      const fits = (b: { x: number; y: number; w: number; h: number }) => b.x >= x0 && b.x + b.w <= x0 + pw && b.y >= y0 && b.y + b.h <= y0 + ph;
+      const fits = (b: { x: number; y: number; w: number; h: number }) =>
+        b.x >= x0 && b.x + b.w <= x0 + pw && b.y >= y0 && b.y + b.h <= y0 + ph;
       let box = { x: cx + offsets[0][0], y: cy + offsets[0][1], w, h };
       for (const [dx, dy] of offsets) {
         const cand = { x: cx + dx, y: cy + dy, w, h };
@@ -555,7 +592,9 @@ function svg(points: Point[], verdicts: Verdict[]): string {
         }
       }
       placed.push(box);
-      parts.push(`<text x="${box.x.toFixed(1)}" y="${(box.y + h - 3).toFixed(1)}" fill="${c}" font-weight="${p.config === 'adaptive' ? 'bold' : 'normal'}">${p.config}</text>`);
+      parts.push(
+        `<text x="${box.x.toFixed(1)}" y="${(box.y + h - 3).toFixed(1)}" fill="${c}" font-weight="${p.config === 'adaptive' ? 'bold' : 'normal'}">${p.config}</text>`,
+      );
     }
   });
   parts.push(
@@ -577,7 +616,8 @@ const decimals = (ts: number[]) => (ts.length < 2 ? 2 : Math.max(0, -Math.floor(
 function runScenario(sigma: number, seeds = SEEDS) {
   const genCapacity = generationCapacity(sigma);
   const points: Point[] = [];
-  for (const r of REGIMES) for (const s of W_SPECS) if (!ONLY || ONLY.includes(s.label)) points.push(withSE(measure(r, s, sigma, genCapacity, seeds)));
+  for (const r of REGIMES)
+    for (const s of W_SPECS) if (!ONLY || ONLY.includes(s.label)) points.push(withSE(measure(r, s, sigma, genCapacity, seeds)));
   const verdicts = REGIMES.map((r) => {
     const pts = points.filter((p) => p.regime === r.name);
     const fixed = pts.filter((p) => p.config !== 'adaptive');
@@ -650,7 +690,11 @@ function stragglerCheck(genCapacity: number) {
   for (const spec of specs)
     for (const headAgeLimit of [0, limit]) {
       const runs = Array.from({ length: SEEDS }, (_, k) =>
-        simulate(B / (genCapacity * regime.trainOverGen), spec, SEED0 + 7919 * k, SIGMA, { stragglerRate: 0.005, stragglerFactor: 50, headAgeLimit }),
+        simulate(B / (genCapacity * regime.trainOverGen), spec, SEED0 + 7919 * k, SIGMA, {
+          stragglerRate: 0.005,
+          stragglerFactor: 50,
+          headAgeLimit,
+        }),
       );
       const idle = runs.reduce((a, r) => a + r.idle, 0) / runs.reduce((a, r) => a + r.elapsed, 0);
       const throughput = runs.reduce((a, r) => a + r.trained, 0) / runs.reduce((a, r) => a + r.elapsed, 0);
@@ -668,7 +712,10 @@ function stragglerCheck(genCapacity: number) {
       });
       out.push({ config: spec.label, headAgeLimit: headAgeLimit || null, idle, skew, throughput, lagVerMax, headsDropped: dropped });
     }
-  printTable(`Pathological stragglers (0.5% of tasks x50), ${regime.name} regime, head age limit ${limit} time units (dropped heads summed over ${SEEDS} seeds)`, rows);
+  printTable(
+    `Pathological stragglers (0.5% of tasks x50), ${regime.name} regime, head age limit ${limit} time units (dropped heads summed over ${SEEDS} seeds)`,
+    rows,
+  );
   return out;
 }
 

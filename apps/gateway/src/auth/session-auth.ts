@@ -32,7 +32,11 @@ export class SessionAuthenticator {
    * would extend: the deepest answered call of the session whose reply fingerprint is among
    * `fingerprints`. The match is only returned once the key is proven to own the session.
    */
-  async authenticateCall(authorization: string | undefined, pathKey: string | undefined, fingerprints: readonly string[]): Promise<SessionLookup> {
+  async authenticateCall(
+    authorization: string | undefined,
+    pathKey: string | undefined,
+    fingerprints: readonly string[],
+  ): Promise<SessionLookup> {
     const viaUrl = pathKey !== undefined;
     const header = bearer(authorization);
     const key = viaUrl ? pathKey : header;
@@ -42,7 +46,9 @@ export class SessionAuthenticator {
     const found = await this.lookups.find(sessionId, fingerprints);
     if (!found) throw viaUrl ? notFound() : GatewayError.unauthorized('invalid API key');
     if (viaUrl && header?.startsWith(KEY_PREFIX) && !constantTimeEqual(header, key)) {
-      throw GatewayError.unauthorized("the Authorization header carries another session key than the session URL: send that URL's key, or any placeholder that is not an Anvil key");
+      throw GatewayError.unauthorized(
+        "the Authorization header carries another session key than the session URL: send that URL's key, or any placeholder that is not an Anvil key",
+      );
     }
     const { session } = found;
     if (!keyMatches(key, session.keyHash)) throw GatewayError.unauthorized('invalid API key');
@@ -64,4 +70,5 @@ export function bearer(authorization: string | undefined): string | null {
 }
 
 const notFound = () => GatewayError.sessionNotFound();
-const gone = (code: 'session_closed' | 'session_expired') => new GatewayError('gone', code === 'session_expired' ? 'this session has expired' : 'this session is closed', code);
+const gone = (code: 'session_closed' | 'session_expired') =>
+  new GatewayError('gone', code === 'session_expired' ? 'this session has expired' : 'this session is closed', code);

@@ -72,7 +72,12 @@ export class CallRecorder {
    * null when the session was closed meanwhile (nothing recorded). `parent` is the
    * state the calls extend (their capture rows are stored relative to it).
    */
-  async record(session: GatewaySession, model: string, calls: readonly AnsweredCall[], opts: { newBranches: number; parent: CaptureState | null }): Promise<{ firstTurn: number } | null> {
+  async record(
+    session: GatewaySession,
+    model: string,
+    calls: readonly AnsweredCall[],
+    opts: { newBranches: number; parent: CaptureState | null },
+  ): Promise<{ firstTurn: number } | null> {
     // The batch is published later, from the relay: each event keeps its own call's trace.
     const trace = context.active();
     const result = await this.committer.commit({

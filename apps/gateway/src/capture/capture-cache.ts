@@ -51,4 +51,5 @@ export class CaptureCache {
 }
 
 /** Prompt + output ids, plus a token per message for the history's JSON and one per 4 characters of kept prompt text. */
-const weight = (s: CaptureState) => s.promptIds.length + s.outputIds.length + s.messages.length + 1 + Math.ceil((s.promptText?.length ?? 0) / 4);
+const weight = (s: CaptureState) =>
+  s.promptIds.length + s.outputIds.length + s.messages.length + 1 + Math.ceil((s.promptText?.length ?? 0) / 4);

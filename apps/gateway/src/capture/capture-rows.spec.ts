@@ -44,7 +44,9 @@ describe('capture rows as deltas', () => {
       { role: 'user', content: 'hello' },
     ];
     for (let turn = 0; turn < TURNS; turn++) {
-      const { data, response } = await client.chat.completions.create({ model: 'anvil-tiny', messages: history, max_tokens: 64 }).withResponse();
+      const { data, response } = await client.chat.completions
+        .create({ model: 'anvil-tiny', messages: history, max_tokens: 64 })
+        .withResponse();
       expect(response.headers.get('x-anvil-capture')).toMatch(turn === 0 ? /^branch:/ : /^extend:/);
       history.push(data.choices[0].message, { role: 'user', content: `next ${turn}` });
     }
@@ -55,7 +57,8 @@ describe('capture rows as deltas', () => {
     await h?.close();
   });
 
-  const rows = async () => (await h.ds.query(`SELECT * FROM gateway_calls WHERE session_id = $1 ORDER BY turn_index`, [sessionId])) as Row[];
+  const rows = async () =>
+    (await h.ds.query(`SELECT * FROM gateway_calls WHERE session_id = $1 ORDER BY turn_index`, [sessionId])) as Row[];
 
   it('stores the first call whole and every later one as what is new after its parent', async () => {
     const all = await rows();
@@ -102,7 +105,12 @@ describe('capture rows as deltas', () => {
 
   it('the down migration makes every row whole again', async () => {
     // The outbox migration comes after it and is undone first: it refuses while a record is unpublished.
-    for (let i = 0; i < 200 && Number(((await h.ds.query(`SELECT count(*) AS "n" FROM "gateway_outbox"`)) as { n: string }[])[0].n) > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    for (
+      let i = 0;
+      i < 200 && Number(((await h.ds.query(`SELECT count(*) AS "n" FROM "gateway_outbox"`)) as { n: string }[])[0].n) > 0;
+      i++
+    )
+      await new Promise((r) => setTimeout(r, 20));
     // Every migration after the deltas one is undone first, newest first.
     for (let undone = ''; undone !== 'GatewayCallDeltas1796200000000';) {
       undone = ((await h.ds.query(`SELECT "name" FROM "schema_migrations" ORDER BY "id" DESC LIMIT 1`)) as { name: string }[])[0].name;

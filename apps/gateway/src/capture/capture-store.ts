@@ -53,10 +53,16 @@ export function storedCapture(s: CaptureState, parent: CaptureState | null): Sto
     const pp = parent.promptIds;
     const po = parent.outputIds;
     const max = Math.min(s.promptIds.length, pp.length + po.length);
-    while (promptPrefix < max && s.promptIds[promptPrefix] === (promptPrefix < pp.length ? pp[promptPrefix] : po[promptPrefix - pp.length])) promptPrefix++;
+    while (promptPrefix < max && s.promptIds[promptPrefix] === (promptPrefix < pp.length ? pp[promptPrefix] : po[promptPrefix - pp.length]))
+      promptPrefix++;
     const history = [...parent.messages, parent.assistantMessage];
     const same = (a: ChatMessage, b: ChatMessage) => a === b || JSON.stringify(a) === JSON.stringify(b);
-    while (messagesPrefix < history.length && messagesPrefix < s.messages.length && same(s.messages[messagesPrefix], history[messagesPrefix])) messagesPrefix++;
+    while (
+      messagesPrefix < history.length &&
+      messagesPrefix < s.messages.length &&
+      same(s.messages[messagesPrefix], history[messagesPrefix])
+    )
+      messagesPrefix++;
   }
   return {
     callId: s.callId,
@@ -115,7 +121,8 @@ function rebuild(r: CaptureRow, parent: CaptureState | null): CaptureState {
   let messages = JSON.parse(r.messages_json) as ChatMessage[];
   let promptIds: number[] = Array.from(decodeTokenArray(Int32Array, r.prompt_ids));
   if (isDelta(r)) {
-    if (!parent || parent.callId !== r.parent_call_id) throw new Error(`capture row ${r.id} is a delta but its parent ${r.parent_call_id} is missing`);
+    if (!parent || parent.callId !== r.parent_call_id)
+      throw new Error(`capture row ${r.id} is a delta but its parent ${r.parent_call_id} is missing`);
     const n = r.prompt_prefix_tokens;
     const pp = parent.promptIds;
     const head = n <= pp.length ? pp.slice(0, n) : [...pp, ...parent.outputIds.slice(0, n - pp.length)];
@@ -169,7 +176,9 @@ export class CaptureStore {
   async promptIdsOf(callId: string): Promise<readonly number[] | null> {
     const cached = this.cache.get(callId);
     if (cached) return cached.promptIds;
-    const [row] = await this.sql.query<CaptureRow>('gw_capture_by_id', `SELECT ${CAPTURE_COLUMNS} FROM "gateway_calls" WHERE "id" = $1`, [callId]);
+    const [row] = await this.sql.query<CaptureRow>('gw_capture_by_id', `SELECT ${CAPTURE_COLUMNS} FROM "gateway_calls" WHERE "id" = $1`, [
+      callId,
+    ]);
     return row ? ((await this.resolve(row))?.promptIds ?? null) : null;
   }
 

@@ -1,4 +1,10 @@
-import { OutboxRelay as EventOutboxRelay, type MessageBus, type OutboxRelayOptions as EventOutboxRelayOptions, type OutboxRow as EventOutboxRow, type OutboxStorage } from '@anvil/messaging';
+import {
+  OutboxRelay as EventOutboxRelay,
+  type MessageBus,
+  type OutboxRelayOptions as EventOutboxRelayOptions,
+  type OutboxRow as EventOutboxRow,
+  type OutboxStorage,
+} from '@anvil/messaging';
 import type { SqlClient } from '../db/sql-client';
 import { decodeOutboxRow, type StoredOutboxRow } from './outbox-row';
 

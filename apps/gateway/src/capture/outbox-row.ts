@@ -38,19 +38,32 @@ const EMPTY_PROMPT = new Int32Array(0);
 
 /** The outbox row of one event of a request; `captured`: the call has a capture row (its prompt is left out). */
 export function encodeOutboxRow(event: EventEnvelope<'llm_call.recorded'>, sessionId: string, captured: boolean): OutboxEntry {
-  const stored = captured ? { ...event, payload: { ...event.payload, promptLength: 0, promptDeltaIds: EMPTY_PROMPT, reusedPromptTokens: 0 } } : event;
-  return { id: event.id, sessionId, k: event.payload.turnIndex, frame: encodeEvent(stored), promptFromCapture: captured, reusedPromptTokens: event.payload.reusedPromptTokens };
+  const stored = captured
+    ? { ...event, payload: { ...event.payload, promptLength: 0, promptDeltaIds: EMPTY_PROMPT, reusedPromptTokens: 0 } }
+    : event;
+  return {
+    id: event.id,
+    sessionId,
+    k: event.payload.turnIndex,
+    frame: encodeEvent(stored),
+    promptFromCapture: captured,
+    reusedPromptTokens: event.payload.reusedPromptTokens,
+  };
 }
 
 /** The event a stored row publishes; `promptOf` rebuilds a captured call's prompt from its capture chain (null: it cannot). */
-export async function decodeOutboxRow(row: StoredOutboxRow, promptOf: ((callId: string) => Promise<readonly number[] | null>) | undefined): Promise<EventEnvelope> {
+export async function decodeOutboxRow(
+  row: StoredOutboxRow,
+  promptOf: ((callId: string) => Promise<readonly number[] | null>) | undefined,
+): Promise<EventEnvelope> {
   const event = decodeEvent(row.frame);
   if (event.type !== 'llm_call.recorded') return event;
   const payload = { ...event.payload, turnIndex: Number(row.turn_index) };
   if (row.prompt_from_capture) {
     const prompt = await promptOf?.(row.event_id);
     if (!prompt) throw new Error(`the prompt of ${row.event_id} cannot be rebuilt from its capture row`);
-    if (event.version === 1) Object.assign(payload, { promptIds: Int32Array.from(prompt), reusedPromptTokens: Number(row.reused_prompt_tokens) });
+    if (event.version === 1)
+      Object.assign(payload, { promptIds: Int32Array.from(prompt), reusedPromptTokens: Number(row.reused_prompt_tokens) });
     else Object.assign(payload, llmCallDelta(prompt, Number(row.reused_prompt_tokens)));
   }
   return { ...event, payload } as unknown as EventEnvelope;

@@ -1,4 +1,11 @@
-import { fingerprintMessages, planContinuation, type BranchReason, type ChatFormat, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
+import {
+  fingerprintMessages,
+  planContinuation,
+  type BranchReason,
+  type ChatFormat,
+  type ChatMessage,
+  type ToolDefinition,
+} from '@anvil/tokenizer';
 import type { CaptureRow, CaptureState, CaptureStore } from './capture-store';
 import { RenderCache } from './render-cache';
 
@@ -44,7 +51,11 @@ export async function planPrompt(input: {
 }): Promise<PlannedPrompt> {
   const { format, messages, tools, extra } = input;
   const fps = input.fingerprints ?? fingerprintMessages(messages, tools, extra);
-  const prev = input.isFirstCall ? null : input.match !== undefined ? input.match && (await input.store.resolve(input.match)) : await input.store.findLongestPrefix(input.sessionId, fps);
+  const prev = input.isFirstCall
+    ? null
+    : input.match !== undefined
+      ? input.match && (await input.store.resolve(input.match))
+      : await input.store.findLongestPrefix(input.sessionId, fps);
   let branchCause: BranchCause = input.isFirstCall ? 'first-call' : 'no-matching-call';
   if (prev) {
     const plan = planContinuation({
@@ -63,7 +74,15 @@ export async function planPrompt(input: {
       prevText: prev.promptText,
     });
     if (plan.kind === 'extend') {
-      return { promptIds: plan.promptIds, messages: plan.messages, parent: prev, reusedTokens: plan.reusedTokens, branchCause: null, promptOpensThink: opensThink(plan.text), text: plan.text };
+      return {
+        promptIds: plan.promptIds,
+        messages: plan.messages,
+        parent: prev,
+        reusedTokens: plan.reusedTokens,
+        branchCause: null,
+        promptOpensThink: opensThink(plan.text),
+        text: plan.text,
+      };
     }
     branchCause = plan.reason;
   }
@@ -75,7 +94,15 @@ export async function planPrompt(input: {
     input.renders?.put(key, rendered);
   }
   // A copy: the ids go on into requests and records, the cached ones must stay as they are.
-  return { promptIds: rendered.promptIds.slice(), messages, parent: null, reusedTokens: 0, branchCause, promptOpensThink: opensThink(rendered.text), text: rendered.text };
+  return {
+    promptIds: rendered.promptIds.slice(),
+    messages,
+    parent: null,
+    reusedTokens: 0,
+    branchCause,
+    promptOpensThink: opensThink(rendered.text),
+    text: rendered.text,
+  };
 }
 
 function opensThink(text: string): boolean {

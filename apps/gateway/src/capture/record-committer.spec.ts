@@ -50,7 +50,15 @@ class FakeSql {
       first.set(id, before);
       return [{ id, first_turn: before } as R];
     });
-    const [eventIds, sessions, ks, frames, fromCapture, reused, deleted] = values.slice(17) as [string[], string[], number[], Buffer[], boolean[], number[], string[]];
+    const [eventIds, sessions, ks, frames, fromCapture, reused, deleted] = values.slice(17) as [
+      string[],
+      string[],
+      number[],
+      Buffer[],
+      boolean[],
+      number[],
+      string[],
+    ];
     eventIds.forEach((id, i) => {
       const f = first.get(sessions[i]);
       if (f !== undefined)
@@ -106,7 +114,12 @@ const request = (sessionId: string, callIds: string[]): CommitRequest => ({
 const setup = (opts: OutboxRelayOptions = {}) => {
   const sql = new FakeSql();
   const bus = new FakeBus();
-  const relay = new OutboxRelay(sql as unknown as SqlClient, bus as unknown as MessageBus, { retryMinMs: 5, retryMaxMs: 20, deleteDelayMs: 10, ...opts });
+  const relay = new OutboxRelay(sql as unknown as SqlClient, bus as unknown as MessageBus, {
+    retryMinMs: 5,
+    retryMaxMs: 20,
+    deleteDelayMs: 10,
+    ...opts,
+  });
   const committer = new RecordCommitter(sql as unknown as SqlClient, relay);
   return { sql, bus, relay, committer };
 };
@@ -124,7 +137,11 @@ describe('RecordCommitter (group commit through the outbox)', () => {
     const { sql, bus, relay, committer } = setup();
     const first = committer.commit(request('s1', ['a']));
     await new Promise((r) => setTimeout(r, 1));
-    const rest = [committer.commit(request('s1', ['b', 'c'])), committer.commit(request('s2', ['d'])), committer.commit(request('s1', ['e']))];
+    const rest = [
+      committer.commit(request('s1', ['b', 'c'])),
+      committer.commit(request('s2', ['d'])),
+      committer.commit(request('s1', ['e'])),
+    ];
     expect(await first).toEqual({ firstTurn: 0 });
     expect(await Promise.all(rest)).toEqual([{ firstTurn: 1 }, { firstTurn: 0 }, { firstTurn: 3 }]);
     const commits = sql.statements.filter((s) => s.name === 'gw_commit_calls');
@@ -140,7 +157,9 @@ describe('RecordCommitter (group commit through the outbox)', () => {
     expect(commits[1].values[17]).toEqual(['b', 'c', 'd', 'e']);
     expect(commits[1].values[19]).toEqual([0, 1, 0, 2]);
     // The stored frames decode to the events, turn relative to their request (the row holds the absolute one).
-    expect((commits[1].values[20] as Buffer[]).map((f) => (decodeEvent(f) as EventEnvelope<'llm_call.recorded'>).payload.turnIndex)).toEqual([0, 1, 0, 0]);
+    expect(
+      (commits[1].values[20] as Buffer[]).map((f) => (decodeEvent(f) as EventEnvelope<'llm_call.recorded'>).payload.turnIndex),
+    ).toEqual([0, 1, 0, 0]);
     await until(() => relay.backlog === 0 && bus.publishes.flat().length === 5);
     expect(bus.turns()).toEqual(['a@0', 'b@1', 'c@2', 'd@0', 'e@3']);
     // Published rows are deleted (here by the relay's own delete: no later statement came).
@@ -219,7 +238,11 @@ describe('RecordCommitter (group commit through the outbox)', () => {
     await new Promise((r) => setTimeout(r, 1));
     const bad = request('s1', ['a']);
     (bad.records[0].payload as { outputLogprobs: Float32Array }).outputLogprobs = new Float32Array(5);
-    const results = await Promise.allSettled([committer.commit(request('s1', ['b'])), committer.commit(bad), committer.commit(request('s1', ['c']))]);
+    const results = await Promise.allSettled([
+      committer.commit(request('s1', ['b'])),
+      committer.commit(bad),
+      committer.commit(request('s1', ['c'])),
+    ]);
     await first;
     expect(results.map((r) => (r.status === 'fulfilled' ? r.value : 'rejected'))).toEqual([{ firstTurn: 0 }, 'rejected', { firstTurn: 1 }]);
     const batchStatement = sql.statements.filter((s) => s.name === 'gw_commit_calls')[1];
@@ -285,10 +308,21 @@ describe('OutboxRelay sweeper', () => {
       ['plain', false, 0],
     ]);
     expect(rows.map((r) => (decodeEvent(r.frame) as EventEnvelope<'llm_call.recorded'>).payload.promptDeltaIds.length)).toEqual([0, 0, 4]);
-    const sweeper = new OutboxRelay(sql as unknown as SqlClient, bus as unknown as MessageBus, { staleAfterMs: 0, promptOf: async (id) => prompts.get(id) ?? null });
+    const sweeper = new OutboxRelay(sql as unknown as SqlClient, bus as unknown as MessageBus, {
+      staleAfterMs: 0,
+      promptOf: async (id) => prompts.get(id) ?? null,
+    });
     expect(await sweeper.sweep()).toBe(3);
     const out = bus.publishes.flat() as EventEnvelope<'llm_call.recorded'>[];
-    expect(out.map((e) => [e.id, e.payload.turnIndex, Array.from(e.payload.promptDeltaIds), e.payload.reusedPromptTokens, e.payload.promptLength])).toEqual([
+    expect(
+      out.map((e) => [
+        e.id,
+        e.payload.turnIndex,
+        Array.from(e.payload.promptDeltaIds),
+        e.payload.reusedPromptTokens,
+        e.payload.promptLength,
+      ]),
+    ).toEqual([
       ['c1', 0, prompts.get('c1')?.slice(3), 3, 7],
       ['c2', 1, prompts.get('c2')?.slice(3), 3, 7],
       ['plain', 2, Array.from(noCapture.records[0].payload.promptDeltaIds), 0, 4],

@@ -2,7 +2,14 @@ import { randomUUID } from 'node:crypto';
 import type { GenerateRequestInput } from '@anvil/contracts';
 import { InferenceProxyClient, InferenceProxyError } from '@anvil/inference-client';
 import type { GatewaySession } from '@anvil/persistence';
-import { appendFingerprint, ChatTemplateError, fingerprintMessages, forcedToolCallOpening, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
+import {
+  appendFingerprint,
+  ChatTemplateError,
+  fingerprintMessages,
+  forcedToolCallOpening,
+  type ChatMessage,
+  type ToolDefinition,
+} from '@anvil/tokenizer';
 import type { Logger } from '@anvil/observability';
 import { linkAbort } from '@anvil/service-kit';
 import type { AnsweredCall, CallRecorder } from '../capture/call-recorder';
@@ -17,7 +24,13 @@ import { GatewayError } from '../errors';
 import type { GatewayMetrics } from '../metrics';
 import type { ModelRegistry, ServedModel } from '../models/model-registry';
 import { buildAssistantReply, type AssistantReply } from '../openai/assistant-reply';
-import { chatRequestSchema, completionRequestSchema, describeSchemaError, type ChatRequest, type CompletionRequest } from '../openai/chat-request';
+import {
+  chatRequestSchema,
+  completionRequestSchema,
+  describeSchemaError,
+  type ChatRequest,
+  type CompletionRequest,
+} from '../openai/chat-request';
 import { toChatMessages, toToolDefinitions } from '../openai/messages';
 import type { SessionStore } from '../sessions/session-store';
 import { StalenessGate } from '../sessions/staleness-gate';
@@ -63,7 +76,8 @@ export interface CallHooks {
 }
 
 export interface CallServiceDeps {
-  config: Pick<GatewayConfig, 'GATEWAY_DEFAULT_MAX_TOKENS' | 'GATEWAY_MAX_N' | 'MAX_STALENESS' | 'GATEWAY_RETRY_AFTER_S'> & Partial<Pick<GatewayConfig, 'GATEWAY_CAPTURE'>>;
+  config: Pick<GatewayConfig, 'GATEWAY_DEFAULT_MAX_TOKENS' | 'GATEWAY_MAX_N' | 'MAX_STALENESS' | 'GATEWAY_RETRY_AFTER_S'> &
+    Partial<Pick<GatewayConfig, 'GATEWAY_CAPTURE'>>;
   registry: ModelRegistry;
   client: InferenceProxyClient;
   sessions: SessionStore;
@@ -116,7 +130,11 @@ export class CallService {
         invalid = err;
       }
     }
-    const { session, match } = await this.d.auth.authenticateCall(req.authorization, req.sessionKey, input ? input.fingerprints.slice(1) : []);
+    const { session, match } = await this.d.auth.authenticateCall(
+      req.authorization,
+      req.sessionKey,
+      input ? input.fingerprints.slice(1) : [],
+    );
     if (invalid !== undefined || !parsed.success || !input) throw invalid;
     return this.prepareChat(session, parsed.data, req.receivedAt, input, match);
   }
@@ -124,7 +142,8 @@ export class CallService {
   private servedModel(session: GatewaySession, name: string): ServedModel {
     const model = this.d.registry.get(name);
     if (!model) throw GatewayError.modelNotFound(name);
-    if (name !== session.model) throw GatewayError.invalid(`this session serves model \`${session.model}\`, not \`${name}\``, 'model', 'model_not_found');
+    if (name !== session.model)
+      throw GatewayError.invalid(`this session serves model \`${session.model}\`, not \`${name}\``, 'model', 'model_not_found');
     return model;
   }
 
@@ -134,14 +153,23 @@ export class CallService {
     if (n > this.d.config.GATEWAY_MAX_N) throw GatewayError.invalid(`n must be at most ${this.d.config.GATEWAY_MAX_N}`, 'n');
     const stop = req.stop === null || req.stop === undefined ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
     const temperature = req.temperature ?? 1;
-    const sampling = { temperature, topP: req.top_p ?? 1, topK: req.top_k !== null && req.top_k !== undefined && req.top_k > 0 ? req.top_k : 0, seed: req.seed ?? null };
+    const sampling = {
+      temperature,
+      topP: req.top_p ?? 1,
+      topK: req.top_k !== null && req.top_k !== undefined && req.top_k > 0 ? req.top_k : 0,
+      seed: req.seed ?? null,
+    };
     const contextLimit = Math.min(model.maxContextTokens, session.maxContextTokens ?? Infinity);
     return { model, n, stop, sampling, contextLimit };
   }
 
   private limits(promptTokens: number, contextLimit: number, requested: number | null | undefined): number {
     if (promptTokens >= contextLimit) {
-      throw GatewayError.invalid(`This model's maximum context length is ${contextLimit} tokens; the prompt has ${promptTokens}.`, 'messages', 'context_length_exceeded');
+      throw GatewayError.invalid(
+        `This model's maximum context length is ${contextLimit} tokens; the prompt has ${promptTokens}.`,
+        'messages',
+        'context_length_exceeded',
+      );
     }
     // A black-box agent often asks for more than fits: it gets what the context leaves
     // (finish_reason "length" tells it), rather than an error it cannot act on.
@@ -167,7 +195,13 @@ export class CallService {
     return { messages, tools, toolChoice, extra, fingerprints: fingerprintMessages(messages, tools, extra) };
   }
 
-  private async prepareChat(session: GatewaySession, req: ChatRequest, receivedAt: number, input: ChatInput = this.chatInput(req), match?: CaptureRow | null): Promise<PreparedCall> {
+  private async prepareChat(
+    session: GatewaySession,
+    req: ChatRequest,
+    receivedAt: number,
+    input: ChatInput = this.chatInput(req),
+    match?: CaptureRow | null,
+  ): Promise<PreparedCall> {
     const { model, n, stop, sampling, contextLimit } = this.common(session, req);
     const { messages, tools, toolChoice, extra, fingerprints } = input;
     let plan: PlannedPrompt;
@@ -186,11 +220,17 @@ export class CallService {
       });
     } catch (err) {
       if (err instanceof ChatTemplateError)
-        throw new GatewayError('unrenderable', `the messages cannot be rendered with this model's chat template: ${err.message}`, 'unprocessable_messages', 'messages');
+        throw new GatewayError(
+          'unrenderable',
+          `the messages cannot be rendered with this model's chat template: ${err.message}`,
+          'unprocessable_messages',
+          'messages',
+        );
       throw err;
     }
     const forcedText = forcedToolCall(model, toolChoice, tools, plan, extra);
-    if (forcedText) plan = { ...plan, promptIds: [...plan.promptIds, ...model.format.tokenizer.encode(forcedText)], text: plan.text + forcedText };
+    if (forcedText)
+      plan = { ...plan, promptIds: [...plan.promptIds, ...model.format.tokenizer.encode(forcedText)], text: plan.text + forcedText };
     const maxTokens = this.limits(plan.promptIds.length, contextLimit, req.max_completion_tokens ?? req.max_tokens);
     return {
       kind: 'chat',
@@ -228,10 +268,19 @@ export class CallService {
       promptIds = tok.encode(text);
     } else {
       promptIds = req.prompt as number[];
-      if (promptIds.some((id) => id >= tok.vocabSize)) throw GatewayError.invalid(`prompt token ids must be below ${tok.vocabSize}`, 'prompt');
+      if (promptIds.some((id) => id >= tok.vocabSize))
+        throw GatewayError.invalid(`prompt token ids must be below ${tok.vocabSize}`, 'prompt');
     }
     const maxTokens = this.limits(promptIds.length, contextLimit, req.max_tokens ?? 16);
-    const plan: PlannedPrompt = { promptIds, messages: [], parent: null, reusedTokens: 0, branchCause: 'no-matching-call', promptOpensThink: false, text: '' };
+    const plan: PlannedPrompt = {
+      promptIds,
+      messages: [],
+      parent: null,
+      reusedTokens: 0,
+      branchCause: 'no-matching-call',
+      promptOpensThink: false,
+      text: '',
+    };
     return {
       kind: 'completion',
       stream: req.stream === true,
@@ -267,7 +316,10 @@ export class CallService {
   }
 
   /** Generates the n choices in parallel; `onText(index, text)` sees each one's text as it grows. */
-  private async generate(call: PreparedCall, opts: { signal: AbortSignal; onText?: (index: number, text: string) => void }): Promise<GenerationResult[]> {
+  private async generate(
+    call: PreparedCall,
+    opts: { signal: AbortSignal; onText?: (index: number, text: string) => void },
+  ): Promise<GenerationResult[]> {
     const failFast = new AbortController();
     const link = linkAbort([opts.signal, failFast.signal]);
     const signal = link.signal;
@@ -288,7 +340,14 @@ export class CallService {
         ...(call.session.weightSwap ? { weightSwap: call.session.weightSwap } : {}),
       };
       try {
-        return await runGeneration({ client: this.d.client, request, tokenizer: call.model.format.tokenizer, stop: call.stop, signal, onText: opts.onText && ((t) => opts.onText?.(index, t)) });
+        return await runGeneration({
+          client: this.d.client,
+          request,
+          tokenizer: call.model.format.tokenizer,
+          stop: call.stop,
+          signal,
+          onText: opts.onText && ((t) => opts.onText?.(index, t)),
+        });
       } catch (err) {
         if (!failFast.signal.aborted && !opts.signal.aborted && !(err instanceof InferenceProxyError && err.status < 500))
           this.d.logger.warn('generation failed at the inference-proxy', { sessionId: call.session.id, err });
@@ -312,14 +371,30 @@ export class CallService {
     const fmt = call.model.format;
     const replies = generations.map((g, i) =>
       call.kind === 'chat'
-        ? buildAssistantReply(call.forcedText + g.text, { format: fmt, tools: call.tools, toolChoice: call.toolChoice, promptOpensThink: plan.promptOpensThink, idSeed: call.callIds[i] })
+        ? buildAssistantReply(call.forcedText + g.text, {
+            format: fmt,
+            tools: call.tools,
+            toolChoice: call.toolChoice,
+            promptOpensThink: plan.promptOpensThink,
+            idSeed: call.callIds[i],
+          })
         : null,
     );
     const branchId = call.branchId;
     const finishedAt = Date.now();
-    const finishReasons = generations.map((g, i) => (g.finishReason === 'stop' && replies[i]?.hasToolCalls ? 'tool_calls' : g.finishReason === 'stop' ? 'stop' : 'length'));
+    const finishReasons = generations.map((g, i) =>
+      g.finishReason === 'stop' && replies[i]?.hasToolCalls ? 'tool_calls' : g.finishReason === 'stop' ? 'stop' : 'length',
+    );
     const results = (firstTurn: number): ChoiceResult[] =>
-      generations.map((g, i) => ({ index: i, callId: call.callIds[i], generation: g, reply: replies[i], finishReason: finishReasons[i], turnIndex: firstTurn + i, branchId }));
+      generations.map((g, i) => ({
+        index: i,
+        callId: call.callIds[i],
+        generation: g,
+        reply: replies[i],
+        finishReason: finishReasons[i],
+        turnIndex: firstTurn + i,
+        branchId,
+      }));
     if (this.d.config.GATEWAY_CAPTURE === 'off') {
       // Capture off: nothing is recorded, so no turn is reserved and no capture state written
       // (see config.ts); turn indexes are then only what the session had counted before.
@@ -364,7 +439,10 @@ export class CallService {
     });
     let recorded: { firstTurn: number } | null;
     try {
-      recorded = await this.d.recorder.record(session, call.model.name, answered, { newBranches: plan.parent ? 0 : 1, parent: plan.parent });
+      recorded = await this.d.recorder.record(session, call.model.name, answered, {
+        newBranches: plan.parent ? 0 : 1,
+        parent: plan.parent,
+      });
     } catch (err) {
       this.d.metrics.records.inc({ outcome: 'failed' }, answered.length);
       if (err instanceof RecordNotDurableError) {
@@ -392,7 +470,13 @@ export class CallService {
  * continuation is that call. '' when nothing is forced (auto, none, no tools, or a template
  * that cannot be continued into a call).
  */
-function forcedToolCall(model: ServedModel, toolChoice: ChatRequest['tool_choice'], tools: ToolDefinition[] | null, plan: PlannedPrompt, extra: Record<string, unknown>): string {
+function forcedToolCall(
+  model: ServedModel,
+  toolChoice: ChatRequest['tool_choice'],
+  tools: ToolDefinition[] | null,
+  plan: PlannedPrompt,
+  extra: Record<string, unknown>,
+): string {
   if (!tools || !toolChoice || toolChoice === 'auto' || toolChoice === 'none' || model.format.toolCallFormat === 'none') return '';
   const name = typeof toolChoice === 'object' ? toolChoice.function.name : null;
   return forcedToolCallOpening(model.format.template, { messages: plan.messages, tools, extra }, name) ?? '';
@@ -410,8 +494,10 @@ function generationError(err: unknown, clientGone: boolean): GatewayError {
   if (clientGone) return new GatewayError('client_closed', 'the client went away', 'client_closed');
   if (err instanceof InferenceProxyError) {
     const detail = withoutAddresses(err.body.error.message);
-    if (err.status === 400 || err.status === 422) return new GatewayError('invalid_request', `the inference engine refused the request: ${detail}`, err.code ?? 'backend_rejected');
-    if (err.status === 503 || err.status === 429) return new GatewayError('unavailable', `inference unavailable: ${detail}`, err.code ?? 'backend_unavailable');
+    if (err.status === 400 || err.status === 422)
+      return new GatewayError('invalid_request', `the inference engine refused the request: ${detail}`, err.code ?? 'backend_rejected');
+    if (err.status === 503 || err.status === 429)
+      return new GatewayError('unavailable', `inference unavailable: ${detail}`, err.code ?? 'backend_unavailable');
     return new GatewayError('inference_failed', `inference failed: ${detail}`, err.code ?? 'backend_error');
   }
   // A transport failure (connection refused, reset, timeout): its message names the proxy's
@@ -421,4 +507,6 @@ function generationError(err: unknown, clientGone: boolean): GatewayError {
 
 /** URLs and host:port pairs (replica addresses in the proxy's messages) replaced by a placeholder. */
 export const withoutAddresses = (text: string): string =>
-  text.replace(/\b[a-z][a-z0-9+.-]*:\/\/[^\s,;)]*[^\s,;):]/gi, '<replica>').replace(/\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b|\[[0-9a-f:]+\](?::\d+)?|\blocalhost:\d+\b/gi, '<address>');
+  text
+    .replace(/\b[a-z][a-z0-9+.-]*:\/\/[^\s,;)]*[^\s,;):]/gi, '<replica>')
+    .replace(/\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b|\[[0-9a-f:]+\](?::\d+)?|\blocalhost:\d+\b/gi, '<address>');

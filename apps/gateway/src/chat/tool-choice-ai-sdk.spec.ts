@@ -17,8 +17,10 @@ const EOT = 258;
 let ignoreForcedOpening = false;
 const script = (req: { promptIds: number[] }) => {
   const prompt = tok.decode(req.promptIds);
-  if (!ignoreForcedOpening && prompt.endsWith('<tool_call>\n{"name": "add')) return { ids: [...tok.encode('", "arguments": {"a": 12, "b": 7}}\n</tool_call>'), EOT] };
-  if (!ignoreForcedOpening && prompt.endsWith('<tool_call>\n{"name": "')) return { ids: [...tok.encode('mul", "arguments": {"a": 3, "b": 4}}\n</tool_call>'), EOT] };
+  if (!ignoreForcedOpening && prompt.endsWith('<tool_call>\n{"name": "add'))
+    return { ids: [...tok.encode('", "arguments": {"a": 12, "b": 7}}\n</tool_call>'), EOT] };
+  if (!ignoreForcedOpening && prompt.endsWith('<tool_call>\n{"name": "'))
+    return { ids: [...tok.encode('mul", "arguments": {"a": 3, "b": 4}}\n</tool_call>'), EOT] };
   return { ids: [...tok.encode('I would rather talk.'), EOT] };
 };
 const operands = z.object({ a: z.number().int(), b: z.number().int() });
@@ -30,10 +32,17 @@ describe('tool_choice is enforced (Vercel AI SDK)', () => {
     h = await startGatewayHarness({ script });
   });
   afterAll(() => h?.close());
-  const model = async () => createOpenAICompatible({ name: 'anvil', baseURL: `${h.baseUrl}/v1`, apiKey: (await h.createSession()).apiKey })('anvil-tiny');
+  const model = async () =>
+    createOpenAICompatible({ name: 'anvil', baseURL: `${h.baseUrl}/v1`, apiKey: (await h.createSession()).apiKey })('anvil-tiny');
 
   it('a named tool: generateText accepts the answer, a call of that tool', async () => {
-    const r = await generateText({ model: await model(), prompt: '12+7', tools, toolChoice: { type: 'tool', toolName: 'add' }, maxRetries: 0 });
+    const r = await generateText({
+      model: await model(),
+      prompt: '12+7',
+      tools,
+      toolChoice: { type: 'tool', toolName: 'add' },
+      maxRetries: 0,
+    });
     expect(r.finishReason).toBe('tool-calls');
     expect(r.toolCalls.map((c) => [c.toolName, c.input])).toEqual([['add', { a: 12, b: 7 }]]);
   });
@@ -53,8 +62,12 @@ describe('tool_choice is enforced (Vercel AI SDK)', () => {
     ignoreForcedOpening = true;
     try {
       const m = await model();
-      await expect(generateText({ model: m, prompt: '3*4', tools, toolChoice: 'required', maxRetries: 0 })).rejects.toSatisfy((e) => ToolChoiceViolationError.isInstance(e));
-      await expect(generateText({ model: m, prompt: '12+7', tools, toolChoice: { type: 'tool', toolName: 'add' }, maxRetries: 0 })).rejects.toSatisfy((e) => ToolChoiceViolationError.isInstance(e));
+      await expect(generateText({ model: m, prompt: '3*4', tools, toolChoice: 'required', maxRetries: 0 })).rejects.toSatisfy((e) =>
+        ToolChoiceViolationError.isInstance(e),
+      );
+      await expect(
+        generateText({ model: m, prompt: '12+7', tools, toolChoice: { type: 'tool', toolName: 'add' }, maxRetries: 0 }),
+      ).rejects.toSatisfy((e) => ToolChoiceViolationError.isInstance(e));
     } finally {
       ignoreForcedOpening = false;
     }

@@ -13,14 +13,22 @@ import { startGatewayHarness, type GatewayHarness } from '../testing/gateway-har
 const tok = tinyChatFormat().tokenizer;
 const EOT = 258;
 const tools: OpenAI.Chat.ChatCompletionTool[] = [
-  { type: 'function', function: { name: 'add', parameters: { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } } } } },
-  { type: 'function', function: { name: 'mul', parameters: { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } } } } },
+  {
+    type: 'function',
+    function: { name: 'add', parameters: { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } } } },
+  },
+  {
+    type: 'function',
+    function: { name: 'mul', parameters: { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } } } },
+  },
 ];
 /** A "model" that answers in text unless the prompt already opened a tool call, which it then completes. */
 const script = (req: { promptIds: number[] }) => {
   const prompt = tok.decode(req.promptIds);
-  if (prompt.endsWith('<tool_call>\n{"name": "add')) return { ids: [...tok.encode('", "arguments": {"a": 12, "b": 7}}\n</tool_call>'), EOT] };
-  if (prompt.endsWith('<tool_call>\n{"name": "')) return { ids: [...tok.encode('mul", "arguments": {"a": 3, "b": 4}}\n</tool_call>'), EOT] };
+  if (prompt.endsWith('<tool_call>\n{"name": "add'))
+    return { ids: [...tok.encode('", "arguments": {"a": 12, "b": 7}}\n</tool_call>'), EOT] };
+  if (prompt.endsWith('<tool_call>\n{"name": "'))
+    return { ids: [...tok.encode('mul", "arguments": {"a": 3, "b": 4}}\n</tool_call>'), EOT] };
   return { ids: [...tok.encode('I would rather talk.'), EOT] };
 };
 
@@ -35,7 +43,9 @@ describe('tool_choice is enforced', () => {
   it('a named tool: the answer calls it, the forced opening is prompt, and the next turn extends token-exactly', async () => {
     const sdk = await client();
     const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [{ role: 'user', content: '12+7' }];
-    const { data, response } = await sdk.chat.completions.create({ model: 'anvil-tiny', messages, tools, tool_choice: { type: 'function', function: { name: 'add' } } }).withResponse();
+    const { data, response } = await sdk.chat.completions
+      .create({ model: 'anvil-tiny', messages, tools, tool_choice: { type: 'function', function: { name: 'add' } } })
+      .withResponse();
     const choice = data.choices[0];
     expect(choice.finish_reason).toBe('tool_calls');
     expect(choice.message.tool_calls).toHaveLength(1);
@@ -49,7 +59,13 @@ describe('tool_choice is enforced', () => {
     expect(tok.decode(record.outputIds)).toBe('", "arguments": {"a": 12, "b": 7}}\n</tool_call><|im_end|>');
     expect(data.usage?.completion_tokens).toBe(record.outputIds.length);
 
-    const next = await sdk.chat.completions.create({ model: 'anvil-tiny', messages: [...messages, choice.message, { role: 'tool', tool_call_id: call.id, content: '19' }], tools }).withResponse();
+    const next = await sdk.chat.completions
+      .create({
+        model: 'anvil-tiny',
+        messages: [...messages, choice.message, { role: 'tool', tool_call_id: call.id, content: '19' }],
+        tools,
+      })
+      .withResponse();
     expect(next.response.headers.get('x-anvil-capture')).toBe(`extend:${callId}`);
     expect(next.data.choices[0].message.content).toBe('I would rather talk.'); // auto: nothing forced
   });
@@ -92,7 +108,11 @@ async function waitForRecord(h: GatewayHarness, callId: string): Promise<{ promp
   const deadline = Date.now() + 10_000;
   for (;;) {
     const e = h.records.find((r) => r.payload.callId === callId);
-    if (e) return { promptIds: h.requestsFor(e.payload.sessionId).find((r) => r.requestId === callId)!.promptIds, outputIds: Array.from(e.payload.outputIds) };
+    if (e)
+      return {
+        promptIds: h.requestsFor(e.payload.sessionId).find((r) => r.requestId === callId)!.promptIds,
+        outputIds: Array.from(e.payload.outputIds),
+      };
     if (Date.now() > deadline) throw new Error(`no record of ${callId}`);
     await new Promise((r) => setTimeout(r, 20));
   }

@@ -47,7 +47,8 @@ export async function runGeneration(opts: {
     // instead of a token stream (a fraction of the socket writes and reads on both sides).
     const sentAt = Date.now();
     const r = await opts.client.generate(opts.request, { signal: opts.signal });
-    const firstTokenAt = r.outputIds.length === 0 ? null : typeof r.firstTokenMs === 'number' ? sentAt + Math.round(r.firstTokenMs) : Date.now();
+    const firstTokenAt =
+      r.outputIds.length === 0 ? null : typeof r.firstTokenMs === 'number' ? sentAt + Math.round(r.firstTokenMs) : Date.now();
     decoder.push(r.outputIds.filter((id) => !hidden.has(id)));
     decoder.flush();
     return {

@@ -96,7 +96,9 @@ export class AdminController {
       expiresAt: r.expiresAt ? new Date(r.expiresAt) : null,
       weightSwap: r.weightSwap ?? null,
     };
-    const base = (this.config.GATEWAY_PUBLIC_URL ?? `${req.protocol}://${req.headers.host ?? `${this.config.HOST}:${this.config.PORT}`}`).replace(/\/+$/, '');
+    const base = (
+      this.config.GATEWAY_PUBLIC_URL ?? `${req.protocol}://${req.headers.host ?? `${this.config.HOST}:${this.config.PORT}`}`
+    ).replace(/\/+$/, '');
     return { session, response: { sessionId: key.sessionId, apiKey: key.apiKey, baseUrl: `${base}/sessions/${key.apiKey}/v1` } };
   }
 

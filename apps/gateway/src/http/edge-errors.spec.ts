@@ -31,7 +31,10 @@ describe('the gateway edge as a new user meets it', () => {
       ['application/x-www-form-urlencoded', 'model=anvil-tiny'],
       [undefined, JSON.stringify(chat)],
     ] as const) {
-      const r = await post('/v1/chat/completions', body, { authorization: `Bearer ${key}`, ...(contentType ? { 'content-type': contentType } : {}) });
+      const r = await post('/v1/chat/completions', body, {
+        authorization: `Bearer ${key}`,
+        ...(contentType ? { 'content-type': contentType } : {}),
+      });
       expect(r.status, String(contentType)).toBe(415);
       const { error } = JSON.parse(r.text) as { error: { message: string; code: string } };
       expect(error.code).toBe('unsupported_media_type');
@@ -49,7 +52,10 @@ describe('the gateway edge as a new user meets it', () => {
     expect(tooMany).toMatchObject({ status: 400, param: 'stop' });
     expect((tooMany as { message: string }).message).toContain('at most 4');
     const image = await client.chat.completions
-      .create({ model: 'anvil-tiny', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://example.com/x.png' } }] }] })
+      .create({
+        model: 'anvil-tiny',
+        messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://example.com/x.png' } }] }],
+      })
       .catch((e: { status: number; message: string }) => e);
     expect(image).toMatchObject({ status: 400 });
     const message = (image as { message: string }).message;
@@ -67,14 +73,21 @@ describe('the gateway edge as a new user meets it', () => {
 
   it("under the per-session URL refuses another session's key in Authorization (401) and ignores a placeholder", async () => {
     const other = await h.createSession();
-    const wrong = await post(`/sessions/${key}/v1/chat/completions`, JSON.stringify(chat), { 'content-type': 'application/json', authorization: `Bearer ${other.apiKey}` });
+    const wrong = await post(`/sessions/${key}/v1/chat/completions`, JSON.stringify(chat), {
+      'content-type': 'application/json',
+      authorization: `Bearer ${other.apiKey}`,
+    });
     expect(wrong.status).toBe(401);
     expect(JSON.parse(wrong.text)).toMatchObject({ error: { code: 'invalid_api_key' } });
     expect(wrong.text).not.toContain(other.apiKey);
     const sameKey = new OpenAI({ baseURL: url, apiKey: key, maxRetries: 0 });
-    await expect(sameKey.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }] })).resolves.toBeTruthy();
+    await expect(
+      sameKey.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }] }),
+    ).resolves.toBeTruthy();
     const placeholder = new OpenAI({ baseURL: url, apiKey: 'sk-placeholder', maxRetries: 0 });
-    await expect(placeholder.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }] })).resolves.toBeTruthy();
+    await expect(
+      placeholder.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }] }),
+    ).resolves.toBeTruthy();
   });
 
   it('lists the served model without a session key under /v1, and checks the key under a per-session URL', async () => {
@@ -88,12 +101,20 @@ describe('the gateway edge as a new user meets it', () => {
 
   it('a failed generation answers 502 without internal addresses (the proxy names replicas by URL)', async () => {
     const script = h.proxy.script;
-    h.proxy.script = () => ({ ids: [], error: { status: 502, message: 'generation failed: http://10.0.0.5:8000: connect ECONNREFUSED 10.0.0.5:8000' } });
+    h.proxy.script = () => ({
+      ids: [],
+      error: { status: 502, message: 'generation failed: http://10.0.0.5:8000: connect ECONNREFUSED 10.0.0.5:8000' },
+    });
     try {
-      const r = await post('/v1/chat/completions', JSON.stringify(chat), { 'content-type': 'application/json', authorization: `Bearer ${key}` });
+      const r = await post('/v1/chat/completions', JSON.stringify(chat), {
+        'content-type': 'application/json',
+        authorization: `Bearer ${key}`,
+      });
       expect(r.status).toBe(502);
       expect(r.text).not.toMatch(/10\.0\.0\.5|8000/);
-      expect(JSON.parse(r.text)).toMatchObject({ error: { type: 'server_error', message: 'inference failed: generation failed: <replica>: connect ECONNREFUSED <address>' } });
+      expect(JSON.parse(r.text)).toMatchObject({
+        error: { type: 'server_error', message: 'inference failed: generation failed: <replica>: connect ECONNREFUSED <address>' },
+      });
     } finally {
       h.proxy.script = script;
     }
@@ -103,6 +124,8 @@ describe('the gateway edge as a new user meets it', () => {
     const huge = JSON.stringify({ ...chat, messages: [{ role: 'user', content: 'x'.repeat(h.config.MAX_REQUEST_BYTES) }] });
     const r = await post('/v1/chat/completions', huge, { 'content-type': 'application/json', authorization: `Bearer ${key}` });
     expect(r.status).toBe(413);
-    expect(JSON.parse(r.text)).toMatchObject({ error: { code: 'request_too_large', message: `the request body is larger than the ${h.config.MAX_REQUEST_BYTES} bytes accepted` } });
+    expect(JSON.parse(r.text)).toMatchObject({
+      error: { code: 'request_too_large', message: `the request body is larger than the ${h.config.MAX_REQUEST_BYTES} bytes accepted` },
+    });
   });
 });

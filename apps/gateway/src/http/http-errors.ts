@@ -19,11 +19,22 @@ export function gatewayApiError(err: unknown): ApiError | undefined {
   if (!(err instanceof GatewayError)) return undefined;
   const status = STATUS[err.kind];
   const type = status === 429 ? 'rate_limit_error' : status >= 500 ? 'server_error' : 'invalid_request_error';
-  return new ApiError(status, type, err.message, err.code, err.param, err.retryAfterS !== undefined ? { 'retry-after': String(err.retryAfterS) } : {});
+  return new ApiError(
+    status,
+    type,
+    err.message,
+    err.code,
+    err.param,
+    err.retryAfterS !== undefined ? { 'retry-after': String(err.retryAfterS) } : {},
+  );
 }
 
 /** The gateway's edge: its domain errors, framework errors with session keys redacted, 413 naming the limit. */
-export const gatewayErrorOptions = (bodyLimitBytes: number): ErrorFilterOptions => ({ domain: gatewayApiError, redact: redactSecrets, bodyLimitBytes });
+export const gatewayErrorOptions = (bodyLimitBytes: number): ErrorFilterOptions => ({
+  domain: gatewayApiError,
+  redact: redactSecrets,
+  bodyLimitBytes,
+});
 
 /** The one mapping of everything the gateway throws onto an HTTP status and OpenAI's error body. */
 export const toHttpError = (err: unknown, options: ErrorFilterOptions): ApiError => toApiError(err, options);

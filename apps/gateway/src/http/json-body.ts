@@ -14,8 +14,18 @@ export function installJsonBodyParser(fastify: FastifyInstance, bodyLimit: numbe
   fastify.removeAllContentTypeParsers();
   fastify.addContentTypeParser('*', (req, _payload, done) => {
     const declared = req.headers['content-type'];
-    const what = declared ? `Content-Type \`${declared.split(';')[0].trim().slice(0, 100)}\` is not supported` : 'the request has a body but no Content-Type';
-    done(new ApiError(415, 'invalid_request_error', `${what}: send the body as JSON with \`Content-Type: application/json\``, 'unsupported_media_type'), undefined);
+    const what = declared
+      ? `Content-Type \`${declared.split(';')[0].trim().slice(0, 100)}\` is not supported`
+      : 'the request has a body but no Content-Type';
+    done(
+      new ApiError(
+        415,
+        'invalid_request_error',
+        `${what}: send the body as JSON with \`Content-Type: application/json\``,
+        'unsupported_media_type',
+      ),
+      undefined,
+    );
   });
   fastify.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit }, (_req, body, done) => {
     const bytes = body as Buffer;
@@ -30,7 +40,10 @@ export function installJsonBodyParser(fastify: FastifyInstance, bodyLimit: numbe
     try {
       done(null, JSON.parse(text));
     } catch (err) {
-      done(new ApiError(400, 'invalid_request_error', `the request body is not valid JSON: ${(err as Error).message}`, 'invalid_json'), undefined);
+      done(
+        new ApiError(400, 'invalid_request_error', `the request body is not valid JSON: ${(err as Error).message}`, 'invalid_json'),
+        undefined,
+      );
     }
   });
 }

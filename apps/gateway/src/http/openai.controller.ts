@@ -50,7 +50,12 @@ export class OpenAiController {
   @Get(routes('models'))
   async models(@Req() req: FastifyRequest, @Param('sessionKey') sessionKey?: string) {
     if (sessionKey !== undefined) await this.auth.authenticate(req.headers.authorization, sessionKey);
-    return { object: 'list', data: this.registry.list().map((m) => ({ id: m.name, object: 'model', created: m.created, owned_by: 'anvil', max_model_len: m.maxContextTokens })) };
+    return {
+      object: 'list',
+      data: this.registry
+        .list()
+        .map((m) => ({ id: m.name, object: 'model', created: m.created, owned_by: 'anvil', max_model_len: m.maxContextTokens })),
+    };
   }
 
   @Get(routes('models/:model'))
@@ -71,10 +76,19 @@ export class OpenAiController {
     await this.answer(req, reply, sessionKey, 'completion');
   }
 
-  private async answer(req: FastifyRequest, reply: FastifyReply, sessionKey: string | undefined, kind: 'chat' | 'completion'): Promise<void> {
+  private async answer(
+    req: FastifyRequest,
+    reply: FastifyReply,
+    sessionKey: string | undefined,
+    kind: 'chat' | 'completion',
+  ): Promise<void> {
     const receivedAt = Date.now();
     const release = this.inFlight.enter();
-    if (!release) return this.fail(reply, toHttpError(new GatewayError('unavailable', 'the gateway is shutting down; retry', 'shutting_down'), this.errorOptions));
+    if (!release)
+      return this.fail(
+        reply,
+        toHttpError(new GatewayError('unavailable', 'the gateway is shutting down; retry', 'shutting_down'), this.errorOptions),
+      );
     this.metrics.inFlight.inc();
     // The agent hanging up aborts its generation (nothing is answered, so nothing is recorded).
     const gone = new AbortController();

@@ -5,4 +5,5 @@
 const SESSION_PATH = /\/sessions\/[^/\s?#"']+/g;
 const SESSION_KEY = /anvil-sess_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+/g;
 
-export const redactSecrets = (text: string): string => text.replace(SESSION_PATH, '/sessions/<session key>').replace(SESSION_KEY, '<session key>');
+export const redactSecrets = (text: string): string =>
+  text.replace(SESSION_PATH, '/sessions/<session key>').replace(SESSION_KEY, '<session key>');

@@ -24,7 +24,11 @@ afterAll(async () => {
 });
 
 const chat = (baseUrl: string, messages: { role: string; content: string }[], n = 1) =>
-  fetch(`${baseUrl}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'anvil-tiny', messages, n }) });
+  fetch(`${baseUrl}/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'anvil-tiny', messages, n }),
+  });
 
 describe('admin API: session calls and the weight-swap choice', () => {
   it('lists the recorded calls in turn order with the replies the agent got (each choice of n > 1 is a call)', async () => {
@@ -57,7 +61,9 @@ describe('admin API: session calls and the weight-swap choice', () => {
     const s = await h.createSession();
     expect(await (await h.admin(`/admin/v1/sessions/${s.sessionId}/calls`)).json()).toEqual({ sessionId: s.sessionId, calls: [] });
     expect((await h.admin('/admin/v1/sessions/sess_doesnotexist0000000/calls')).status).toBe(404);
-    expect((await fetch(`${h.baseUrl}/admin/v1/sessions/${s.sessionId}/calls`, { headers: { authorization: `Bearer ${s.apiKey}` } })).status).toBe(401);
+    expect(
+      (await fetch(`${h.baseUrl}/admin/v1/sessions/${s.sessionId}/calls`, { headers: { authorization: `Bearer ${s.apiKey}` } })).status,
+    ).toBe(401);
   });
 
   it("forwards the session's weightSwap on every generate request, and sends none for a session without one", async () => {
@@ -68,7 +74,10 @@ describe('admin API: session calls and the weight-swap choice', () => {
     expect(h.requestsFor(resumed.sessionId).map((r) => r.weightSwap)).toEqual(['abort-and-resume', 'abort-and-resume']);
     expect(h.requestsFor(finished.sessionId).map((r) => r.weightSwap)).toEqual(['finish', 'finish']);
     expect(h.requestsFor(plain.sessionId).map((r) => 'weightSwap' in r)).toEqual([false, false]);
-    const bad = await h.admin('/admin/v1/sessions', { method: 'POST', body: JSON.stringify({ rolloutId: 'r', groupId: 'g', taskId: 't', model: 'anvil-tiny', weightSwap: 'sometimes' }) });
+    const bad = await h.admin('/admin/v1/sessions', {
+      method: 'POST',
+      body: JSON.stringify({ rolloutId: 'r', groupId: 'g', taskId: 't', model: 'anvil-tiny', weightSwap: 'sometimes' }),
+    });
     expect(bad.status).toBe(400);
   });
 });

@@ -1,4 +1,11 @@
-import { Inject, Injectable, type BeforeApplicationShutdown, type OnApplicationBootstrap, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  type BeforeApplicationShutdown,
+  type OnApplicationBootstrap,
+  type OnModuleDestroy,
+  type OnModuleInit,
+} from '@nestjs/common';
 import type { Logger } from '@anvil/observability';
 import { LOGGER, ReadinessRegistry } from '@anvil/service-kit';
 import type { GatewayConfig } from '../config';
@@ -89,6 +96,7 @@ export class GatewayLifecycle implements OnModuleInit, OnApplicationBootstrap, O
     const drained = await this.inFlight.drain(Math.max(1_000, this.config.SHUTDOWN_TIMEOUT_MS - 3_000));
     if (!drained) this.logger.warn('in-flight calls still running at the shutdown deadline', { running: this.inFlight.size });
     const backlog = this.outbox.backlog;
-    if (!(await this.outbox.drain(2_000))) this.logger.warn('recorded calls left unpublished in the outbox at shutdown; the next gateway publishes them', { backlog });
+    if (!(await this.outbox.drain(2_000)))
+      this.logger.warn('recorded calls left unpublished in the outbox at shutdown; the next gateway publishes them', { backlog });
   }
 }

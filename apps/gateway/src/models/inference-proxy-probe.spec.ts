@@ -28,7 +28,16 @@ describe('InferenceProxyProbe over a real HTTP client', () => {
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   });
   afterAll(() => new Promise<void>((r) => server.close(() => r())));
-  const replica = (over: Record<string, unknown>) => ({ id: 'r1', healthy: true, routable: true, inFlight: 0, weightsVersion: null, prefixCacheHitRate: 0, model: 'm', ...over });
+  const replica = (over: Record<string, unknown>) => ({
+    id: 'r1',
+    healthy: true,
+    routable: true,
+    inFlight: 0,
+    weightsVersion: null,
+    prefixCacheHitRate: 0,
+    model: 'm',
+    ...over,
+  });
 
   it("is ready with a routable replica of the tokenizer's vocabulary", async () => {
     report = { deployment: 'd', replicas: [replica({ vocabSize: 272 })] };
@@ -44,12 +53,16 @@ describe('InferenceProxyProbe over a real HTTP client', () => {
     const seen: VocabularyMismatchError[] = [];
     const probe = new InferenceProxyProbe(new InferenceProxyClient({ baseUrl: url }), new ByteTokenizer(), (e) => seen.push(e));
     await expect(probe.check()).rejects.toBeInstanceOf(VocabularyMismatchError);
-    await expect(probe.check()).rejects.toThrow(/vocabulary \(2048 ids, replica r1, model built-in tiny\) disagrees with the gateway tokenizer's \(272 ids, byte\)/);
+    await expect(probe.check()).rejects.toThrow(
+      /vocabulary \(2048 ids, replica r1, model built-in tiny\) disagrees with the gateway tokenizer's \(272 ids, byte\)/,
+    );
     expect(seen).toHaveLength(1);
   });
 
   it('an unreachable proxy is not ready, and the message carries no address', async () => {
-    const probe = new InferenceProxyProbe(new InferenceProxyClient({ baseUrl: 'http://127.0.0.1:9' }), new ByteTokenizer(), () => expect.unreachable());
+    const probe = new InferenceProxyProbe(new InferenceProxyClient({ baseUrl: 'http://127.0.0.1:9' }), new ByteTokenizer(), () =>
+      expect.unreachable(),
+    );
     const err = await probe.check().catch((e: Error) => e);
     expect((err as Error).message).toBe('the inference-proxy is unreachable');
     expect(probe.checked).toBe(false);

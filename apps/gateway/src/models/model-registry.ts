@@ -21,9 +21,18 @@ export class ModelRegistry {
     for (const m of models) this.models.set(m.name, m);
   }
 
-  static fromConfig(config: Pick<GatewayConfig, 'GATEWAY_MODEL_NAME' | 'GATEWAY_CHAT_FORMAT' | 'GATEWAY_TOKENIZER_DIR' | 'GATEWAY_MAX_CONTEXT_TOKENS'>): ModelRegistry {
+  static fromConfig(
+    config: Pick<GatewayConfig, 'GATEWAY_MODEL_NAME' | 'GATEWAY_CHAT_FORMAT' | 'GATEWAY_TOKENIZER_DIR' | 'GATEWAY_MAX_CONTEXT_TOKENS'>,
+  ): ModelRegistry {
     const format = config.GATEWAY_CHAT_FORMAT === 'hf' ? loadChatFormat(config.GATEWAY_TOKENIZER_DIR ?? '') : tinyChatFormat();
-    return new ModelRegistry([{ name: config.GATEWAY_MODEL_NAME, format, maxContextTokens: config.GATEWAY_MAX_CONTEXT_TOKENS, created: Math.floor(Date.now() / 1000) }]);
+    return new ModelRegistry([
+      {
+        name: config.GATEWAY_MODEL_NAME,
+        format,
+        maxContextTokens: config.GATEWAY_MAX_CONTEXT_TOKENS,
+        created: Math.floor(Date.now() / 1000),
+      },
+    ]);
   }
 
   get(name: string): ServedModel | undefined {

@@ -51,7 +51,9 @@ export function buildAssistantReply(text: string, o: ReplyOptions): AssistantRep
   let toolCallIssue: string | null = null;
   if (parsed.unknownTools.length > 0 || parsed.malformed) {
     toolCallIssue =
-      parsed.unknownTools.length > 0 ? `the model called tools that were not offered: ${parsed.unknownTools.join(', ')}` : `malformed tool call: ${parsed.issues[0]?.message ?? 'unparseable block'}`;
+      parsed.unknownTools.length > 0
+        ? `the model called tools that were not offered: ${parsed.unknownTools.join(', ')}`
+        : `malformed tool call: ${parsed.issues[0]?.message ?? 'unparseable block'}`;
     parsed = parseAssistantOutput(text, { format: 'none', reasoning, idSeed: o.idSeed });
   }
   const message: ChatMessage = { role: 'assistant', content: parsed.content ?? (parsed.toolCalls.length > 0 ? null : '') };

@@ -53,12 +53,17 @@ export const toolSchema = z.object({
   }),
 });
 
-export const toolChoiceSchema = z.union([z.enum(['none', 'auto', 'required']), z.object({ type: z.literal('function'), function: z.object({ name: z.string().min(1) }) })]);
+export const toolChoiceSchema = z.union([
+  z.enum(['none', 'auto', 'required']),
+  z.object({ type: z.literal('function'), function: z.object({ name: z.string().min(1) }) }),
+]);
 
 /** OpenAI's limit: up to 4 stop sequences. */
 export const MAX_STOP_STRINGS = 4;
 const stop = z
-  .union([z.string().min(1), z.array(z.string().min(1)).max(MAX_STOP_STRINGS)], { error: `must be a non-empty string or an array of at most ${MAX_STOP_STRINGS} non-empty strings` })
+  .union([z.string().min(1), z.array(z.string().min(1)).max(MAX_STOP_STRINGS)], {
+    error: `must be a non-empty string or an array of at most ${MAX_STOP_STRINGS} non-empty strings`,
+  })
   .nullable()
   .optional();
 

@@ -17,7 +17,13 @@ function tokenEntry(tok: Tokenizer, id: number, logprob: number) {
  * special or not, has its entry, as it has its text in `message.content` and its count in
  * `usage.completion_tokens`.
  */
-export function chatLogprobs(tok: Tokenizer, ids: readonly number[], logprobs: readonly number[], hidden: readonly number[], top?: readonly TopLogprobs[]) {
+export function chatLogprobs(
+  tok: Tokenizer,
+  ids: readonly number[],
+  logprobs: readonly number[],
+  hidden: readonly number[],
+  top?: readonly TopLogprobs[],
+) {
   const content: (ReturnType<typeof tokenEntry> & { top_logprobs: ReturnType<typeof tokenEntry>[] })[] = [];
   ids.forEach((id, i) => {
     if (hidden.includes(id)) return;
@@ -38,7 +44,13 @@ function alternativesByText(tok: Tokenizer, t: TopLogprobs): Record<string, numb
 }
 
 /** The legacy completions logprobs object: tokens, their logprobs, per token a {text: logprob} map of alternatives (null without), offsets. */
-export function completionLogprobs(tok: Tokenizer, ids: readonly number[], logprobs: readonly number[], top: readonly TopLogprobs[] | undefined, textStart = 0) {
+export function completionLogprobs(
+  tok: Tokenizer,
+  ids: readonly number[],
+  logprobs: readonly number[],
+  top: readonly TopLogprobs[] | undefined,
+  textStart = 0,
+) {
   const tokens = ids.map((id) => tok.decode([id]));
   const text_offset: number[] = [];
   let at = textStart;
@@ -57,7 +69,12 @@ export function completionLogprobs(tok: Tokenizer, ids: readonly number[], logpr
 export function usage(call: PreparedCall, choices: readonly ChoiceResult[]) {
   const completion = choices.reduce((s, c) => s + c.generation.outputIds.length, 0);
   const prompt = call.plan.promptIds.length;
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: call.plan.reusedTokens } };
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
+    prompt_tokens_details: { cached_tokens: call.plan.reusedTokens },
+  };
 }
 
 export const completionId = (call: PreparedCall) => `chatcmpl-${call.requestId}`;
@@ -80,7 +97,9 @@ export function chatCompletion(call: PreparedCall, choices: readonly ChoiceResul
         ...(c.reply?.message.tool_calls ? { tool_calls: c.reply.message.tool_calls } : {}),
         ...(c.reply?.message.reasoning_content !== undefined ? { reasoning_content: c.reply.message.reasoning_content } : {}),
       },
-      logprobs: call.logprobs ? chatLogprobs(tok, c.generation.outputIds, c.generation.logprobs, call.model.format.stopTokenIds, c.generation.topLogprobs) : null,
+      logprobs: call.logprobs
+        ? chatLogprobs(tok, c.generation.outputIds, c.generation.logprobs, call.model.format.stopTokenIds, c.generation.topLogprobs)
+        : null,
       finish_reason: c.finishReason,
     })),
     usage: usage(call, choices),

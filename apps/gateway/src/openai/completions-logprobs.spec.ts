@@ -57,7 +57,13 @@ describe('streamed completions and top logprobs', () => {
   });
 
   it('never streams any part of a stop string: the streamed text ends before it, as the JSON answer does', async () => {
-    const stream = await client.completions.create({ model: 'anvil-tiny', prompt: 'stop test', max_tokens: 64, stop: ['STOP'], stream: true });
+    const stream = await client.completions.create({
+      model: 'anvil-tiny',
+      prompt: 'stop test',
+      max_tokens: 64,
+      stop: ['STOP'],
+      stream: true,
+    });
     const pieces: string[] = [];
     for await (const c of stream) pieces.push(...c.choices.map((x) => x.text));
     expect(pieces.join('')).toBe('abc ');
@@ -65,7 +71,13 @@ describe('streamed completions and top logprobs', () => {
   });
 
   it('chat logprobs with top_logprobs: k alternatives per token, the sampled one first (JSON and stream alike)', async () => {
-    const req = { model: 'anvil-tiny', messages: [{ role: 'user' as const, content: 'hi' }], max_tokens: 64, logprobs: true, top_logprobs: 3 };
+    const req = {
+      model: 'anvil-tiny',
+      messages: [{ role: 'user' as const, content: 'hi' }],
+      max_tokens: 64,
+      logprobs: true,
+      top_logprobs: 3,
+    };
     const json = await client.chat.completions.create(req);
     const content = json.choices[0].logprobs?.content ?? [];
     expect(content.length).toBe('Once upon a time, a fox.'.length);
@@ -81,7 +93,12 @@ describe('streamed completions and top logprobs', () => {
   });
 
   it('chat logprobs leave out only what the text leaves out: a special token that is not a stop id has its entry, so there is one per completion token but the end of turn', async () => {
-    const json = await client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'reserved test' }], max_tokens: 64, logprobs: true });
+    const json = await client.chat.completions.create({
+      model: 'anvil-tiny',
+      messages: [{ role: 'user', content: 'reserved test' }],
+      max_tokens: 64,
+      logprobs: true,
+    });
     expect(json.choices[0].message.content).toBe('a<|reserved_0|>b');
     const content = json.choices[0].logprobs?.content ?? [];
     expect(content.map((c) => c.token)).toEqual(['a', '<|reserved_0|>', 'b']);
@@ -102,6 +119,8 @@ describe('streamed completions and top logprobs', () => {
   });
 
   it('refuses top_logprobs without logprobs: true (400, as OpenAI does)', async () => {
-    await expect(client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], top_logprobs: 2 })).rejects.toMatchObject({ status: 400, param: 'top_logprobs' });
+    await expect(
+      client.chat.completions.create({ model: 'anvil-tiny', messages: [{ role: 'user', content: 'hi' }], top_logprobs: 2 }),
+    ).rejects.toMatchObject({ status: 400, param: 'top_logprobs' });
   });
 });

@@ -12,7 +12,11 @@ export function toChatMessages(messages: ChatRequest['messages']): ChatMessage[]
     if ('name' in m && typeof m.name === 'string') out.name = m.name;
     if (m.role === 'assistant') {
       if (m.tool_calls && m.tool_calls.length > 0) {
-        out.tool_calls = m.tool_calls.map((tc) => ({ id: tc.id, type: 'function', function: { name: tc.function.name, arguments: tc.function.arguments } }));
+        out.tool_calls = m.tool_calls.map((tc) => ({
+          id: tc.id,
+          type: 'function',
+          function: { name: tc.function.name, arguments: tc.function.arguments },
+        }));
       }
       const reasoning = m.reasoning_content ?? m.reasoning;
       if (typeof reasoning === 'string') out.reasoning_content = reasoning;

@@ -63,7 +63,13 @@ export class SessionLookups {
     );
     let rows: (SessionRow & Record<string, unknown>)[];
     try {
-      rows = await this.sql.query('gw_session_lookups', LOOKUP_SQL, [batch.map((_, i) => i), batch.map((w) => w.sessionId), fpOrd, fps, depth]);
+      rows = await this.sql.query('gw_session_lookups', LOOKUP_SQL, [
+        batch.map((_, i) => i),
+        batch.map((w) => w.sessionId),
+        fpOrd,
+        fps,
+        depth,
+      ]);
     } catch (err) {
       for (const w of batch) w.reject(err);
       return;

@@ -32,7 +32,15 @@ export class SessionStore {
   }
 
   async create(s: NewSession): Promise<GatewaySession> {
-    const row = this.repo().create({ ...s, status: 'open', policyVersionAtStart: null, callCount: 0, branchCount: 0, closedAt: null, closeReason: null });
+    const row = this.repo().create({
+      ...s,
+      status: 'open',
+      policyVersionAtStart: null,
+      callCount: 0,
+      branchCount: 0,
+      closedAt: null,
+      closeReason: null,
+    });
     return this.repo().save(row);
   }
 
@@ -65,7 +73,11 @@ export class SessionStore {
       `UPDATE "gateway_sessions" SET "status" = 'closed', "closed_at" = now(), "close_reason" = 'closed' WHERE "id" = ANY($1::varchar[]) AND "status" = 'open'`,
       [ids],
     );
-    const rows = await this.sql.query<SessionRow>('gw_sessions_by_ids', `SELECT ${SESSION_COLUMNS} FROM "gateway_sessions" WHERE "id" = ANY($1::varchar[])`, [ids]);
+    const rows = await this.sql.query<SessionRow>(
+      'gw_sessions_by_ids',
+      `SELECT ${SESSION_COLUMNS} FROM "gateway_sessions" WHERE "id" = ANY($1::varchar[])`,
+      [ids],
+    );
     return rows.map(toSession);
   }
 
@@ -82,7 +94,13 @@ export class SessionStore {
 
   /** The recorded calls of several sessions at once, each session's in turn order. */
   async callsOf(ids: readonly string[]): Promise<Map<string, SessionCalls['calls']>> {
-    const rows = await this.sql.query<{ id: string; session_id: string; turn_index: number; branch_id: string; assistant_message_json: string }>(
+    const rows = await this.sql.query<{
+      id: string;
+      session_id: string;
+      turn_index: number;
+      branch_id: string;
+      assistant_message_json: string;
+    }>(
       'gw_sessions_calls',
       `SELECT "id", "session_id", "turn_index", "branch_id", "assistant_message_json" FROM "gateway_calls" WHERE "session_id" = ANY($1::varchar[]) ORDER BY "session_id", "turn_index", "id"`,
       [ids],
@@ -90,7 +108,12 @@ export class SessionStore {
     const out = new Map<string, SessionCalls['calls']>();
     for (const r of rows) {
       const list = out.get(r.session_id) ?? [];
-      list.push({ callId: r.id, turnIndex: Number(r.turn_index), branchId: r.branch_id, message: JSON.parse(r.assistant_message_json) as SessionCalls['calls'][number]['message'] });
+      list.push({
+        callId: r.id,
+        turnIndex: Number(r.turn_index),
+        branchId: r.branch_id,
+        message: JSON.parse(r.assistant_message_json) as SessionCalls['calls'][number]['message'],
+      });
       out.set(r.session_id, list);
     }
     return out;
@@ -98,7 +121,10 @@ export class SessionStore {
 
   /** Closes an open session (idempotent: a closed one keeps its first close time and reason). */
   async close(id: string, reason: 'closed' | 'expired'): Promise<GatewaySession | null> {
-    await this.ds.query(`UPDATE "gateway_sessions" SET "status" = 'closed', "closed_at" = now(), "close_reason" = $2 WHERE "id" = $1 AND "status" = 'open'`, [id, reason]);
+    await this.ds.query(
+      `UPDATE "gateway_sessions" SET "status" = 'closed', "closed_at" = now(), "close_reason" = $2 WHERE "id" = $1 AND "status" = 'open'`,
+      [id, reason],
+    );
     return this.find(id);
   }
 }

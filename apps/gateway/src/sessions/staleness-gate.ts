@@ -6,7 +6,8 @@ import type { PolicyVersionStore } from './policy-version-store';
 /** Advisory lock key serialising first-call admissions across gateway instances ('gwadm'). */
 const ADMISSION_LOCK_KEY = '444036161901';
 
-export type Admission = { admitted: true; startVersion: number; alreadyAdmitted: boolean } | { admitted: false; current: number; oldest: number };
+export type Admission =
+  { admitted: true; startVersion: number; alreadyAdmitted: boolean } | { admitted: false; current: number; oldest: number };
 
 /**
  * AReaL-style capacity gating (DESIGN.md, "Staleness"): current policy version − the oldest
@@ -49,7 +50,10 @@ export class StalenessGate {
       const current = this.versions.versionOf(r.current);
       const oldest = r.oldest === null || r.oldest === undefined ? current : Math.min(Number(r.oldest), current);
       if (!versionBoundAdmits(current, oldest, this.maxStaleness)) return { admitted: false, current, oldest };
-      await m.query(`UPDATE "gateway_sessions" SET "policy_version_at_start" = $2 WHERE "id" = $1 AND "policy_version_at_start" IS NULL`, [sessionId, current]);
+      await m.query(`UPDATE "gateway_sessions" SET "policy_version_at_start" = $2 WHERE "id" = $1 AND "policy_version_at_start" IS NULL`, [
+        sessionId,
+        current,
+      ]);
       return { admitted: true, startVersion: current, alreadyAdmitted: false };
     });
   }

@@ -16,11 +16,24 @@ export function openChatStream(call: PreparedCall, reply: FastifyReply, headers:
   reply.hijack();
   for (const [k, v] of Object.entries(headers)) reply.raw.setHeader(k, v);
   const sse = new SseStream(reply.raw);
-  const base = { id: completionId(call), object: 'chat.completion.chunk', created: Math.floor(call.receivedAt / 1000), model: call.model.name, system_fingerprint: null };
+  const base = {
+    id: completionId(call),
+    object: 'chat.completion.chunk',
+    created: Math.floor(call.receivedAt / 1000),
+    model: call.model.name,
+    system_fingerprint: null,
+  };
   const chunk = (index: number, delta: Record<string, unknown>, finish: string | null = null, logprobs: unknown = null) =>
     sse.send({ ...base, choices: [{ index, delta, logprobs, finish_reason: finish }] });
   const streamers = call.callIds.map(
-    () => new ContentStreamer({ format: call.model.format, tools: call.tools, toolChoice: call.toolChoice, promptOpensThink: call.plan.promptOpensThink, stop: call.stop }),
+    () =>
+      new ContentStreamer({
+        format: call.model.format,
+        tools: call.tools,
+        toolChoice: call.toolChoice,
+        promptOpensThink: call.plan.promptOpensThink,
+        stop: call.stop,
+      }),
   );
   const opened = call.callIds.map(() => false);
   const open = (i: number) => {
@@ -46,9 +59,24 @@ export function openChatStream(call: PreparedCall, reply: FastifyReply, headers:
         const message = c.reply?.message;
         if (message) emit(c.index, streamers[c.index].finish(message));
         if (message?.tool_calls?.length) {
-          chunk(c.index, { tool_calls: message.tool_calls.map((tc, k) => ({ index: k, id: tc.id, type: 'function', function: { name: tc.function.name, arguments: tc.function.arguments } })) });
+          chunk(c.index, {
+            tool_calls: message.tool_calls.map((tc, k) => ({
+              index: k,
+              id: tc.id,
+              type: 'function',
+              function: { name: tc.function.name, arguments: tc.function.arguments },
+            })),
+          });
         }
-        const logprobs = call.logprobs ? chatLogprobs(call.model.format.tokenizer, c.generation.outputIds, c.generation.logprobs, call.model.format.stopTokenIds, c.generation.topLogprobs) : null;
+        const logprobs = call.logprobs
+          ? chatLogprobs(
+              call.model.format.tokenizer,
+              c.generation.outputIds,
+              c.generation.logprobs,
+              call.model.format.stopTokenIds,
+              c.generation.topLogprobs,
+            )
+          : null;
         chunk(c.index, {}, c.finishReason, logprobs);
       }
       if (call.includeUsage) sse.send({ ...base, choices: [], usage: usage(call, choices) });

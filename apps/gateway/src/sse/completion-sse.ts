@@ -17,8 +17,15 @@ export function openCompletionStream(call: PreparedCall, reply: FastifyReply, he
   reply.hijack();
   for (const [k, v] of Object.entries(headers)) reply.raw.setHeader(k, v);
   const sse = new SseStream(reply.raw);
-  const base = { id: `cmpl-${call.requestId}`, object: 'text_completion', created: Math.floor(call.receivedAt / 1000), model: call.model.name, system_fingerprint: null };
-  const chunk = (index: number, text: string, finish: string | null = null, logprobs: unknown = null) => sse.send({ ...base, choices: [{ index, text, logprobs, finish_reason: finish }] });
+  const base = {
+    id: `cmpl-${call.requestId}`,
+    object: 'text_completion',
+    created: Math.floor(call.receivedAt / 1000),
+    model: call.model.name,
+    system_fingerprint: null,
+  };
+  const chunk = (index: number, text: string, finish: string | null = null, logprobs: unknown = null) =>
+    sse.send({ ...base, choices: [{ index, text, logprobs, finish_reason: finish }] });
   const stops = call.callIds.map(() => new StopStringMatcher(call.stop));
   const sent = call.callIds.map(() => 0);
   return {
@@ -33,7 +40,9 @@ export function openCompletionStream(call: PreparedCall, reply: FastifyReply, he
       for (const c of choices) {
         const text = c.generation.text;
         const rest = text.length > sent[c.index] ? text.slice(sent[c.index]) : '';
-        const logprobs = call.logprobs ? completionLogprobs(tok, c.generation.outputIds, c.generation.logprobs, c.generation.topLogprobs) : null;
+        const logprobs = call.logprobs
+          ? completionLogprobs(tok, c.generation.outputIds, c.generation.logprobs, c.generation.topLogprobs)
+          : null;
         chunk(c.index, rest, c.finishReason, logprobs);
       }
       if (call.includeUsage) sse.send({ ...base, choices: [], usage: usage(call, choices) });

@@ -26,7 +26,15 @@ export class ContentStreamer {
   private readonly stops: StopStringMatcher;
   private readonly toolCalls: boolean;
 
-  constructor(private readonly o: { format: ChatFormat; tools: ToolDefinition[] | null; toolChoice: ChatRequest['tool_choice']; promptOpensThink: boolean; stop: readonly string[] }) {
+  constructor(
+    private readonly o: {
+      format: ChatFormat;
+      tools: ToolDefinition[] | null;
+      toolChoice: ChatRequest['tool_choice'];
+      promptOpensThink: boolean;
+      stop: readonly string[];
+    },
+  ) {
     this.stops = new StopStringMatcher(o.stop);
     this.toolCalls = parsesToolCalls(o);
   }
@@ -73,7 +81,8 @@ export class ContentStreamer {
     if (!this.reasoningSent && typeof message.reasoning_content === 'string') out.reasoning = message.reasoning_content;
     this.reasoningSent = true;
     const content = typeof message.content === 'string' ? message.content : '';
-    if (content.startsWith(this.sentContent) && content.length > this.sentContent.length) out.content = content.slice(this.sentContent.length);
+    if (content.startsWith(this.sentContent) && content.length > this.sentContent.length)
+      out.content = content.slice(this.sentContent.length);
     this.sentContent = content;
     return out;
   }

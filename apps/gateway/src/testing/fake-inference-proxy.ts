@@ -34,7 +34,18 @@ export class FakeInferenceProxy {
         res.end(
           JSON.stringify({
             deployment: 'fake',
-            replicas: [{ id: 'fake', healthy: true, routable: true, inFlight: 0, weightsVersion: null, prefixCacheHitRate: 0, model: 'scripted', vocabSize: this.vocabSize }],
+            replicas: [
+              {
+                id: 'fake',
+                healthy: true,
+                routable: true,
+                inFlight: 0,
+                weightsVersion: null,
+                prefixCacheHitRate: 0,
+                model: 'scripted',
+                vocabSize: this.vocabSize,
+              },
+            ],
           }),
         );
         return;
@@ -68,7 +79,13 @@ export class FakeInferenceProxy {
     const versions = ids.map(() => version);
     // Asked for alternatives: the sampled id first, then the next ids, each less likely.
     const k = req.topLogprobs ?? 0;
-    const top = k > 0 ? ids.map((id, i) => ({ ids: Array.from({ length: k }, (_, j) => (id + j) % 272), logprobs: Array.from({ length: k }, (_, j) => logprobs[i] - j) })) : undefined;
+    const top =
+      k > 0
+        ? ids.map((id, i) => ({
+            ids: Array.from({ length: k }, (_, j) => (id + j) % 272),
+            logprobs: Array.from({ length: k }, (_, j) => logprobs[i] - j),
+          }))
+        : undefined;
     const response = {
       requestId: req.requestId,
       outputIds: ids,
@@ -89,8 +106,13 @@ export class FakeInferenceProxy {
     for (let i = 0; i < ids.length; i += 3) {
       if (res.destroyed) return;
       res.write(
-        JSON.stringify({ type: 'tokens', ids: ids.slice(i, i + 3), logprobs: logprobs.slice(i, i + 3), versions: versions.slice(i, i + 3), ...(top ? { topLogprobs: top.slice(i, i + 3) } : {}) }) +
-          '\n',
+        JSON.stringify({
+          type: 'tokens',
+          ids: ids.slice(i, i + 3),
+          logprobs: logprobs.slice(i, i + 3),
+          versions: versions.slice(i, i + 3),
+          ...(top ? { topLogprobs: top.slice(i, i + 3) } : {}),
+        }) + '\n',
       );
       if (this.tokenDelayMs) await new Promise((r) => setTimeout(r, this.tokenDelayMs));
     }

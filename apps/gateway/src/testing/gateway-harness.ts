@@ -48,7 +48,15 @@ export interface GatewayHarness {
   /** llm_call.recorded events published so far (read back from the bus). */
   records: RecordedCall[];
   createSession(
-    body?: Partial<{ rolloutId: string; groupId: string; taskId: string; model: string; expiresAt: number; maxContextTokens: number; weightSwap: 'finish' | 'abort-and-resume' }>,
+    body?: Partial<{
+      rolloutId: string;
+      groupId: string;
+      taskId: string;
+      model: string;
+      expiresAt: number;
+      maxContextTokens: number;
+      weightSwap: 'finish' | 'abort-and-resume';
+    }>,
   ): Promise<{ sessionId: string; apiKey: string; baseUrl: string }>;
   admin(path: string, init?: RequestInit): Promise<Response>;
   requestsFor(sessionId: string): GenerateRequest[];
@@ -60,7 +68,9 @@ export interface GatewayHarness {
  * PGlite (with the committed migrations) for PostgreSQL, the in-process MessageBus for Kafka, and
  * a scripted inference-proxy.
  */
-export async function startGatewayHarness(opts: { script?: (req: GenerateRequest, n: number) => ScriptedReply; env?: Record<string, string> } = {}): Promise<GatewayHarness> {
+export async function startGatewayHarness(
+  opts: { script?: (req: GenerateRequest, n: number) => ScriptedReply; env?: Record<string, string> } = {},
+): Promise<GatewayHarness> {
   const proxy = await new FakeInferenceProxy(opts.script ?? (() => ({ ids: [...Buffer.from('hello'), 258] }))).start();
   const config = gatewayEnv.parse({
     KAFKA_BROKERS: '127.0.0.1:9',
@@ -113,13 +123,19 @@ export async function startGatewayHarness(opts: { script?: (req: GenerateRequest
       GatewayApiModule.forRoot({ ...config, DB_MIGRATE_ON_START: false }),
     ],
   };
-  const app = await NestFactory.create<NestFastifyApplication>(root, new FastifyAdapter({ bodyLimit: config.MAX_REQUEST_BYTES }), { logger: false, abortOnError: false });
+  const app = await NestFactory.create<NestFastifyApplication>(root, new FastifyAdapter({ bodyLimit: config.MAX_REQUEST_BYTES }), {
+    logger: false,
+    abortOnError: false,
+  });
   await app.listen(0, '127.0.0.1');
   const address = app.getHttpServer().address();
   const baseUrl = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
 
   const admin = (path: string, init: RequestInit = {}) =>
-    fetch(`${baseUrl}${path}`, { ...init, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json', ...(init.headers as Record<string, string>) } });
+    fetch(`${baseUrl}${path}`, {
+      ...init,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json', ...(init.headers as Record<string, string>) },
+    });
   let sessions = 0;
   return {
     baseUrl,
@@ -135,7 +151,13 @@ export async function startGatewayHarness(opts: { script?: (req: GenerateRequest
       sessions++;
       const res = await admin('/admin/v1/sessions', {
         method: 'POST',
-        body: JSON.stringify({ rolloutId: `rollout-${sessions}`, groupId: 'group-1', taskId: 'task-1', model: config.GATEWAY_MODEL_NAME, ...body }),
+        body: JSON.stringify({
+          rolloutId: `rollout-${sessions}`,
+          groupId: 'group-1',
+          taskId: 'task-1',
+          model: config.GATEWAY_MODEL_NAME,
+          ...body,
+        }),
       });
       if (res.status !== 201) throw new Error(`createSession: ${res.status} ${await res.text()}`);
       return (await res.json()) as { sessionId: string; apiKey: string; baseUrl: string };

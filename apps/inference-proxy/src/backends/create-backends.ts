@@ -10,7 +10,9 @@ import { VllmBackend } from './vllm-backend';
 export async function createBackends(config: InferenceProxyConfig): Promise<InferenceBackend[]> {
   switch (config.INFERENCE_BACKEND) {
     case 'vllm':
-      return replicaUrls(config).map((url) => new VllmBackend({ url, model: config.INFERENCE_MODEL, loadTimeoutMs: config.WEIGHT_LOAD_TIMEOUT_MS }));
+      return replicaUrls(config).map(
+        (url) => new VllmBackend({ url, model: config.INFERENCE_MODEL, loadTimeoutMs: config.WEIGHT_LOAD_TIMEOUT_MS }),
+      );
     case 'sglang':
       return replicaUrls(config).map((url) => new SglangBackend({ url, loadTimeoutMs: config.WEIGHT_LOAD_TIMEOUT_MS }));
     case 'embedded': {
@@ -18,7 +20,11 @@ export async function createBackends(config: InferenceProxyConfig): Promise<Infe
       // enough to boot and test the service; the replica id says so in logs and /replicas.
       const dir = config.EMBEDDED_CHECKPOINT_DIR || undefined;
       const generator = await createEngineGenerator(dir, { seed: 0, maxBatch: config.EMBEDDED_MAX_BATCH });
-      return [dir ? new EmbeddedBackend(generator, 'embedded', dir) : new EmbeddedBackend(generator, 'embedded-tiny-random-seed0', 'built-in tiny model (random init, seed 0)')];
+      return [
+        dir
+          ? new EmbeddedBackend(generator, 'embedded', dir)
+          : new EmbeddedBackend(generator, 'embedded-tiny-random-seed0', 'built-in tiny model (random init, seed 0)'),
+      ];
     }
   }
 }

@@ -13,7 +13,15 @@ import { createBackends } from './create-backends';
 import { EmbeddedBackend } from './embedded-backend';
 import { createEngineGenerator } from './embedded-generator';
 
-const sampling = (over: Partial<SamplingParams> = {}): SamplingParams => ({ maxTokens: 12, temperature: 1, topP: 1, topK: 0, seed: 7, stopIds: [], ...over });
+const sampling = (over: Partial<SamplingParams> = {}): SamplingParams => ({
+  maxTokens: 12,
+  temperature: 1,
+  topP: 1,
+  topK: 0,
+  seed: 7,
+  stopIds: [],
+  ...over,
+});
 
 describe('EmbeddedBackend over @anvil/engine', async () => {
   // lazily, as the proxy itself loads the engine (only the embedded backend needs the addon)
@@ -45,7 +53,10 @@ describe('EmbeddedBackend over @anvil/engine', async () => {
 
   it("passes the engine's top logprobs on (k per token, the same in chunks and result; greedy: the sampled token first)", async () => {
     const chunks: TokenChunk[] = [];
-    const r = await backend.generate({ requestId: 'top', promptIds: [3, 1, 4, 1, 5], sampling: sampling({ temperature: 0, maxTokens: 5, topLogprobs: 3 }) }, { onTokens: (c) => chunks.push(c) });
+    const r = await backend.generate(
+      { requestId: 'top', promptIds: [3, 1, 4, 1, 5], sampling: sampling({ temperature: 0, maxTokens: 5, topLogprobs: 3 }) },
+      { onTokens: (c) => chunks.push(c) },
+    );
     expect(r.topLogprobs).toHaveLength(5);
     expect(chunks.flatMap((c) => c.topLogprobs ?? [])).toEqual(r.topLogprobs);
     r.topLogprobs?.forEach((t, i) => {
@@ -53,17 +64,24 @@ describe('EmbeddedBackend over @anvil/engine', async () => {
       expect(t.ids[0]).toBe(r.outputIds[i]); // greedy picks the most likely token
       expect([...t.logprobs].sort((a, b) => b - a)).toEqual(t.logprobs);
     });
-    expect((await backend.generate({ requestId: 'none', promptIds: [3, 1], sampling: sampling({ maxTokens: 2 }) })).topLogprobs).toBeUndefined();
+    expect(
+      (await backend.generate({ requestId: 'none', promptIds: [3, 1], sampling: sampling({ maxTokens: 2 }) })).topLogprobs,
+    ).toBeUndefined();
   });
 
   it('aborts at a token boundary, refuses invalid prompts with a request error', async () => {
     const ac = new AbortController();
     let n = 0;
-    const r = await backend.generate({ requestId: 'c', promptIds: [3, 4], sampling: sampling({ maxTokens: 5000 }) }, { signal: ac.signal, onTokens: () => ++n === 3 && ac.abort() });
+    const r = await backend.generate(
+      { requestId: 'c', promptIds: [3, 4], sampling: sampling({ maxTokens: 5000 }) },
+      { signal: ac.signal, onTokens: () => ++n === 3 && ac.abort() },
+    );
     expect(r.finishReason).toBe('abort');
     expect(r.outputIds).toHaveLength(3);
     expect(backend.inFlight).toBe(0);
-    await expect(backend.generate({ requestId: 'd', promptIds: [1, 999_999], sampling: sampling() })).rejects.toBeInstanceOf(BackendRequestError);
+    await expect(backend.generate({ requestId: 'd', promptIds: [1, 999_999], sampling: sampling() })).rejects.toBeInstanceOf(
+      BackendRequestError,
+    );
     await expect(backend.generate({ requestId: 'e', promptIds: [], sampling: sampling() })).rejects.toThrow(/empty prompt/);
   });
 

@@ -1,6 +1,13 @@
 import { fileURLToPath } from 'node:url';
 import { BackendRequestError } from './backend';
-import type { BackendGenerateOptions, BackendGenerateRequest, BackendHealth, BackendResult, InferenceBackend, LoadWeightsRequest } from './backend';
+import type {
+  BackendGenerateOptions,
+  BackendGenerateRequest,
+  BackendHealth,
+  BackendResult,
+  InferenceBackend,
+  LoadWeightsRequest,
+} from './backend';
 import type { EmbeddedGenerator } from './embedded-generator';
 
 /**
@@ -45,7 +52,8 @@ export class EmbeddedBackend implements InferenceBackend {
       // logits; `logprobs` stay those of the processed distribution each token was sampled from.
       const r = await this.generator.generate(req.promptIds, req.sampling, {
         signal: controller.signal,
-        onToken: (id, logprob, _raw, top) => opts.onTokens?.({ ids: [id], logprobs: [logprob], ...(wantTop ? { topLogprobs: [alternatives(top)] } : {}) }),
+        onToken: (id, logprob, _raw, top) =>
+          opts.onTokens?.({ ids: [id], logprobs: [logprob], ...(wantTop ? { topLogprobs: [alternatives(top)] } : {}) }),
       });
       return {
         outputIds: r.outputIds,
@@ -83,4 +91,7 @@ export class EmbeddedBackend implements InferenceBackend {
   }
 }
 
-const alternatives = (top: readonly { id: number; logprob: number }[] | undefined) => ({ ids: (top ?? []).map((t) => t.id), logprobs: (top ?? []).map((t) => t.logprob) });
+const alternatives = (top: readonly { id: number; logprob: number }[] | undefined) => ({
+  ids: (top ?? []).map((t) => t.id),
+  logprobs: (top ?? []).map((t) => t.logprob),
+});

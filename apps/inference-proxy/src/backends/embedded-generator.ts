@@ -20,7 +20,10 @@ export interface EmbeddedGenerator {
   generate(
     promptIds: readonly number[],
     sampling: SamplingParams,
-    opts: { signal?: AbortSignal; onToken?: (id: number, logprob: number, rawLogprob: number, top?: readonly { id: number; logprob: number }[]) => void },
+    opts: {
+      signal?: AbortSignal;
+      onToken?: (id: number, logprob: number, rawLogprob: number, top?: readonly { id: number; logprob: number }[]) => void;
+    },
   ): Promise<EmbeddedGeneration>;
   /** Token ids the current model has (its vocab_size; a checkpoint load may change it). */
   readonly vocabSize: number;
@@ -58,7 +61,10 @@ export interface EmbeddedGeneratorStats {
  * boot, route and test the service without weights. Loaded lazily so the external backends never
  * load the native addon.
  */
-export async function createEngineGenerator(checkpointDir: string | undefined, options: { maxBatch?: number; seed?: number; prefixCacheBytes?: number } = {}): Promise<EmbeddedGenerator> {
+export async function createEngineGenerator(
+  checkpointDir: string | undefined,
+  options: { maxBatch?: number; seed?: number; prefixCacheBytes?: number } = {},
+): Promise<EmbeddedGenerator> {
   const { createGenerator } = await import('@anvil/engine');
   return createGenerator(checkpointDir || undefined, options);
 }

@@ -90,7 +90,13 @@ export abstract class ExternalBackend implements InferenceBackend {
     const wantTop = (req.sampling.topLogprobs ?? 0) > 0;
     const topLogprobs: TopLogprobs[] = [];
     let cachedPromptTokens = 0;
-    const result = (finishReason: FinishReason): BackendResult => ({ outputIds, logprobs, finishReason, cachedPromptTokens, ...(wantTop ? { topLogprobs } : {}) });
+    const result = (finishReason: FinishReason): BackendResult => ({
+      outputIds,
+      logprobs,
+      finishReason,
+      cachedPromptTokens,
+      ...(wantTop ? { topLogprobs } : {}),
+    });
     const aborted = (): BackendResult => result('abort');
     if (opts.signal?.aborted) return aborted();
 
@@ -118,14 +124,22 @@ export abstract class ExternalBackend implements InferenceBackend {
           pushAll(logprobs, step.logprobs);
           if (wantTop) {
             if (step.topLogprobs?.length !== step.ids.length)
-              throw new BackendUnavailableError(this.id, `asked for top logprobs, got ${step.topLogprobs?.length ?? 0} entries for ${step.ids.length} tokens`);
+              throw new BackendUnavailableError(
+                this.id,
+                `asked for top logprobs, got ${step.topLogprobs?.length ?? 0} entries for ${step.ids.length} tokens`,
+              );
             pushAll(topLogprobs, step.topLogprobs);
           }
-          opts.onTokens?.(wantTop ? { ids: step.ids, logprobs: step.logprobs, topLogprobs: step.topLogprobs } : { ids: step.ids, logprobs: step.logprobs });
+          opts.onTokens?.(
+            wantTop
+              ? { ids: step.ids, logprobs: step.logprobs, topLogprobs: step.topLogprobs }
+              : { ids: step.ids, logprobs: step.logprobs },
+          );
         }
         if (step.finishReason) finishReason = step.finishReason;
       });
-      if (!finishReason) throw new BackendUnavailableError(this.id, `stream ended after ${outputIds.length} tokens without a finish reason`);
+      if (!finishReason)
+        throw new BackendUnavailableError(this.id, `stream ended after ${outputIds.length} tokens without a finish reason`);
       return result(finishReason);
     } catch (err) {
       if (controller.signal.aborted) {
@@ -133,7 +147,9 @@ export abstract class ExternalBackend implements InferenceBackend {
         return aborted();
       }
       if (err instanceof Error && (err.name === 'BackendUnavailableError' || err.name === 'BackendRequestError')) throw err;
-      throw new BackendUnavailableError(this.id, `stream broke after ${outputIds.length} tokens: ${(err as Error).message}`, { cause: err });
+      throw new BackendUnavailableError(this.id, `stream broke after ${outputIds.length} tokens: ${(err as Error).message}`, {
+        cause: err,
+      });
     } finally {
       opts.signal?.removeEventListener('abort', forward);
       this.running.delete(req.requestId);

@@ -9,7 +9,12 @@ import { BackendRequestError, BackendUnavailableError } from './backend';
  * connection, which is how both vLLM and SGLang learn that a client went away.
  */
 
-export async function postJson(backendId: string, url: string, body: unknown, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<unknown> {
+export async function postJson(
+  backendId: string,
+  url: string,
+  body: unknown,
+  opts: { timeoutMs: number; signal?: AbortSignal },
+): Promise<unknown> {
   const signal = opts.signal ? AbortSignal.any([opts.signal, AbortSignal.timeout(opts.timeoutMs)]) : AbortSignal.timeout(opts.timeoutMs);
   let res: Response;
   try {
@@ -158,7 +163,14 @@ const STALE_CONNECTION = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE']);
 export async function openStream(backendId: string, url: string, body: unknown, signal: AbortSignal): Promise<Readable> {
   let res: Dispatcher.ResponseData;
   const payload = JSON.stringify(body);
-  const post = () => request(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: payload, signal, dispatcher: engineConnections });
+  const post = () =>
+    request(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
+      body: payload,
+      signal,
+      dispatcher: engineConnections,
+    });
   try {
     try {
       res = await post();
@@ -175,7 +187,9 @@ export async function openStream(backendId: string, url: string, body: unknown, 
   if (res.statusCode < 200 || res.statusCode >= 300) {
     const text = await res.body.text().catch(() => '');
     const message = `POST ${new URL(url).pathname} answered ${res.statusCode}: ${text.slice(0, 500)}`;
-    throw res.statusCode >= 500 ? new BackendUnavailableError(backendId, message) : new BackendRequestError(backendId, res.statusCode, message);
+    throw res.statusCode >= 500
+      ? new BackendUnavailableError(backendId, message)
+      : new BackendRequestError(backendId, res.statusCode, message);
   }
   res.body.setEncoding('utf8');
   return res.body;

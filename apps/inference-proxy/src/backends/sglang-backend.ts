@@ -1,4 +1,10 @@
-import { BackendUnavailableError, type BackendGenerateRequest, type BackendHealth, type FinishReason, type LoadWeightsRequest } from './backend';
+import {
+  BackendUnavailableError,
+  type BackendGenerateRequest,
+  type BackendHealth,
+  type FinishReason,
+  type LoadWeightsRequest,
+} from './backend';
 import { ExternalBackend, type StreamState, type StreamStep } from './external-backend';
 import { postJson } from './http-stream';
 
@@ -68,7 +74,9 @@ export class SglangBackend extends ExternalBackend {
     if (top && state.wantTop) {
       const freshTop = cumulative ? top.slice(state.received) : top;
       step.topLogprobs = freshTop.map((alts) => {
-        const sorted = [...(alts ?? [])].map((a) => [a[1], a[0] === null ? Number.NEGATIVE_INFINITY : a[0]] as const).sort((a, b) => b[1] - a[1]);
+        const sorted = [...(alts ?? [])]
+          .map((a) => [a[1], a[0] === null ? Number.NEGATIVE_INFINITY : a[0]] as const)
+          .sort((a, b) => b[1] - a[1]);
         return { ids: sorted.map((a) => a[0]), logprobs: sorted.map((a) => a[1]) };
       });
     }
@@ -89,7 +97,12 @@ export class SglangBackend extends ExternalBackend {
   }
 
   async loadWeights(req: LoadWeightsRequest): Promise<void> {
-    const res = (await postJson(this.id, `${this.baseUrl}/update_weights_from_disk`, { model_path: req.checkpointUri }, { timeoutMs: this.loadTimeoutMs })) as {
+    const res = (await postJson(
+      this.id,
+      `${this.baseUrl}/update_weights_from_disk`,
+      { model_path: req.checkpointUri },
+      { timeoutMs: this.loadTimeoutMs },
+    )) as {
       success?: boolean;
       message?: string;
     } | null;

@@ -1,4 +1,10 @@
-import { BackendUnavailableError, type BackendGenerateRequest, type BackendHealth, type FinishReason, type LoadWeightsRequest } from './backend';
+import {
+  BackendUnavailableError,
+  type BackendGenerateRequest,
+  type BackendHealth,
+  type FinishReason,
+  type LoadWeightsRequest,
+} from './backend';
 import { ExternalBackend, type ExternalBackendOptions, type StreamState, type StreamStep } from './external-backend';
 import { postJson } from './http-stream';
 
@@ -102,7 +108,12 @@ export class VllmBackend extends ExternalBackend {
 
   async loadWeights(req: LoadWeightsRequest): Promise<void> {
     const opts = { timeoutMs: this.loadTimeoutMs };
-    await postJson(this.id, `${this.baseUrl}/collective_rpc`, { method: 'update_config', args: [{ model_config: { model: req.checkpointUri } }] }, opts);
+    await postJson(
+      this.id,
+      `${this.baseUrl}/collective_rpc`,
+      { method: 'update_config', args: [{ model_config: { model: req.checkpointUri } }] },
+      opts,
+    );
     await postJson(this.id, `${this.baseUrl}/collective_rpc`, { method: 'reload_weights' }, opts);
     await postJson(this.id, `${this.baseUrl}/reset_prefix_cache`, {}, { timeoutMs: this.controlTimeoutMs });
   }
@@ -123,7 +134,11 @@ const TOKEN_ID_PREFIX = 'token_id:';
 
 /** "token_id:<n>" -> n (a plain scan: this runs for every token, and a regex match allocates). */
 function parseTokenId(backendId: string, token: string): number {
-  if (!isTokenIdText(token)) throw new BackendUnavailableError(backendId, `token ${JSON.stringify(token)} is not "token_id:<n>": is return_tokens_as_token_ids supported by this vLLM?`);
+  if (!isTokenIdText(token))
+    throw new BackendUnavailableError(
+      backendId,
+      `token ${JSON.stringify(token)} is not "token_id:<n>": is return_tokens_as_token_ids supported by this vLLM?`,
+    );
   return Number(token.slice(TOKEN_ID_PREFIX.length));
 }
 

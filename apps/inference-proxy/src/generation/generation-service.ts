@@ -58,7 +58,10 @@ export class GenerationService {
    * listener) abort the generation; either way it resolves with the tokens so far, finishReason
    * 'abort'.
    */
-  async generate(req: GenerateRequest, opts: { signal?: AbortSignal; stop?: RequestStop; onChunk?: (chunk: StampedChunk) => void } = {}): Promise<GenerateResponse> {
+  async generate(
+    req: GenerateRequest,
+    opts: { signal?: AbortSignal; stop?: RequestStop; onChunk?: (chunk: StampedChunk) => void } = {},
+  ): Promise<GenerateResponse> {
     if (this.shuttingDown) throw new ServiceShuttingDownError('the inference-proxy is shutting down');
     // The caller, shutdown and the deadline stop the request (see RequestStop for why this is
     // not linkAbort): at most one listener (on the caller's signal), none on a shared signal.
@@ -116,7 +119,10 @@ export class GenerationService {
           replica = this.router.route(req.sessionId, excluded).replica;
         } catch (err) {
           if (err instanceof NoReplicaAvailableError && ids.length > 0) {
-            this.logger.warn('no replica left to resume on; returning the partial output', { requestId: req.requestId, tokens: ids.length });
+            this.logger.warn('no replica left to resume on; returning the partial output', {
+              requestId: req.requestId,
+              tokens: ids.length,
+            });
             return finish('abort');
           }
           throw err;
@@ -145,7 +151,15 @@ export class GenerationService {
             {
               requestId: `${req.requestId}.${attemptNo++}`,
               promptIds: prompt,
-              sampling: { maxTokens: remaining, temperature: req.temperature, topP: req.topP, topK: req.topK, seed: req.seed, stopIds: req.stopIds, topLogprobs: req.topLogprobs },
+              sampling: {
+                maxTokens: remaining,
+                temperature: req.temperature,
+                topP: req.topP,
+                topK: req.topK,
+                seed: req.seed,
+                stopIds: req.stopIds,
+                topLogprobs: req.topLogprobs,
+              },
             },
             {
               signal: attemptAbort.signal,
@@ -177,7 +191,13 @@ export class GenerationService {
           this.monitor.recordFailure(replica, (err as Error).message);
           const stage = ids.length > 0 ? 'mid_stream' : 'before_first_token';
           this.metrics.failovers.inc({ stage });
-          this.logger.warn('replica failed a generation; failing over', { requestId: req.requestId, replica: replica.id, stage, tokens: ids.length, err });
+          this.logger.warn('replica failed a generation; failing over', {
+            requestId: req.requestId,
+            replica: replica.id,
+            stage,
+            tokens: ids.length,
+            err,
+          });
           if (failures >= this.options.maxAttempts) {
             if (ids.length > 0) return finish('abort');
             throw err;

@@ -37,7 +37,19 @@ export function checkGenerateRequest(body: unknown): GenerateRequest | undefined
   if (weightSwap !== undefined && !(WEIGHT_SWAP_CHOICES as readonly unknown[]).includes(weightSwap)) return undefined;
   // The arrays are the body's own (zod would copy them): the body is parsed per request and
   // nothing else holds it. Keys in the schema's order, unknown ones dropped, like zod's output.
-  const parsed: GenerateRequest = { requestId, sessionId, promptIds, maxTokens, temperature, topP, topK, seed, stopIds: stopIds ?? [], stream, topLogprobs };
+  const parsed: GenerateRequest = {
+    requestId,
+    sessionId,
+    promptIds,
+    maxTokens,
+    temperature,
+    topP,
+    topK,
+    seed,
+    stopIds: stopIds ?? [],
+    stream,
+    topLogprobs,
+  };
   if (weightSwap !== undefined) parsed.weightSwap = weightSwap as GenerateRequest['weightSwap'];
   return parsed;
 }

@@ -67,7 +67,14 @@ export class GenerateController {
     try {
       const response = await runtime.generation.generate(req, {
         stop,
-        onChunk: (c) => write({ type: 'tokens', ids: c.ids, logprobs: c.logprobs, versions: c.versions, ...(c.topLogprobs ? { topLogprobs: c.topLogprobs } : {}) }),
+        onChunk: (c) =>
+          write({
+            type: 'tokens',
+            ids: c.ids,
+            logprobs: c.logprobs,
+            versions: c.versions,
+            ...(c.topLogprobs ? { topLogprobs: c.topLogprobs } : {}),
+          }),
       });
       write({ type: 'done', response });
       raw.end();

@@ -7,7 +7,8 @@ import { NoReplicaAvailableError } from '../routing/router';
 export function proxyApiError(err: unknown): ApiError | undefined {
   if (err instanceof NoReplicaAvailableError) return ApiError.unavailable(err.message, 'no_replica_available');
   if (err instanceof ServiceShuttingDownError) return ApiError.unavailable(err.message, 'shutting_down');
-  if (err instanceof BackendRequestError) return new ApiError(400, 'invalid_request_error', `the inference engine refused the request: ${err.message}`, 'backend_rejected');
+  if (err instanceof BackendRequestError)
+    return new ApiError(400, 'invalid_request_error', `the inference engine refused the request: ${err.message}`, 'backend_rejected');
   return undefined;
 }
 

@@ -21,7 +21,11 @@ describe('Router', () => {
     const home = router.route('s2').replica;
     const others = replicas.filter((r) => r !== home);
     (others[0] as { backend: { inFlight: number } }).backend.inFlight = 3;
-    for (const disable of [() => (home.healthy = false), () => (home.stale = true), () => ((home as { backend: { inFlight: number } }).backend.inFlight = 4)]) {
+    for (const disable of [
+      () => (home.healthy = false),
+      () => (home.stale = true),
+      () => ((home as { backend: { inFlight: number } }).backend.inFlight = 4),
+    ]) {
       disable();
       expect(router.route('s2')).toEqual({ replica: others[1], reason: 'least-loaded' });
       home.healthy = true;

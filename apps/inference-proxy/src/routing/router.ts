@@ -34,7 +34,9 @@ export class Router {
     const ranked = rendezvousRank(sessionId, this.replicas(), (r) => r.id);
     const candidates = ranked.filter((r) => r.routable && !exclude.has(r.id));
     if (candidates.length === 0) {
-      throw new NoReplicaAvailableError(`no routable replica (${ranked.length} configured, ${ranked.filter((r) => r.routable).length} routable, ${exclude.size} excluded for this request)`);
+      throw new NoReplicaAvailableError(
+        `no routable replica (${ranked.length} configured, ${ranked.filter((r) => r.routable).length} routable, ${exclude.size} excluded for this request)`,
+      );
     }
     const affine = ranked[0];
     if (affine === candidates[0] && affine.inFlight < this.options.maxInFlightPerReplica) return { replica: affine, reason: 'affinity' };

@@ -59,7 +59,9 @@ async function swapUnder(policy: InferenceRuntimeOptions['swapPolicy'], choices:
   const backend = new PacedBackend(10);
   const rt = testRuntime([backend], { swapPolicy: policy });
   const produced = choices.map(() => 0);
-  const runs = choices.map((c, i) => rt.generation.generate(request(`r${i}`, c), { onChunk: (chunk) => (produced[i] += chunk.ids.length) }));
+  const runs = choices.map((c, i) =>
+    rt.generation.generate(request(`r${i}`, c), { onChunk: (chunk) => (produced[i] += chunk.ids.length) }),
+  );
   while (produced.some((n) => n < 3)) await new Promise((r) => setTimeout(r, 2));
   const swap = await rt.swapper.apply({ version: 1, checkpointUri: '/ckpt/v1' });
   const results = await Promise.all(runs);

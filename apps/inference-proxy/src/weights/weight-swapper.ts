@@ -14,7 +14,8 @@ export interface WeightSwapOptions {
   drainTimeoutMs: number;
 }
 
-export type SwapOutcome = { status: 'activated'; loaded: string[]; failed: string[]; seconds: number } | { status: 'ignored'; reason: string };
+export type SwapOutcome =
+  { status: 'activated'; loaded: string[]; failed: string[]; seconds: number } | { status: 'ignored'; reason: string };
 
 /**
  * Moves every replica to a new policy version:
@@ -92,7 +93,9 @@ export class WeightSwapper {
         }
       });
       if (loaded.length === 0) {
-        throw new Error(`no replica loaded policy version ${target.version} from ${target.checkpointUri}${failed.length ? ` (failed: ${failed.join(', ')})` : ' (no healthy replica)'}`);
+        throw new Error(
+          `no replica loaded policy version ${target.version} from ${target.checkpointUri}${failed.length ? ` (failed: ${failed.join(', ')})` : ' (no healthy replica)'}`,
+        );
       }
       const loadedSet = new Set(loaded);
       for (const r of this.replicas()) {

@@ -19,14 +19,29 @@ describe('weights.published checksum', async () => {
   const published = (version: number, dir: string, sha256: string) =>
     createEvent(
       'weights.published',
-      { version, parentVersion: version - 1, step: version, checkpointId: `v${version}`, checkpointUri: dir, format: 'hf-safetensors', sha256, publishedAt: Date.now() },
+      {
+        version,
+        parentVersion: version - 1,
+        step: version,
+        checkpointId: `v${version}`,
+        checkpointUri: dir,
+        format: 'hf-safetensors',
+        sha256,
+        publishedAt: Date.now(),
+      },
       { key: String(version), producer: 'test' },
     );
 
   it('swaps to a checkpoint whose files match, refuses a corrupted one and keeps serving the active weights', async () => {
     const rt = testRuntime([new EmbeddedBackend(await createEngineGenerator(undefined, { seed: 1 }))]);
     const bus = new MemoryBus();
-    const handler = new WeightsPublishedHandler(rt.swapper, rt.versions, bus, 'test', createLogger({ service: 't', level: 'error', sink: () => undefined }));
+    const handler = new WeightsPublishedHandler(
+      rt.swapper,
+      rt.versions,
+      bus,
+      'test',
+      createLogger({ service: 't', level: 'error', sink: () => undefined }),
+    );
     const m = Model.tiny({ seed: 2 });
     await m.save(join(root, 'v1'));
     await m.save(join(root, 'v2'));

@@ -26,7 +26,12 @@ export class WeightsPublishedHandler {
     const { version, checkpointUri, sha256 } = event.payload;
     const refused = await this.verify(checkpointUri, sha256);
     if (refused) {
-      this.logger.error('weights.published refused: the checkpoint does not match its checksum, the active weights stay', { version, checkpointUri, eventId: event.id, reason: refused });
+      this.logger.error('weights.published refused: the checkpoint does not match its checksum, the active weights stay', {
+        version,
+        checkpointUri,
+        eventId: event.id,
+        reason: refused,
+      });
       return { status: 'ignored', reason: refused };
     }
     const outcome = await this.swapper.apply({ version, checkpointUri });
@@ -57,7 +62,9 @@ export class WeightsPublishedHandler {
     const { checkpointDigest } = await import('@anvil/engine');
     try {
       const actual = await checkpointDigest(dir);
-      return actual === sha256 ? null : `checksum mismatch: weights.published says sha256 ${sha256}, the files at ${checkpointUri} give ${actual}`;
+      return actual === sha256
+        ? null
+        : `checksum mismatch: weights.published says sha256 ${sha256}, the files at ${checkpointUri} give ${actual}`;
     } catch (err) {
       return `checkpoint ${checkpointUri} is unreadable: ${(err as Error).message}`;
     }

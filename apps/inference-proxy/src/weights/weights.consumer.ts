@@ -29,7 +29,13 @@ export class WeightsConsumer implements OnModuleInit, OnModuleDestroy {
   onModuleInit(): void {
     const runtime = this.handle.runtime;
     if (!runtime) return;
-    const handler = new WeightsPublishedHandler(runtime.swapper, runtime.versions, this.bus, this.config.DEPLOYMENT_NAME, this.logger.child({ component: 'weights' }));
+    const handler = new WeightsPublishedHandler(
+      runtime.swapper,
+      runtime.versions,
+      this.bus,
+      this.config.DEPLOYMENT_NAME,
+      this.logger.child({ component: 'weights' }),
+    );
     // Subscribing waits for the broker: in the background, so /healthz answers meanwhile.
     this.subscription = new BackgroundSubscription({
       name: 'weights-consumer',

@@ -72,12 +72,18 @@ export class CallStore {
     if (rows.length === 0) throw new MissingParentError(callId, `call ${callId} is not stored, or a call on its parent chain is missing`);
     const prompt = decodeTokenArray(Int32Array, rows[0].prompt);
     if (prompt.length !== Number(rows[0].expected))
-      throw new MissingParentError(callId, `call ${callId}: rebuilt ${prompt.length} prompt ids, the row says ${rows[0].expected} (a parent on its chain is missing)`);
+      throw new MissingParentError(
+        callId,
+        `call ${callId}: rebuilt ${prompt.length} prompt ids, the row says ${rows[0].expected} (a parent on its chain is missing)`,
+      );
     return prompt;
   }
 
   /** Call segments of rollouts in turn order (turn, then arrival), for the tree builder. */
-  async segmentsOf(rolloutIds: readonly string[], db: Db = this.db): Promise<Map<string, (CallSegment & { turnIndex: number; promptLength: number })[]>> {
+  async segmentsOf(
+    rolloutIds: readonly string[],
+    db: Db = this.db,
+  ): Promise<Map<string, (CallSegment & { turnIndex: number; promptLength: number })[]>> {
     const rows: SegmentRow[] = await db.query(
       `SELECT "id", "rollout_id", "parent_call_id", "prompt_prefix_tokens", "prompt_ids", "output_ids", "output_logprobs", "output_versions", "prompt_tokens", "turn_index"
        FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[]) ORDER BY "rollout_id", "turn_index", "received_at", "id"`,
@@ -93,7 +99,11 @@ export class CallStore {
    * One query returning a trajectory's calls as a token tree (unique nodes, pre-order, per-node
    * behaviour logprobs and versions, one sample per call with weight `lossWeight`).
    */
-  async treeOf(rolloutId: string, meta: Omit<SampleMeta, 'sampleId'> = { trajectoryId: rolloutId, groupId: '', advantage: 0, lossWeight: 1 }, db: Db = this.db): Promise<PrefixTree> {
+  async treeOf(
+    rolloutId: string,
+    meta: Omit<SampleMeta, 'sampleId'> = { trajectoryId: rolloutId, groupId: '', advantage: 0, lossWeight: 1 },
+    db: Db = this.db,
+  ): Promise<PrefixTree> {
     const calls = (await this.segmentsOf([rolloutId], db)).get(rolloutId) ?? [];
     const b = new PrefixTreeBuilder();
     for (const c of orderParentsFirst(calls)) b.add(c, { ...meta, sampleId: c.callId });
@@ -102,7 +112,9 @@ export class CallStore {
 }
 
 /** Turn order, except that a call whose parent comes later (an outbox recovery reordered turns) waits for it. */
-export function orderParentsFirst<T extends { callId: string; parentCallId: string | null; reusedPromptTokens: number }>(calls: readonly T[]): T[] {
+export function orderParentsFirst<T extends { callId: string; parentCallId: string | null; reusedPromptTokens: number }>(
+  calls: readonly T[],
+): T[] {
   const ids = new Set(calls.map((c) => c.callId));
   const done = new Set<string>();
   const out: T[] = [];
@@ -117,7 +129,8 @@ export function orderParentsFirst<T extends { callId: string; parentCallId: stri
         done.add(c.callId);
       }
     }
-    if (next.length === rest.length) throw new MissingParentError(next[0].callId, `calls ${next.map((c) => c.callId).join(', ')} form a parent cycle`);
+    if (next.length === rest.length)
+      throw new MissingParentError(next[0].callId, `calls ${next.map((c) => c.callId).join(', ')} form a parent cycle`);
     rest = next;
   }
   return out;

@@ -10,7 +10,8 @@ function randomQueue(rand: () => number, length: number): Entry[] {
   return Array.from({ length }, (_, i) => {
     const status = i === 0 ? (rand() < 0.5 ? 'pending' : 'completed') : statuses[Math.floor(rand() * (rand() < 0.5 ? 2 : 4))];
     const e: Entry = { id: `r${i}`, position: i * 2 + (rand() < 0.3 ? 1 : 0), submittedAt: 1000 + i, status };
-    if (status === 'completed' || status === 'taken') Object.assign(e, { tokens: 1 + Math.floor(rand() * 500), completedAt: 5000 + Math.floor(rand() * 1000) });
+    if (status === 'completed' || status === 'taken')
+      Object.assign(e, { tokens: 1 + Math.floor(rand() * 500), completedAt: 5000 + Math.floor(rand() * 1000) });
     return e;
   });
 }
@@ -40,7 +41,10 @@ describe('fifoReach: reading the queue only as far as one take can reach changes
     for (let trial = 0; trial < 3000; trial++) {
       const inFlight = 1 + Math.floor(rand() * 12);
       const batchTrajectories = 1 + Math.floor(rand() * 6);
-      const window: WindowConfig = rand() < 0.3 ? { inFlight, window: 'adaptive', headAgeLimitMs: 2_000 } : { inFlight, window: 1 + Math.floor(rand() * inFlight), headAgeLimitMs: 2_000 };
+      const window: WindowConfig =
+        rand() < 0.3
+          ? { inFlight, window: 'adaptive', headAgeLimitMs: 2_000 }
+          : { inFlight, window: 1 + Math.floor(rand() * inFlight), headAgeLimitMs: 2_000 };
       const entries = randomQueue(rand, Math.floor(rand() * 60) + 1);
       const reach = fifoReach({ batchTrajectories, window });
       if (reach === null) throw new Error('count mode has a reach');

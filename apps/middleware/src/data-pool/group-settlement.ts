@@ -1,6 +1,14 @@
 import type { DataSource, EntityManager } from 'typeorm';
 import { createEvent, type EventEnvelope, type RolloutFinishReason } from '@anvil/contracts';
-import { computeGroupAdvantages, filterGroup, type AdvantageConfig, type FilterConfig, type FilterResult, type FilterRollout, type RolloutScore } from '@anvil/rl';
+import {
+  computeGroupAdvantages,
+  filterGroup,
+  type AdvantageConfig,
+  type FilterConfig,
+  type FilterResult,
+  type FilterRollout,
+  type RolloutScore,
+} from '@anvil/rl';
 import type { Outbox } from '@anvil/persistence';
 
 export interface SettlementConfig {
@@ -133,7 +141,10 @@ export class GroupSettlement {
       `SELECT "rollout_id", "id" FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[]) ORDER BY "rollout_id", "turn_index", "received_at", "id"`,
       [rolloutIds],
     );
-    const rewards: { call_id: string; value: number }[] = await m.query(`SELECT "call_id", "value" FROM "rewards" WHERE "kind" = 'process' AND "rollout_id" = ANY($1::varchar[])`, [rolloutIds]);
+    const rewards: { call_id: string; value: number }[] = await m.query(
+      `SELECT "call_id", "value" FROM "rewards" WHERE "kind" = 'process' AND "rollout_id" = ANY($1::varchar[])`,
+      [rolloutIds],
+    );
     const valueOf = new Map(rewards.map((r) => [r.call_id, Number(r.value)]));
     const out = new Map<string, { callIds: string[]; values: number[] }>(rolloutIds.map((id) => [id, { callIds: [], values: [] }]));
     for (const c of calls) {
@@ -160,8 +171,15 @@ export class GroupSettlement {
     // Calls may come late (Kafka keeps no order across a gateway's outbox recovery), so both wait
     // callWaitMs. A parent that never comes would make the batch's prefix tree unbuildable (every
     // cut of it would fail), so its rollout is dropped here with the reason, not scheduled.
-    if (have < want) return { fate: 'drop', reason: `calls_missing: ${have} of ${want} calls arrived within ${this.cfg.callWaitMs} ms of rollout.completed` };
-    return { fate: 'drop', reason: `parent_missing: ${orphans} call(s) extend a parent call that did not arrive within ${this.cfg.callWaitMs} ms of rollout.completed` };
+    if (have < want)
+      return {
+        fate: 'drop',
+        reason: `calls_missing: ${have} of ${want} calls arrived within ${this.cfg.callWaitMs} ms of rollout.completed`,
+      };
+    return {
+      fate: 'drop',
+      reason: `parent_missing: ${orphans} call(s) extend a parent call that did not arrive within ${this.cfg.callWaitMs} ms of rollout.completed`,
+    };
   }
 
   /**
@@ -203,21 +221,26 @@ export class GroupSettlement {
       // an environment failure sent back for retry is replaced by its retry (a later row of the same sample index)
       const retried = (r: MemberRow) => r.settled && r.q_status === 'dropped' && (r.q_reason ?? '').startsWith(`${RETRIED}:`);
       const sameSample = (a: MemberRow, b: MemberRow) => a.sample_index !== null && a.sample_index === b.sample_index;
-      const members = new Set(rows.filter((r) => !(retried(r) && rows.some((x) => sameSample(x, r) && Number(x.position) > Number(r.position)))).map((r) => r.rollout_id));
+      const members = new Set(
+        rows
+          .filter((r) => !(retried(r) && rows.some((x) => sameSample(x, r) && Number(x.position) > Number(r.position))))
+          .map((r) => r.rollout_id),
+      );
       const fresh = rows.filter((r) => !r.settled);
       const fates = new Map(fresh.map((r) => [r.rollout_id, this.fateOf(r, timedOut, now)]));
       if (!timedOut && (members.size < g.group_size || [...fates.values()].some((f) => f.fate === 'wait'))) return;
       if (fresh.length === 0) {
         // reopened without a new row (cannot happen through ingestion, which reopens only on a new queue row): close it again, nothing to announce
-        await m.query(`UPDATE "data_pool_groups" SET "status" = CASE WHEN $2 THEN 'ready' ELSE 'dropped' END, "settled_at" = now() WHERE "group_id" = $1`, [
-          groupId,
-          rows.some((r) => r.q_status === 'completed' || r.q_status === 'taken'),
-        ]);
+        await m.query(
+          `UPDATE "data_pool_groups" SET "status" = CASE WHEN $2 THEN 'ready' ELSE 'dropped' END, "settled_at" = now() WHERE "group_id" = $1`,
+          [groupId, rows.some((r) => r.q_status === 'completed' || r.q_status === 'taken')],
+        );
         return;
       }
 
       // attempt number: 1 + the retried failures of the same sample index before it
-      const attemptOf = (r: MemberRow) => 1 + rows.filter((x) => sameSample(x, r) && Number(x.position) < Number(r.position) && retried(x)).length;
+      const attemptOf = (r: MemberRow) =>
+        1 + rows.filter((x) => sameSample(x, r) && Number(x.position) < Number(r.position) && retried(x)).length;
       const drop = (r: MemberRow, reason: string) => fates.set(r.rollout_id, { fate: 'drop', reason });
       // the filters' input: this wave's completed members, and the members settled in an earlier
       // wave whose reward counted then (published, or dropped with their group)
@@ -237,12 +260,25 @@ export class GroupSettlement {
           const failed = f.envErrorReasons.includes(reason) || f.dropReasons.includes(reason);
           if (!failed && r.outcome_reward === null) drop(r, `no_reward: ${reason}`);
           else if (!failed && Number(r.calls) === 0) drop(r, 'no_calls');
-          else input.push({ rolloutId: id, finishReason: reason, reward: failed ? null : Number(r.outcome_reward), outputTruncated: Number(r.truncated_calls) > 0, attempts: attemptOf(r) });
+          else
+            input.push({
+              rolloutId: id,
+              finishReason: reason,
+              reward: failed ? null : Number(r.outcome_reward),
+              outputTruncated: Number(r.truncated_calls) > 0,
+              attempts: attemptOf(r),
+            });
           continue;
         }
-        const scored = r.q_status === 'completed' || r.q_status === 'taken' || (r.q_status === 'dropped' && r.q_reason?.startsWith('group_dropped:'));
+        const scored =
+          r.q_status === 'completed' || r.q_status === 'taken' || (r.q_status === 'dropped' && r.q_reason?.startsWith('group_dropped:'));
         if (scored && r.finish_reason !== null && r.outcome_reward !== null)
-          input.push({ rolloutId: id, finishReason: r.finish_reason, reward: Number(r.outcome_reward), outputTruncated: Number(r.truncated_calls) > 0 || r.loss_masked === true });
+          input.push({
+            rolloutId: id,
+            finishReason: r.finish_reason,
+            reward: Number(r.outcome_reward),
+            outputTruncated: Number(r.truncated_calls) > 0 || r.loss_masked === true,
+          });
       }
       const freshIds = new Set(fresh.map((r) => r.rollout_id));
       const result: FilterResult | null = input.some((x) => freshIds.has(x.rolloutId)) ? filterGroup(input, f) : null;
@@ -256,7 +292,8 @@ export class GroupSettlement {
           else if (retry.includes(id)) drop(r, `${RETRIED}: ${String(r.finish_reason)} on attempt ${a} of at most ${1 + f.maxEnvRetries}`);
           else drop(r, `env_failure_exhausted: ${String(r.finish_reason)} on attempt ${a} (maxEnvRetries ${f.maxEnvRetries})`);
         }
-        if (result.decision === 'drop') for (const id of result.lossWeights.keys()) if (freshIds.has(id)) drop(rowOf(id), `group_dropped: ${result.reason}`);
+        if (result.decision === 'drop')
+          for (const id of result.lossWeights.keys()) if (freshIds.has(id)) drop(rowOf(id), `group_dropped: ${result.reason}`);
       }
       // what trains: this wave's members the filters kept (weight 0 = kept for statistics only)
       const publish = result && result.decision === 'keep' ? [...result.lossWeights.entries()].filter(([id]) => freshIds.has(id)) : [];
@@ -270,11 +307,21 @@ export class GroupSettlement {
         );
         const scores: RolloutScore[] = kept.map(([id, w]) => {
           const p = process?.get(id);
-          return { rolloutId: id, outcomeReward: Number(rowOf(id).outcome_reward), masked: w === 0, ...(p ? { processRewards: p.values } : {}) };
+          return {
+            rolloutId: id,
+            outcomeReward: Number(rowOf(id).outcome_reward),
+            masked: w === 0,
+            ...(p ? { processRewards: p.values } : {}),
+          };
         });
         const batchPeers = this.cfg.advantage.estimator === 'reinforce_pp' ? await this.batchPeersOf(groupId, g.group_size, m) : undefined;
         const adv = computeGroupAdvantages(g.task_id, scores, this.cfg.advantage, { batchPeers });
-        advOf = new Map(kept.map(([id, w], i) => [id, { advantage: w === 0 ? 0 : (adv.perRollout[i] ?? 0), perCall: w !== 0 && adv.perCall ? adv.perCall[i] : null }]));
+        advOf = new Map(
+          kept.map(([id, w], i) => [
+            id,
+            { advantage: w === 0 ? 0 : (adv.perRollout[i] ?? 0), perCall: w !== 0 && adv.perCall ? adv.perCall[i] : null },
+          ]),
+        );
         difficulty = 1 - kept.reduce((a, [id]) => a + Number(rowOf(id).outcome_reward), 0) / kept.length;
       }
 
@@ -374,11 +421,23 @@ export class GroupSettlement {
         );
       }
       // 'ready' while any trajectory of the group (this wave's or an earlier one's) is to be trained
-      const publishedInAll = trajectoryIds.length + rows.filter((r) => r.settled && (r.q_status === 'completed' || r.q_status === 'taken')).length;
+      const publishedInAll =
+        trajectoryIds.length + rows.filter((r) => r.settled && (r.q_status === 'completed' || r.q_status === 'taken')).length;
       const status: 'ready' | 'dropped' = publishedInAll > 0 ? 'ready' : 'dropped';
       const reason =
-        result?.reason ?? (!result && publishedInAll === 0 ? (timedOut ? 'timeout' : 'no_trainable') : timedOut ? `timeout: settled with ${publishedInAll} of ${g.group_size} rollouts` : null);
-      await m.query(`UPDATE "data_pool_groups" SET "status" = $2, "reason" = $3, "settled_at" = now() WHERE "group_id" = $1`, [groupId, status, reason]);
+        result?.reason ??
+        (!result && publishedInAll === 0
+          ? timedOut
+            ? 'timeout'
+            : 'no_trainable'
+          : timedOut
+            ? `timeout: settled with ${publishedInAll} of ${g.group_size} rollouts`
+            : null);
+      await m.query(`UPDATE "data_pool_groups" SET "status" = $2, "reason" = $3, "settled_at" = now() WHERE "group_id" = $1`, [
+        groupId,
+        status,
+        reason,
+      ]);
       // the first settlement keeps the plain id; a later wave's is told apart by its newest queue position
       const wave = rows.some((r) => r.settled) ? `@${fresh.reduce((a, r) => Math.max(a, Number(r.position)), 0)}` : '';
       events.push(

@@ -141,21 +141,22 @@ export class DataPoolIngestion {
         // with its own timeout from now on. Without this the row would stay pending and hold the
         // Windowed FIFO's head forever.
         if (queued.length > 0)
-          await m.query(`UPDATE "data_pool_groups" SET "status" = 'open', "opened_at" = to_timestamp($2::float8 / 1000.0) WHERE "group_id" = $1 AND "status" <> 'open'`, [p.groupId, p.startedAt]);
+          await m.query(
+            `UPDATE "data_pool_groups" SET "status" = 'open', "opened_at" = to_timestamp($2::float8 / 1000.0) WHERE "group_id" = $1 AND "status" <> 'open'`,
+            [p.groupId, p.startedAt],
+          );
         return;
       }
       case 'train_batch.trained': {
         const p = event.payload;
-        await m.query(`UPDATE "data_pool_batch_stats" SET "trained_at" = to_timestamp($2::float8 / 1000.0), "trained_version" = $3, "checkpointed" = $4 WHERE "batch_id" = $1`, [
-          p.batchId,
-          event.occurredAt,
-          p.policyVersion,
-          p.checkpointed,
-        ]);
-        await m.query(`UPDATE "data_pool_scheduler" SET "last_trained_at" = greatest(coalesce("last_trained_at", to_timestamp(0)), to_timestamp($2::float8 / 1000.0)) WHERE "run_id" = $1`, [
-          this.runId,
-          event.occurredAt,
-        ]);
+        await m.query(
+          `UPDATE "data_pool_batch_stats" SET "trained_at" = to_timestamp($2::float8 / 1000.0), "trained_version" = $3, "checkpointed" = $4 WHERE "batch_id" = $1`,
+          [p.batchId, event.occurredAt, p.policyVersion, p.checkpointed],
+        );
+        await m.query(
+          `UPDATE "data_pool_scheduler" SET "last_trained_at" = greatest(coalesce("last_trained_at", to_timestamp(0)), to_timestamp($2::float8 / 1000.0)) WHERE "run_id" = $1`,
+          [this.runId, event.occurredAt],
+        );
         return;
       }
       default:

@@ -1,7 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import type { DataSource, EntityManager } from 'typeorm';
 import { createEvent, ROLLOUT_FINISH_REASONS, type TrainBatchStats } from '@anvil/contracts';
-import { filterConfig, FilterInputError, WindowedFifo, type AdvantageConfig, type FilterConfig, type WindowConfig, type WindowedFifoState } from '@anvil/rl';
+import {
+  filterConfig,
+  FilterInputError,
+  WindowedFifo,
+  type AdvantageConfig,
+  type FilterConfig,
+  type WindowConfig,
+  type WindowedFifoState,
+} from '@anvil/rl';
 import type { Outbox } from '@anvil/persistence';
 import { PrefixTreeBuilder, writeTrainBatchBlob } from '@anvil/train-batch';
 import { CallStore, orderParentsFirst } from './call-store';
@@ -55,7 +63,8 @@ export function dataPoolConfig(input: DataPoolConfigInput = {}): DataPoolConfig 
   // a finish reason in no list would make filterGroup throw at settle time: refuse it at start
   const listed = new Set([...filters.okReasons, ...filters.compactReasons, ...filters.envErrorReasons, ...filters.dropReasons]);
   const unlisted = ROLLOUT_FINISH_REASONS.filter((r) => !listed.has(r));
-  if (unlisted.length) problems.push(`filters: finish reason(s) ${unlisted.join(', ')} in none of okReasons, compactReasons, envErrorReasons, dropReasons`);
+  if (unlisted.length)
+    problems.push(`filters: finish reason(s) ${unlisted.join(', ')} in none of okReasons, compactReasons, envErrorReasons, dropReasons`);
   const c: DataPoolConfig = {
     runId: 'default',
     producer: 'data-pool',
@@ -72,8 +81,10 @@ export function dataPoolConfig(input: DataPoolConfigInput = {}): DataPoolConfig 
   if (c.batchTrajectories === undefined && c.batchTokens === undefined) c.batchTrajectories = 4;
   if (c.batchTrajectories !== undefined && !(Number.isInteger(c.batchTrajectories) && c.batchTrajectories > 0))
     problems.push(`batchTrajectories: must be a positive integer, got ${c.batchTrajectories}`);
-  if (c.batchTokens !== undefined && !(Number.isInteger(c.batchTokens) && c.batchTokens > 0)) problems.push(`batchTokens: must be a positive integer, got ${c.batchTokens}`);
-  for (const k of ['callWaitMs', 'groupTimeoutMs', 'leaseMs', 'stalenessK'] as const) if (!(Number.isFinite(c[k]) && c[k] >= 0)) problems.push(`${k}: must be a non-negative number, got ${c[k]}`);
+  if (c.batchTokens !== undefined && !(Number.isInteger(c.batchTokens) && c.batchTokens > 0))
+    problems.push(`batchTokens: must be a positive integer, got ${c.batchTokens}`);
+  for (const k of ['callWaitMs', 'groupTimeoutMs', 'leaseMs', 'stalenessK'] as const)
+    if (!(Number.isFinite(c[k]) && c[k] >= 0)) problems.push(`${k}: must be a non-negative number, got ${c[k]}`);
   if (problems.length) throw new DataPoolConfigError(problems);
   return c;
 }
@@ -174,7 +185,10 @@ export class DataPool {
 
   /** Gives the lease up (graceful stop): another instance takes over at once. */
   async releaseLease(): Promise<void> {
-    await this.ds.query(`UPDATE "data_pool_scheduler" SET "owner" = NULL, "lease_until" = NULL WHERE "run_id" = $1 AND "owner" = $2`, [this.cfg.runId, this.cfg.owner]);
+    await this.ds.query(`UPDATE "data_pool_scheduler" SET "owner" = NULL, "lease_until" = NULL WHERE "run_id" = $1 AND "owner" = $2`, [
+      this.cfg.runId,
+      this.cfg.owner,
+    ]);
   }
 
   /** One round: lease, re-queue refused batches, settle groups, schedule and cut batches. */
@@ -212,9 +226,13 @@ export class DataPool {
   // ---------------------------------------------------------------- scheduling
 
   /** The Windowed FIFO rebuilt from the queue rows (from the head on): any instance gets the same. */
-  private async fifo(
-    m: Pick<EntityManager, 'query'>,
-  ): Promise<{ fifo: WindowedFifo; rows: Map<string, QueueRow>; newest: number | null; state: { adaptive?: WindowedFifoState['adaptive'] }; trainerWaitingSince: number | null }> {
+  private async fifo(m: Pick<EntityManager, 'query'>): Promise<{
+    fifo: WindowedFifo;
+    rows: Map<string, QueueRow>;
+    newest: number | null;
+    state: { adaptive?: WindowedFifoState['adaptive'] };
+    trainerWaitingSince: number | null;
+  }> {
     // From the head to the end of what one take can reach (fifoReach): a run that queues a whole pass
     // of tasks ahead keeps thousands of pending rows, and reading them all every round cost more than
     // the round itself (125 ms a round at 3,200 queued rows on PGlite, 23 ms at 100).
@@ -234,11 +252,12 @@ export class DataPool {
               (SELECT max("position") FROM "data_pool_queue" WHERE "run_id" = $1) AS newest`,
       [this.cfg.runId, rows.length ? rows[0].position : '9223372036854775807'],
     );
-    const [sched]: { state: { adaptive?: WindowedFifoState['adaptive'] }; last_trained_ms: string | null; last_batch_ms: string | null }[] = await m.query(
-      `SELECT "state", (extract(epoch from "last_trained_at") * 1000)::bigint AS last_trained_ms, (extract(epoch from "last_batch_at") * 1000)::bigint AS last_batch_ms
+    const [sched]: { state: { adaptive?: WindowedFifoState['adaptive'] }; last_trained_ms: string | null; last_batch_ms: string | null }[] =
+      await m.query(
+        `SELECT "state", (extract(epoch from "last_trained_at") * 1000)::bigint AS last_trained_ms, (extract(epoch from "last_batch_at") * 1000)::bigint AS last_batch_ms
        FROM "data_pool_scheduler" WHERE "run_id" = $1`,
-      [this.cfg.runId],
-    );
+        [this.cfg.runId],
+      );
     const state = sched?.state ?? {};
     // The trainer waits from its last acknowledgement when no batch it has not acknowledged exists.
     const lastTrained = ms(sched?.last_trained_ms ?? null);
@@ -252,7 +271,9 @@ export class DataPool {
         groupId: r.group_id,
         status: r.status,
         ...(r.difficulty !== null ? { difficulty: r.difficulty } : {}),
-        ...(r.status === 'completed' || r.status === 'taken' ? { tokens: r.tokens ?? 0, completedAt: Number(r.completed_ms ?? r.submitted_ms) } : {}),
+        ...(r.status === 'completed' || r.status === 'taken'
+          ? { tokens: r.tokens ?? 0, completedAt: Number(r.completed_ms ?? r.submitted_ms) }
+          : {}),
         ...(r.version !== null ? { version: r.version } : {}),
       })),
       passedPosition: passed?.p === null || passed?.p === undefined ? null : Number(passed.p),
@@ -278,10 +299,10 @@ export class DataPool {
     this.lastWindow = fifo.window;
     const expired = fifo.expiredHead(now);
     if (expired) {
-      await this.ds.query(`UPDATE "data_pool_queue" SET "status" = 'dropped', "reason" = $2 WHERE "rollout_id" = $1 AND "status" = 'pending'`, [
-        expired.id,
-        `head_age_limit: pending for more than ${this.cfg.window.headAgeLimitMs} ms at the head of the queue`,
-      ]);
+      await this.ds.query(
+        `UPDATE "data_pool_queue" SET "status" = 'dropped', "reason" = $2 WHERE "rollout_id" = $1 AND "status" = 'pending'`,
+        [expired.id, `head_age_limit: pending for more than ${this.cfg.window.headAgeLimitMs} ms at the head of the queue`],
+      );
       this.hooks.onDropped?.('head_age_limit');
     }
     const count = this.cfg.batchTrajectories;
@@ -302,20 +323,39 @@ export class DataPool {
     let batchId: string | null = null;
     let stats: TrainBatchStats | null = null;
     await this.outbox.transaction(async (m) => {
-      const [s]: { owner: string | null; live: boolean; next_step: number; last_trained_ms: string | null; last_batch_ms: string | null; state: Record<string, unknown> }[] = await m.query(
+      const [s]: {
+        owner: string | null;
+        live: boolean;
+        next_step: number;
+        last_trained_ms: string | null;
+        last_batch_ms: string | null;
+        state: Record<string, unknown>;
+      }[] = await m.query(
         `SELECT "owner", "lease_until" > now() AS live, "next_step", (extract(epoch from "last_trained_at") * 1000)::bigint AS last_trained_ms,
                 (extract(epoch from "last_batch_at") * 1000)::bigint AS last_batch_ms, "state" FROM "data_pool_scheduler" WHERE "run_id" = $1 FOR UPDATE`,
         [this.cfg.runId],
       );
-      if (!s || s.owner !== this.cfg.owner || !s.live) throw new NotSchedulerError(`run ${this.cfg.runId}: the scheduler lease is held by ${String(s?.owner)}`);
+      if (!s || s.owner !== this.cfg.owner || !s.live)
+        throw new NotSchedulerError(`run ${this.cfg.runId}: the scheduler lease is held by ${String(s?.owner)}`);
       const ids = taken.map((t) => t.id);
       const step = s.next_step;
       const id = `${this.cfg.runId}:batch:${step}`;
       const claimed = returned<{ rollout_id: string }>(
-        await m.query(`UPDATE "data_pool_queue" SET "status" = 'taken', "batch_id" = $2 WHERE "rollout_id" = ANY($1::varchar[]) AND "status" = 'completed' RETURNING "rollout_id"`, [ids, id]),
+        await m.query(
+          `UPDATE "data_pool_queue" SET "status" = 'taken', "batch_id" = $2 WHERE "rollout_id" = ANY($1::varchar[]) AND "status" = 'completed' RETURNING "rollout_id"`,
+          [ids, id],
+        ),
       );
-      if (claimed.length !== ids.length) throw new NotSchedulerError(`batch ${id}: ${ids.length - claimed.length} of its trajectories were taken meanwhile`);
-      const trajs: { id: string; group_id: string; advantage: number; loss_masked: boolean; call_ids: string[]; call_advantages: number[] | null }[] = await m.query(
+      if (claimed.length !== ids.length)
+        throw new NotSchedulerError(`batch ${id}: ${ids.length - claimed.length} of its trajectories were taken meanwhile`);
+      const trajs: {
+        id: string;
+        group_id: string;
+        advantage: number;
+        loss_masked: boolean;
+        call_ids: string[];
+        call_advantages: number[] | null;
+      }[] = await m.query(
         `SELECT "id", "group_id", "advantage", "loss_masked", "call_ids", "call_advantages" FROM "trajectories" WHERE "id" = ANY($1::varchar[])`,
         [ids],
       );
@@ -362,10 +402,15 @@ export class DataPool {
           if (age > this.cfg.stalenessK) older++;
           n++;
         }
-      const [newest]: { p: string | null }[] = await m.query(`SELECT max("position") AS p FROM "data_pool_queue" WHERE "run_id" = $1`, [this.cfg.runId]);
+      const [newest]: { p: string | null }[] = await m.query(`SELECT max("position") AS p FROM "data_pool_queue" WHERE "run_id" = $1`, [
+        this.cfg.runId,
+      ]);
       const lags = ids.map((t) => Number(newest?.p ?? 0) - Number(qOf.get(t)?.position ?? 0));
       const diffs = ids.map((t) => qOf.get(t)?.difficulty).filter((d): d is number => d !== null && d !== undefined);
-      const [pop]: { d: number | null }[] = await m.query(`SELECT avg("difficulty") AS d FROM "data_pool_queue" WHERE "run_id" = $1 AND "difficulty" IS NOT NULL`, [this.cfg.runId]);
+      const [pop]: { d: number | null }[] = await m.query(
+        `SELECT avg("difficulty") AS d FROM "data_pool_queue" WHERE "run_id" = $1 AND "difficulty" IS NOT NULL`,
+        [this.cfg.runId],
+      );
       const lastTrained = ms(s.last_trained_ms);
       const lastBatch = ms(s.last_batch_ms);
       stats = {
@@ -379,7 +424,10 @@ export class DataPool {
         staleness: { k: this.cfg.stalenessK, mean: n ? sum / n : 0, max, shareOlderThanK: n ? older / n : 0 },
         positionLag: { mean: lags.reduce((a, x) => a + x, 0) / lags.length, max: Math.max(...lags) },
         outOfOrder: { mean: taken.reduce((a, x) => a + x.outOfOrder, 0) / taken.length, max: Math.max(...taken.map((x) => x.outOfOrder)) },
-        difficulty: { batchMean: diffs.length ? diffs.reduce((a, x) => a + x, 0) / diffs.length : null, populationMean: pop?.d === null || pop?.d === undefined ? null : Number(pop.d) },
+        difficulty: {
+          batchMean: diffs.length ? diffs.reduce((a, x) => a + x, 0) / diffs.length : null,
+          populationMean: pop?.d === null || pop?.d === undefined ? null : Number(pop.d),
+        },
         lossMasked: trajs.filter((t) => t.loss_masked).length,
         // the trainer waited from its last acknowledgement until this batch existed (0 when a batch was already waiting)
         trainerWaitMs: lastTrained === null ? null : lastBatch === null || lastBatch <= lastTrained ? Math.max(0, now - lastTrained) : 0,
@@ -387,7 +435,18 @@ export class DataPool {
       const createdAt = now;
       const event = createEvent(
         'train_batch.created',
-        { batchId: id, step, runId: this.cfg.runId, trajectoryIds: ids, groupIds: [...new Set(samples.map((x) => x.groupId))], samples, blob, stats, policyVersion, createdAt },
+        {
+          batchId: id,
+          step,
+          runId: this.cfg.runId,
+          trajectoryIds: ids,
+          groupIds: [...new Set(samples.map((x) => x.groupId))],
+          samples,
+          blob,
+          stats,
+          policyVersion,
+          createdAt,
+        },
         { key: this.cfg.runId, producer: this.cfg.producer, id: `train_batch.created:${id}` },
       );
       await m.query(
@@ -395,19 +454,19 @@ export class DataPool {
         [id, event.id, step, policyVersion, ids, samples.map((x) => x.sampleId), samples.length, String(b.total), createdAt],
       );
       await m.query(`UPDATE "trajectories" SET "status" = 'scheduled', "train_batch_id" = $2 WHERE "id" = ANY($1::varchar[])`, [ids, id]);
-      await m.query(`INSERT INTO "data_pool_batch_stats" ("batch_id", "run_id", "step", "stats", "created_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0))`, [
-        id,
-        this.cfg.runId,
-        step,
-        JSON.stringify(stats),
-        createdAt,
-      ]);
+      await m.query(
+        `INSERT INTO "data_pool_batch_stats" ("batch_id", "run_id", "step", "stats", "created_at") VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000.0))`,
+        [id, this.cfg.runId, step, JSON.stringify(stats), createdAt],
+      );
       const snap = fifo.snapshot();
-      await m.query(`UPDATE "data_pool_scheduler" SET "next_step" = "next_step" + 1, "last_batch_at" = to_timestamp($2::float8 / 1000.0), "state" = $3 WHERE "run_id" = $1`, [
-        this.cfg.runId,
-        createdAt,
-        JSON.stringify({ ...s.state, ...(snap.adaptive ? { adaptive: snap.adaptive } : {}), window: snap.window }),
-      ]);
+      await m.query(
+        `UPDATE "data_pool_scheduler" SET "next_step" = "next_step" + 1, "last_batch_at" = to_timestamp($2::float8 / 1000.0), "state" = $3 WHERE "run_id" = $1`,
+        [
+          this.cfg.runId,
+          createdAt,
+          JSON.stringify({ ...s.state, ...(snap.adaptive ? { adaptive: snap.adaptive } : {}), window: snap.window }),
+        ],
+      );
       await this.outbox.enqueue(m, event);
       batchId = id;
     });
@@ -417,13 +476,19 @@ export class DataPool {
 
   /** Batches a reader refused (checksum): their trajectories go back to the queue and are cut again under a new batch id. */
   private async requeueRefused(): Promise<number> {
-    const refused: { batch_id: string }[] = await this.ds.query(`SELECT "batch_id" FROM "train_batch_blobs" WHERE "run_id" = $1 AND "refused_at" IS NOT NULL AND "recut_batch_id" IS NULL`, [
-      this.cfg.runId,
-    ]);
+    const refused: { batch_id: string }[] = await this.ds.query(
+      `SELECT "batch_id" FROM "train_batch_blobs" WHERE "run_id" = $1 AND "refused_at" IS NOT NULL AND "recut_batch_id" IS NULL`,
+      [this.cfg.runId],
+    );
     let n = 0;
     for (const { batch_id } of refused) {
       await this.ds.transaction(async (m) => {
-        const back = returned(await m.query(`UPDATE "data_pool_queue" SET "status" = 'completed', "batch_id" = NULL WHERE "batch_id" = $1 AND "status" = 'taken' RETURNING 1`, [batch_id]));
+        const back = returned(
+          await m.query(
+            `UPDATE "data_pool_queue" SET "status" = 'completed', "batch_id" = NULL WHERE "batch_id" = $1 AND "status" = 'taken' RETURNING 1`,
+            [batch_id],
+          ),
+        );
         await m.query(`UPDATE "trajectories" SET "status" = 'ready', "train_batch_id" = NULL WHERE "train_batch_id" = $1`, [batch_id]);
         await m.query(`UPDATE "train_batch_blobs" SET "recut_batch_id" = 'requeued' WHERE "batch_id" = $1`, [batch_id]);
         n += back.length;
@@ -455,7 +520,12 @@ export class DataPool {
     let calls = 0;
     for (const { batch_id } of due) {
       await this.ds.transaction(async (m) => {
-        const gone = returned(await m.query(`DELETE FROM "llm_calls" WHERE "rollout_id" IN (SELECT "rollout_id" FROM "data_pool_queue" WHERE "batch_id" = $1) RETURNING 1`, [batch_id]));
+        const gone = returned(
+          await m.query(
+            `DELETE FROM "llm_calls" WHERE "rollout_id" IN (SELECT "rollout_id" FROM "data_pool_queue" WHERE "batch_id" = $1) RETURNING 1`,
+            [batch_id],
+          ),
+        );
         calls += gone.length;
         await m.query(`DELETE FROM "train_batch_blobs" WHERE "batch_id" = $1`, [batch_id]);
         await m.query(`UPDATE "data_pool_batch_stats" SET "pruned_at" = now() WHERE "batch_id" = $1`, [batch_id]);
@@ -466,9 +536,21 @@ export class DataPool {
 
   /** Counts for metrics. */
   async gauges(): Promise<{ groupsWaiting: number; ready: number; pending: number; scheduled: number; dropped: number }> {
-    const [g]: { n: string }[] = await this.ds.query(`SELECT count(*) AS n FROM "data_pool_groups" WHERE "run_id" = $1 AND "status" = 'open'`, [this.cfg.runId]);
-    const rows: { status: string; n: string }[] = await this.ds.query(`SELECT "status", count(*) AS n FROM "data_pool_queue" WHERE "run_id" = $1 GROUP BY "status"`, [this.cfg.runId]);
+    const [g]: { n: string }[] = await this.ds.query(
+      `SELECT count(*) AS n FROM "data_pool_groups" WHERE "run_id" = $1 AND "status" = 'open'`,
+      [this.cfg.runId],
+    );
+    const rows: { status: string; n: string }[] = await this.ds.query(
+      `SELECT "status", count(*) AS n FROM "data_pool_queue" WHERE "run_id" = $1 GROUP BY "status"`,
+      [this.cfg.runId],
+    );
     const by = Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]));
-    return { groupsWaiting: Number(g.n), ready: by.completed ?? 0, pending: by.pending ?? 0, scheduled: by.taken ?? 0, dropped: by.dropped ?? 0 };
+    return {
+      groupsWaiting: Number(g.n),
+      ready: by.completed ?? 0,
+      pending: by.pending ?? 0,
+      scheduled: by.taken ?? 0,
+      dropped: by.dropped ?? 0,
+    };
   }
 }

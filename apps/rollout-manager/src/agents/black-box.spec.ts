@@ -31,7 +31,9 @@ describe('black-box agent processes', () => {
       .trim()
       .split('\n')
       .map((l) => l.split('=')[0]);
-    expect(names).toEqual(expect.arrayContaining(['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'ANVIL_TASK_FILE', 'ANVIL_ANSWER_FILE', 'PATH', 'HOME']));
+    expect(names).toEqual(
+      expect.arrayContaining(['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'ANVIL_TASK_FILE', 'ANVIL_ANSWER_FILE', 'PATH', 'HOME']),
+    );
     expect(envText).toContain(`OPENAI_BASE_URL=${session.baseUrl}`);
     expect(envText).not.toContain('must-not-leak');
     expect(names.filter((n) => /TOKEN|SECRET|DATABASE|KAFKA/.test(n))).toEqual([]);
@@ -43,11 +45,20 @@ describe('black-box agent processes', () => {
   it('reads the answer file (text or JSON with messages) and falls back to the last stdout line', async () => {
     const a = await runBlackBox(spec(['sh', '-c', 'printf 49 > "$ANVIL_ANSWER_FILE"']), task, session, { timeoutMs: 5000 });
     expect(a.finalAnswer).toBe('49');
-    const b = await runBlackBox(spec(['sh', '-c', 'echo noise; echo \'{"calls":2,"finalAnswer":"50"}\'']), task, session, { timeoutMs: 5000 });
-    expect(b.finalAnswer).toBe('50');
-    const c = await runBlackBox(spec(['sh', '-c', `echo '{"messages":[{"role":"user","content":"1+2"},{"role":"assistant","content":"3"}]}' > {answerFile}`], { taskInput: 'file' }), task, session, {
+    const b = await runBlackBox(spec(['sh', '-c', 'echo noise; echo \'{"calls":2,"finalAnswer":"50"}\'']), task, session, {
       timeoutMs: 5000,
     });
+    expect(b.finalAnswer).toBe('50');
+    const c = await runBlackBox(
+      spec(['sh', '-c', `echo '{"messages":[{"role":"user","content":"1+2"},{"role":"assistant","content":"3"}]}' > {answerFile}`], {
+        taskInput: 'file',
+      }),
+      task,
+      session,
+      {
+        timeoutMs: 5000,
+      },
+    );
     expect(c.finalAnswer).toBe('3');
     expect(c.messages).toHaveLength(2);
     for (const r of [a, b, c]) await r.cleanup();
@@ -55,7 +66,10 @@ describe('black-box agent processes', () => {
 
   it('timeout kills the whole process group: no orphan is left', async () => {
     const t0 = performance.now();
-    const r = await runBlackBox(spec(['sh', '-c', 'sleep 300 & echo $!; trap "" TERM; sleep 300']), task, session, { timeoutMs: 400, killGraceMs: 200 });
+    const r = await runBlackBox(spec(['sh', '-c', 'sleep 300 & echo $!; trap "" TERM; sleep 300']), task, session, {
+      timeoutMs: 400,
+      killGraceMs: 200,
+    });
     expect(r.timedOut).toBe(true);
     expect(performance.now() - t0).toBeLessThan(5000);
     const childPid = Number(r.stdout.trim().split('\n')[0]);
@@ -76,7 +90,12 @@ describe('black-box agent processes', () => {
   });
 
   it('caps stdout and stderr, counting what it dropped; reports non-zero exits and spawn failures', async () => {
-    const r = await runBlackBox(spec(['sh', '-c', 'head -c 5000000 /dev/zero | tr "\\0" x; echo oops >&2; exit 3'], { outputCapBytes: 1000 }), task, session, { timeoutMs: 10_000 });
+    const r = await runBlackBox(
+      spec(['sh', '-c', 'head -c 5000000 /dev/zero | tr "\\0" x; echo oops >&2; exit 3'], { outputCapBytes: 1000 }),
+      task,
+      session,
+      { timeoutMs: 10_000 },
+    );
     expect(r.stdout.length).toBe(1000);
     expect(r.stdoutBytes).toBe(5_000_000);
     expect(r.stderr).toBe('oops\n');

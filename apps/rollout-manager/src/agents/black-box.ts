@@ -150,7 +150,8 @@ function answerOf(answerText: string | null, stdout: string): { finalAnswer: str
   if (last === null) return { finalAnswer: null, messages: null };
   try {
     const v = JSON.parse(last) as { finalAnswer?: unknown };
-    if (v && typeof v === 'object' && 'finalAnswer' in v) return { finalAnswer: v.finalAnswer === null || v.finalAnswer === undefined ? null : String(v.finalAnswer), messages: null };
+    if (v && typeof v === 'object' && 'finalAnswer' in v)
+      return { finalAnswer: v.finalAnswer === null || v.finalAnswer === undefined ? null : String(v.finalAnswer), messages: null };
   } catch {
     /* not JSON */
   }
@@ -178,7 +179,9 @@ export async function runBlackBox(
   const prompt = [...task.messages].reverse().find((m) => m.role === 'user')?.content ?? '';
   const taskJson = JSON.stringify({ id: task.id, messages: task.messages, tools: task.tools, prompt });
   await writeFile(taskFile, taskJson);
-  const argv = spec.command.map((a) => a.replaceAll('{taskFile}', taskFile).replaceAll('{answerFile}', answerPath).replaceAll('{prompt}', prompt));
+  const argv = spec.command.map((a) =>
+    a.replaceAll('{taskFile}', taskFile).replaceAll('{answerFile}', answerPath).replaceAll('{prompt}', prompt),
+  );
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
     LANG: process.env.LANG ?? 'C.UTF-8',
@@ -197,7 +200,12 @@ export async function runBlackBox(
   let timedOut = false;
   let aborted = false;
   const result = await new Promise<{ code: number | null; sig: string | null; pid: number | null }>((resolve) => {
-    const child = spawn(argv[0], argv.slice(1), { cwd: spec.cwd ?? opts.repoRoot ?? process.cwd(), env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(argv[0], argv.slice(1), {
+      cwd: spec.cwd ?? opts.repoRoot ?? process.cwd(),
+      env,
+      detached: true,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     const pid = child.pid;
     if (pid) opts.onSpawn?.(pid);
     let killTimer: NodeJS.Timeout | undefined;

@@ -17,7 +17,14 @@ export interface LoopResult {
   /** Call ids of the main loop's assistant turns (the ones process rewards attach to). */
   stepCallIds: (string | null)[];
   /** The exact message lists sent, per call (tests compare them with what the gateway recorded). */
-  sent: { purpose: 'step' | 'summary' | 'subagent'; messages: ChatMessage[]; tools: ToolSpec[]; rewritten: boolean; callId: string | null; capture: string | null }[];
+  sent: {
+    purpose: 'step' | 'summary' | 'subagent';
+    messages: ChatMessage[];
+    tools: ToolSpec[];
+    rewritten: boolean;
+    callId: string | null;
+    capture: string | null;
+  }[];
   subAgentRuns: number;
   error?: string;
 }
@@ -27,7 +34,11 @@ export const MEMORY_TOOL: ToolSpec = {
   function: {
     name: 'memory',
     description: 'Key-value memory: {"op":"set","key":k,"value":v} stores, {"op":"get","key":k} reads, {"op":"list"} lists keys.',
-    parameters: { type: 'object', properties: { op: { type: 'string', enum: ['get', 'set', 'list'] }, key: { type: 'string' }, value: { type: 'string' } }, required: ['op'] },
+    parameters: {
+      type: 'object',
+      properties: { op: { type: 'string', enum: ['get', 'set', 'list'] }, key: { type: 'string' }, value: { type: 'string' } },
+      required: ['op'],
+    },
   },
 };
 
@@ -95,14 +106,18 @@ export const SUMMARY_SYSTEM = 'Summarise the conversation so far in a few words.
 function transcriptText(messages: readonly ChatMessage[]): string {
   return messages
     .map((m) => {
-      if (m.role === 'assistant' && m.tool_calls?.length) return `assistant: ${m.tool_calls.map((c) => `${c.function.name}(${c.function.arguments})`).join(' ')}`;
+      if (m.role === 'assistant' && m.tool_calls?.length)
+        return `assistant: ${m.tool_calls.map((c) => `${c.function.name}(${c.function.arguments})`).join(' ')}`;
       return `${m.role}: ${m.content ?? ''}`;
     })
     .join('\n');
 }
 
 /** The context manager a task set declares; the summariser calls the policy through the same session. */
-export function buildContextManager(spec: ContextSpec, summarize: (dropped: ChatMessage[]) => Promise<string>): ContextManager<ChatMessage> {
+export function buildContextManager(
+  spec: ContextSpec,
+  summarize: (dropped: ChatMessage[]) => Promise<string>,
+): ContextManager<ChatMessage> {
   switch (spec.kind) {
     case 'append_only':
       return appendOnly<ChatMessage>();
@@ -133,16 +148,39 @@ export async function runWhiteBoxLoop(deps: LoopDeps, opts: LoopOptions): Promis
   const { gateway, baseUrl, episode, signal } = deps;
   const memory = opts.memory ?? new MemoryStore();
   const history: ChatMessage[] = opts.opening.map((m) => ({ ...m }));
-  const result: LoopResult = { finish: 'completed', messages: history, finalAnswer: null, steps: 0, callIds: [], stepCallIds: [], sent: [], subAgentRuns: 0 };
-  const tools = [...opts.tools, ...(opts.builtinTools.includes('memory') ? [MEMORY_TOOL] : []), ...(opts.builtinTools.includes('delegate') ? [DELEGATE_TOOL] : [])];
+  const result: LoopResult = {
+    finish: 'completed',
+    messages: history,
+    finalAnswer: null,
+    steps: 0,
+    callIds: [],
+    stepCallIds: [],
+    sent: [],
+    subAgentRuns: 0,
+  };
+  const tools = [
+    ...opts.tools,
+    ...(opts.builtinTools.includes('memory') ? [MEMORY_TOOL] : []),
+    ...(opts.builtinTools.includes('delegate') ? [DELEGATE_TOOL] : []),
+  ];
   let seed = opts.seed;
 
-  const call = async (purpose: 'step' | 'summary' | 'subagent', messages: ChatMessage[], withTools: ToolSpec[], rewritten: boolean, maxTokens: number): Promise<ChatCompletion> => {
+  const call = async (
+    purpose: 'step' | 'summary' | 'subagent',
+    messages: ChatMessage[],
+    withTools: ToolSpec[],
+    rewritten: boolean,
+    maxTokens: number,
+  ): Promise<ChatCompletion> => {
     if (signal.aborted) throw new Finished(signal.reason === 'timeout' ? 'timeout' : 'aborted');
     let completion: ChatCompletion | undefined;
     for (let attempt = 0; !completion; attempt++) {
       try {
-        completion = await gateway.chat(baseUrl, { messages, tools: withTools, maxTokens, temperature: opts.temperature, seed: seed === undefined ? undefined : seed++ }, signal);
+        completion = await gateway.chat(
+          baseUrl,
+          { messages, tools: withTools, maxTokens, temperature: opts.temperature, seed: seed === undefined ? undefined : seed++ },
+          signal,
+        );
       } catch (err) {
         if (signal.aborted) throw new Finished(signal.reason === 'timeout' ? 'timeout' : 'aborted');
         if (err instanceof GatewayError && err.status === 400 && err.code === 'context_length_exceeded') throw new Finished('max_context');
@@ -221,7 +259,8 @@ export async function runWhiteBoxLoop(deps: LoopDeps, opts: LoopOptions): Promis
       );
       sub.push(c.message);
       if (!c.message.tool_calls?.length) return c.message.content ?? '';
-      for (const [i, tc] of c.message.tool_calls.entries()) sub.push({ role: 'tool', tool_call_id: tc.id, content: await runTool(tc.function.name, tc.function.arguments, tc.id, i, 1) });
+      for (const [i, tc] of c.message.tool_calls.entries())
+        sub.push({ role: 'tool', tool_call_id: tc.id, content: await runTool(tc.function.name, tc.function.arguments, tc.id, i, 1) });
     }
     return 'error: sub-agent gave no answer';
   };
@@ -245,7 +284,12 @@ export async function runWhiteBoxLoop(deps: LoopDeps, opts: LoopOptions): Promis
         break;
       }
       let index = 0;
-      for (const tc of c.message.tool_calls) history.push({ role: 'tool', tool_call_id: tc.id, content: await runTool(tc.function.name, tc.function.arguments, tc.id, index++, 0) });
+      for (const tc of c.message.tool_calls)
+        history.push({
+          role: 'tool',
+          tool_call_id: tc.id,
+          content: await runTool(tc.function.name, tc.function.arguments, tc.id, index++, 0),
+        });
     }
   } catch (err) {
     if (!(err instanceof Finished)) throw err;

@@ -16,5 +16,12 @@ export {
   type ChainAddConfig,
   type ChainAddData,
 } from './chain-add';
-export { LongHorizonEnvironment, longHorizonTask, longHorizonDemonstration, verifyLongHorizon, LONG_HORIZON_SYSTEM, type LongHorizonConfig } from './long-horizon';
+export {
+  LongHorizonEnvironment,
+  longHorizonTask,
+  longHorizonDemonstration,
+  verifyLongHorizon,
+  LONG_HORIZON_SYSTEM,
+  type LongHorizonConfig,
+} from './long-horizon';
 export { BUILTIN_ENVIRONMENTS, type EnvironmentFactory } from './registry';

@@ -9,7 +9,10 @@ import { seededRandom } from '@anvil/rl';
  * - lognormal: medianMs · exp(sigma · N(0,1)), capped.
  */
 export type ToolDelay =
-  { kind: 'none' } | { kind: 'fixed'; ms: number } | { kind: 'pareto'; scaleMs: number; alpha: number; capMs: number } | { kind: 'lognormal'; medianMs: number; sigma: number; capMs: number };
+  | { kind: 'none' }
+  | { kind: 'fixed'; ms: number }
+  | { kind: 'pareto'; scaleMs: number; alpha: number; capMs: number }
+  | { kind: 'lognormal'; medianMs: number; sigma: number; capMs: number };
 
 export class ToolDelayError extends Error {
   override readonly name = 'ToolDelayError';
@@ -20,7 +23,8 @@ export function validateToolDelay(d: ToolDelay): ToolDelay {
     throw new ToolDelayError(`toolDelay.${field}: ${why}`);
   };
   const pos = (field: string, v: unknown, allowZero = false) => {
-    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || (!allowZero && v === 0)) bad(field, `must be a ${allowZero ? 'non-negative' : 'positive'} number, got ${String(v)}`);
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || (!allowZero && v === 0))
+      bad(field, `must be a ${allowZero ? 'non-negative' : 'positive'} number, got ${String(v)}`);
   };
   switch (d?.kind) {
     case 'none':

@@ -173,7 +173,9 @@ export class RolloutExecutor {
           .rolloutRunning(r.id, session.sessionId, versionAtStart, attempt + 1)
           .catch((err: unknown) => this.d.logger.warn('rollout state write failed', { rolloutId: r.id, err }));
         if (!started) {
-          started = this.publishDurably(startedEvent({ producer: this.d.config.producer, spec, group: g.row, rollout: r, versionAtStart })).catch((err: unknown) => err as Error);
+          started = this.publishDurably(
+            startedEvent({ producer: this.d.config.producer, spec, group: g.row, rollout: r, versionAtStart }),
+          ).catch((err: unknown) => err as Error);
           this.d.metrics.started.inc({ purpose, agent: spec.agent.kind });
         }
         episode = env ? env.reset(task, { rolloutId: r.id, seed, signal }) : noToolsEpisode();
@@ -206,7 +208,10 @@ export class RolloutExecutor {
             timeoutMs: limits.timeoutMs,
             signal: stopSignal,
             repoRoot: this.d.config.repoRoot,
-            onSpawn: (pgid) => void this.d.state.setAgentPgid(r.id, pgid).catch((err: unknown) => this.d.logger.warn('agent pgid write failed', { rolloutId: r.id, err })),
+            onSpawn: (pgid) =>
+              void this.d.state
+                .setAgentPgid(r.id, pgid)
+                .catch((err: unknown) => this.d.logger.warn('agent pgid write failed', { rolloutId: r.id, err })),
           });
           agentMs += blackBox.wallMs;
           // The agent is gone: close its door before counting and scoring what it recorded, so nothing is added after (one round trip).
@@ -215,19 +220,32 @@ export class RolloutExecutor {
           res.numCalls = closed?.callCount ?? 0;
           if (blackBox.timedOut) res.finishReason = 'timeout';
           else if (blackBox.aborted) res.finishReason = 'aborted';
-          else if (blackBox.signal === 'spawn-error') throw new EnvironmentError(`agent ${spec.agent.name}: ${blackBox.stderr.trim().slice(0, 500)}`);
+          else if (blackBox.signal === 'spawn-error')
+            throw new EnvironmentError(`agent ${spec.agent.name}: ${blackBox.stderr.trim().slice(0, 500)}`);
           else if (blackBox.exitCode !== 0) {
             res.finishReason = 'env_error';
             res.error = `agent ${spec.agent.name} exited with ${blackBox.exitCode ?? blackBox.signal}: ${blackBox.stderr.trim().slice(-2000)}`;
           }
           transcript = { messages: blackBox.messages ?? task.messages, finalAnswer: blackBox.finalAnswer };
-          agentInfo = { exitCode: blackBox.exitCode, stdout: blackBox.stdout, stderr: blackBox.stderr, answerFile: blackBox.answerFile, workspace: blackBox.workspace };
+          agentInfo = {
+            exitCode: blackBox.exitCode,
+            stdout: blackBox.stdout,
+            stderr: blackBox.stderr,
+            answerFile: blackBox.answerFile,
+            workspace: blackBox.workspace,
+          };
           // Scored without them if they could not be read: process rewards then cannot be placed.
           calls = closed?.calls?.map((c) => ({ callId: c.callId, message: c.message as ChatMessage }));
         }
         if (res.finishReason !== 'aborted' && res.finishReason !== 'env_error') {
           try {
-            const v = await runVerifier(verifier, spec.env, { task, transcript, agent: agentInfo, ...(calls ? { calls } : {}) }, this.d.verifierDeps(spec, env), stopSignal);
+            const v = await runVerifier(
+              verifier,
+              spec.env,
+              { task, transcript, agent: agentInfo, ...(calls ? { calls } : {}) },
+              this.d.verifierDeps(spec, env),
+              stopSignal,
+            );
             res.outcomeReward = v.outcomeReward;
             res.success = v.success;
             res.processRewards = v.processRewards ? attachProcessRewards(v.processRewards, loop, calls ?? [], verifier.kind === 'env') : [];
@@ -281,7 +299,17 @@ export class RolloutExecutor {
       await this.publishDurably(startedEvent({ producer: this.d.config.producer, spec, group: g.row, rollout: r, versionAtStart }));
     }
     const versionAtEnd = this.d.version();
-    await this.publishDurably(completedEvent({ ...res, rolloutId: r.id, groupId: g.row.id, taskId: task.id, versionAtStart, producer: this.d.config.producer, versionAtEnd }));
+    await this.publishDurably(
+      completedEvent({
+        ...res,
+        rolloutId: r.id,
+        groupId: g.row.id,
+        taskId: task.id,
+        versionAtStart,
+        producer: this.d.config.producer,
+        versionAtEnd,
+      }),
+    );
     const wallMs = performance.now() - t0;
     this.d.metrics.overheadSeconds.observe({ agent: spec.agent.kind }, Math.max(0, wallMs - agentMs) / 1000);
 
@@ -318,7 +346,12 @@ export class RolloutExecutor {
   }
 
   /** The session opened ahead when it is usable (opened, and long enough to live), else one opened now. */
-  private async sessionFor(g: GroupState, r: RolloutRow, ahead: Promise<OpenedSession | null> | undefined, timeoutMs: number): Promise<OpenedSession & { ahead: boolean }> {
+  private async sessionFor(
+    g: GroupState,
+    r: RolloutRow,
+    ahead: Promise<OpenedSession | null> | undefined,
+    timeoutMs: number,
+  ): Promise<OpenedSession & { ahead: boolean }> {
     const opened = ahead ? await ahead : null;
     if (opened && opened.expiresAt - Date.now() >= timeoutMs + SESSION_MARGIN_MS) return { ...opened, ahead: true };
     if (opened) void this.closeSession(opened.sessionId);
@@ -339,7 +372,12 @@ export class RolloutExecutor {
  * only when that transcript has one turn per recorded call; otherwise (an agent that left only its
  * answer, say) they cannot be, and the rollout has none.
  */
-function attachProcessRewards(values: number[], loop: LoopResult | undefined, calls: { callId: string }[], fromTranscript: boolean): { callId: string; value: number }[] {
+function attachProcessRewards(
+  values: number[],
+  loop: LoopResult | undefined,
+  calls: { callId: string }[],
+  fromTranscript: boolean,
+): { callId: string; value: number }[] {
   if (loop) {
     return values.flatMap((value, i) => {
       const callId = loop.stepCallIds[i];
@@ -347,7 +385,8 @@ function attachProcessRewards(values: number[], loop: LoopResult | undefined, ca
     });
   }
   if (fromTranscript && values.length !== calls.length) return [];
-  if (values.length > calls.length) throw new VerifierError(`verifier answered garbage: ${values.length} process rewards for ${calls.length} recorded calls`);
+  if (values.length > calls.length)
+    throw new VerifierError(`verifier answered garbage: ${values.length} process rewards for ${calls.length} recorded calls`);
   return values.map((value, i) => ({ callId: calls[i].callId, value }));
 }
 

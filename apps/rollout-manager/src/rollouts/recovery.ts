@@ -51,7 +51,8 @@ export async function recoverGroups(d: RecoveryDeps): Promise<Recovered> {
     }
     const members = rows.filter((r) => r.groupId === row.id);
     for (const m of members.filter((r) => r.status === 'running' || (r.status === 'queued' && r.sessionId))) {
-      if (m.agentPgid && killLeftoverAgent(m.agentPgid)) d.logger.warn('killed a black-box agent left by the previous process', { rolloutId: m.id, pgid: m.agentPgid });
+      if (m.agentPgid && killLeftoverAgent(m.agentPgid))
+        d.logger.warn('killed a black-box agent left by the previous process', { rolloutId: m.id, pgid: m.agentPgid });
       const calls = m.sessionId ? await closeForRecovery(d, m.sessionId) : 0;
       if (m.status === 'queued' && calls === 0) {
         await d.state.clearSession(m.id);
@@ -80,7 +81,14 @@ export async function recoverGroups(d: RecoveryDeps): Promise<Recovered> {
       await d.state.rolloutCompleted(m.id, 'aborted');
       m.status = 'completed';
     }
-    const g: GroupState = { row, task, spec, members, pending: members.filter((m) => m.status !== 'completed').length, submittedAt: Date.now() };
+    const g: GroupState = {
+      row,
+      task,
+      spec,
+      members,
+      pending: members.filter((m) => m.status !== 'completed').length,
+      submittedAt: Date.now(),
+    };
     if (row.purpose === 'eval') {
       // An evaluation's caller is gone with the old process: its remaining rollouts are not run.
       for (const m of members.filter((r) => r.status === 'queued')) await d.state.rolloutCompleted(m.id, 'aborted');

@@ -1,7 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { SessionLookahead, type LookaheadCandidate, type OpenedSession } from './session-lookahead';
 
-const opened = (id: string): OpenedSession => ({ sessionId: `s-${id}`, apiKey: 'k', baseUrl: 'http://x', expiresAt: Date.now() + 60_000, openMs: 1 });
+const opened = (id: string): OpenedSession => ({
+  sessionId: `s-${id}`,
+  apiKey: 'k',
+  baseUrl: 'http://x',
+  expiresAt: Date.now() + 60_000,
+  openMs: 1,
+});
 
 describe('SessionLookahead', () => {
   it('opens sessions for the first `depth` upcoming rollouts only, once each, and hands each over once', async () => {

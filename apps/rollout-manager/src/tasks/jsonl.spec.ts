@@ -4,7 +4,13 @@ import { parseTaskJsonl, TaskFileError } from './jsonl';
 describe('JSONL task files', () => {
   it('parses prompt or messages, tools, verifier, split and difficulty from metadata', () => {
     const text = [
-      JSON.stringify({ id: 'a', prompt: 'What is 2+2?', data: { answer: 4 }, verifier: { kind: 'function', name: 'final-answer' }, metadata: { difficulty: 1, split: 'eval' } }),
+      JSON.stringify({
+        id: 'a',
+        prompt: 'What is 2+2?',
+        data: { answer: 4 },
+        verifier: { kind: 'function', name: 'final-answer' },
+        metadata: { difficulty: 1, split: 'eval' },
+      }),
       '',
       JSON.stringify({
         id: 'b',

@@ -56,8 +56,21 @@ export function parseTaskJsonl(text: string, source = '<jsonl>'): StoredTask[] {
       return;
     }
     const difficulty = t.difficulty ?? (typeof t.metadata.difficulty === 'number' ? t.metadata.difficulty : 0);
-    const messages = t.messages ?? [...(t.system ? [{ role: 'system' as const, content: t.system }] : []), { role: 'user' as const, content: t.prompt as string }];
-    tasks.push({ id: t.id, env: null, messages, tools: t.tools, split, difficulty, data: t.data, metadata: t.metadata, ...(t.verifier ? { verifier: t.verifier } : {}) });
+    const messages = t.messages ?? [
+      ...(t.system ? [{ role: 'system' as const, content: t.system }] : []),
+      { role: 'user' as const, content: t.prompt as string },
+    ];
+    tasks.push({
+      id: t.id,
+      env: null,
+      messages,
+      tools: t.tools,
+      split,
+      difficulty,
+      data: t.data,
+      metadata: t.metadata,
+      ...(t.verifier ? { verifier: t.verifier } : {}),
+    });
   });
   if (problems.length) throw new TaskFileError(problems, source);
   return tasks;

@@ -82,7 +82,9 @@ export const taskSetSpecSchema = z.object({
   verifier: verifierSpecSchema.optional(),
   groupSize: z.number().int().positive().max(1024).optional(),
   limits: limitsSchema.default({ timeoutMs: 600_000, maxEnvRetries: 2 }),
-  sampling: z.object({ temperature: z.number().min(0).max(5).default(1), maxTokens: z.number().int().positive().default(64) }).default({ temperature: 1, maxTokens: 64 }),
+  sampling: z
+    .object({ temperature: z.number().min(0).max(5).default(1), maxTokens: z.number().int().positive().default(64) })
+    .default({ temperature: 1, maxTokens: 64 }),
   /** Tools of the white-box loop beyond the environment's: memory (key-value) and delegate (sub-agent). */
   builtinTools: z.array(z.enum(['memory', 'delegate'])).default([]),
   /**
@@ -100,14 +102,20 @@ const messageSchema = z
   .object({
     role: z.enum(['system', 'user', 'assistant', 'tool']),
     content: z.string().nullable(),
-    tool_calls: z.array(z.object({ id: z.string(), type: z.literal('function'), function: z.object({ name: z.string(), arguments: z.string() }) })).optional(),
+    tool_calls: z
+      .array(z.object({ id: z.string(), type: z.literal('function'), function: z.object({ name: z.string(), arguments: z.string() }) }))
+      .optional(),
     tool_call_id: z.string().optional(),
   })
   .strict();
 
 const toolSchema = z.object({
   type: z.literal('function'),
-  function: z.object({ name: z.string().min(1).max(64), description: z.string().optional(), parameters: z.record(z.string(), z.unknown()).optional() }),
+  function: z.object({
+    name: z.string().min(1).max(64),
+    description: z.string().optional(),
+    parameters: z.record(z.string(), z.unknown()).optional(),
+  }),
 });
 
 /** One JSONL line. `prompt` is shorthand for a single user message. */
@@ -124,5 +132,8 @@ export const taskLineSchema = z
     data: z.record(z.string(), z.unknown()).default({}),
     metadata: z.record(z.string(), z.unknown()).default({}),
   })
-  .refine((t) => (t.messages === undefined) !== (t.prompt === undefined), { message: 'exactly one of messages or prompt is required', path: ['messages'] });
+  .refine((t) => (t.messages === undefined) !== (t.prompt === undefined), {
+    message: 'exactly one of messages or prompt is required',
+    path: ['messages'],
+  });
 export type TaskLine = z.infer<typeof taskLineSchema>;

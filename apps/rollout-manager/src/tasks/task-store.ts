@@ -20,7 +20,8 @@ export class RolloutTaskStore {
   async load(spec: TaskSetSpec, raw: StoredTask[]): Promise<{ taskSetId: string; tasks: number }> {
     const tasks = raw.map((t) => ({ ...t, id: qualifiedTaskId(spec.id, t.id), metadata: { ...(t.metadata ?? {}), sourceId: t.id } }));
     const long = tasks.filter((t) => t.id.length > 128).map((t) => t.metadata.sourceId);
-    if (long.length) throw new Error(`tasks: ids too long once qualified by task set ${spec.id} (max 128): ${long.slice(0, 10).join(', ')}`);
+    if (long.length)
+      throw new Error(`tasks: ids too long once qualified by task set ${spec.id} (max 128): ${long.slice(0, 10).join(', ')}`);
     await this.ds.transaction(async (m) => {
       await upsertRows(m, TaskSet, [{ id: spec.id, name: spec.name, config: spec as unknown as JsonObject }], ['id']);
       for (let i = 0; i < tasks.length; i += 500) {

@@ -30,8 +30,10 @@ describe('verifiers', () => {
       req.on('data', (d) => (body += d));
       req.on('end', () => {
         const { transcript } = JSON.parse(body) as { transcript: { finalAnswer: string } };
-        if (req.url === '/ok') return res.end(JSON.stringify({ outcomeReward: transcript.finalAnswer === '49' ? 1 : 0, processRewards: [1] }));
-        if (req.url === '/flaky') return flaky++ < 2 ? ((res.statusCode = 503), res.end('busy')) : res.end(JSON.stringify({ outcomeReward: 0.25 }));
+        if (req.url === '/ok')
+          return res.end(JSON.stringify({ outcomeReward: transcript.finalAnswer === '49' ? 1 : 0, processRewards: [1] }));
+        if (req.url === '/flaky')
+          return flaky++ < 2 ? ((res.statusCode = 503), res.end('busy')) : res.end(JSON.stringify({ outcomeReward: 0.25 }));
         if (req.url === '/garbage') return res.end('<html>');
         if (req.url === '/hang') return;
         res.statusCode = 404;
@@ -51,24 +53,39 @@ describe('verifiers', () => {
 
   it('environment and TypeScript function verifiers', async () => {
     expect(await runVerifier(spec({ kind: 'env' }), 'chain-add', input, deps)).toMatchObject({ outcomeReward: 0.8, success: true });
-    expect(await runVerifier(spec({ kind: 'function', name: 'final-answer' }), null, input, deps)).toMatchObject({ outcomeReward: 1, success: true });
-    expect(await runVerifier(spec({ kind: 'function', name: 'half' }), null, input, deps)).toMatchObject({ outcomeReward: 0.5, success: false });
+    expect(await runVerifier(spec({ kind: 'function', name: 'final-answer' }), null, input, deps)).toMatchObject({
+      outcomeReward: 1,
+      success: true,
+    });
+    expect(await runVerifier(spec({ kind: 'function', name: 'half' }), null, input, deps)).toMatchObject({
+      outcomeReward: 0.5,
+      success: false,
+    });
   });
 
   it('a verifier that throws, hangs or answers garbage fails within its bound as VerifierError', async () => {
     await expect(runVerifier(spec({ kind: 'function', name: 'throws' }), null, input, deps)).rejects.toThrow(VerifierError);
     const t0 = performance.now();
-    await expect(runVerifier(spec({ kind: 'function', name: 'hangs', timeoutMs: 200 }), null, input, deps)).rejects.toThrow(/within 200 ms/);
+    await expect(runVerifier(spec({ kind: 'function', name: 'hangs', timeoutMs: 200 }), null, input, deps)).rejects.toThrow(
+      /within 200 ms/,
+    );
     expect(performance.now() - t0).toBeLessThan(2000);
     await expect(runVerifier(spec({ kind: 'function', name: 'garbage' }), null, input, deps)).rejects.toThrow(/garbage: outcomeReward/);
   });
 
   it('HTTP reward service: answer, retries on 5xx, garbage, hang', async () => {
-    expect(await runVerifier(spec({ kind: 'http', url: `${url}/ok` }), null, input, deps)).toMatchObject({ outcomeReward: 1, processRewards: [1] });
-    expect(await runVerifier(spec({ kind: 'http', url: `${url}/flaky`, retries: 2 }), null, input, deps)).toMatchObject({ outcomeReward: 0.25 });
+    expect(await runVerifier(spec({ kind: 'http', url: `${url}/ok` }), null, input, deps)).toMatchObject({
+      outcomeReward: 1,
+      processRewards: [1],
+    });
+    expect(await runVerifier(spec({ kind: 'http', url: `${url}/flaky`, retries: 2 }), null, input, deps)).toMatchObject({
+      outcomeReward: 0.25,
+    });
     await expect(runVerifier(spec({ kind: 'http', url: `${url}/garbage`, retries: 0 }), null, input, deps)).rejects.toThrow(/garbage/);
     const t0 = performance.now();
-    await expect(runVerifier(spec({ kind: 'http', url: `${url}/hang`, timeoutMs: 150, retries: 1 }), null, input, deps)).rejects.toThrow(/2 attempts failed \(last: no answer within 150 ms\)/);
+    await expect(runVerifier(spec({ kind: 'http', url: `${url}/hang`, timeoutMs: 150, retries: 1 }), null, input, deps)).rejects.toThrow(
+      /2 attempts failed \(last: no answer within 150 ms\)/,
+    );
     expect(performance.now() - t0).toBeLessThan(3000);
   });
 
@@ -82,17 +99,27 @@ describe('verifiers', () => {
       ],
     });
     expect(await runVerifier(json, null, input, deps)).toMatchObject({ outcomeReward: 1, success: true });
-    expect(await runVerifier(spec({ kind: 'command', command: ['sh', '-c', 'cat >/dev/null; exit 0'], mode: 'exit-code' }), null, input, deps)).toMatchObject({ outcomeReward: 1 });
-    expect(await runVerifier(spec({ kind: 'command', command: ['sh', '-c', 'cat >/dev/null; exit 1'], mode: 'exit-code' }), null, input, deps)).toMatchObject({ outcomeReward: 0, success: false });
-    await expect(runVerifier(spec({ kind: 'command', command: ['sh', '-c', 'echo not-json'] }), null, input, deps)).rejects.toThrow(/garbage/);
+    expect(
+      await runVerifier(spec({ kind: 'command', command: ['sh', '-c', 'cat >/dev/null; exit 0'], mode: 'exit-code' }), null, input, deps),
+    ).toMatchObject({ outcomeReward: 1 });
+    expect(
+      await runVerifier(spec({ kind: 'command', command: ['sh', '-c', 'cat >/dev/null; exit 1'], mode: 'exit-code' }), null, input, deps),
+    ).toMatchObject({ outcomeReward: 0, success: false });
+    await expect(runVerifier(spec({ kind: 'command', command: ['sh', '-c', 'echo not-json'] }), null, input, deps)).rejects.toThrow(
+      /garbage/,
+    );
     const t0 = performance.now();
-    await expect(runVerifier(spec({ kind: 'command', command: ['sh', '-c', 'sleep 30'], timeoutMs: 200 }), null, input, deps)).rejects.toThrow(/within 200 ms/);
+    await expect(
+      runVerifier(spec({ kind: 'command', command: ['sh', '-c', 'sleep 30'], timeoutMs: 200 }), null, input, deps),
+    ).rejects.toThrow(/within 200 ms/);
     expect(performance.now() - t0).toBeLessThan(3000);
   });
 
   it('unknown verifiers are refused by name at load', () => {
     expect(() => checkVerifier(spec({ kind: 'function', name: 'nope' }), null, deps)).toThrow(UnknownVerifierError);
-    expect(() => checkVerifier(spec({ kind: 'function', name: 'nope' }), null, deps)).toThrow(/verifier.name: unknown verifier function "nope"/);
+    expect(() => checkVerifier(spec({ kind: 'function', name: 'nope' }), null, deps)).toThrow(
+      /verifier.name: unknown verifier function "nope"/,
+    );
     expect(() => checkVerifier(spec({ kind: 'env' }), null, deps)).toThrow(/kind env needs/);
     expect(() => verifierSpecSchema.parse({ kind: 'oracle' })).toThrow();
   });

@@ -37,8 +37,16 @@ const resultSchema = z.object({
 
 function checked(value: unknown, what: string): VerifyResult {
   const r = resultSchema.safeParse(value);
-  if (!r.success) throw new VerifierError(`${what} answered garbage: ${r.error.issues.map((i) => `${i.path.join('.') || '(result)'}: ${i.message}`).join(', ')}`);
-  return { outcomeReward: r.data.outcomeReward, success: r.data.success ?? r.data.outcomeReward > 0, processRewards: r.data.processRewards, detail: r.data.detail };
+  if (!r.success)
+    throw new VerifierError(
+      `${what} answered garbage: ${r.error.issues.map((i) => `${i.path.join('.') || '(result)'}: ${i.message}`).join(', ')}`,
+    );
+  return {
+    outcomeReward: r.data.outcomeReward,
+    success: r.data.success ?? r.data.outcomeReward > 0,
+    processRewards: r.data.processRewards,
+    detail: r.data.detail,
+  };
 }
 
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
@@ -59,7 +67,11 @@ export const BUILTIN_VERIFIERS: Record<string, VerifierFn> = {
     if (want === undefined) throw new VerifierError(`task ${task.id}: final-answer needs data.answer`);
     const got = transcript.finalAnswer?.trim() ?? null;
     const ok = got !== null && (got === String(want) || (typeof want === 'number' && Number(got.replace(/\.$/, '')) === want));
-    return { outcomeReward: ok ? 1 : 0, success: ok, detail: `answer ${JSON.stringify(got?.slice(0, 200) ?? null)}, expected ${JSON.stringify(want)}` };
+    return {
+      outcomeReward: ok ? 1 : 0,
+      success: ok,
+      detail: `answer ${JSON.stringify(got?.slice(0, 200) ?? null)}, expected ${JSON.stringify(want)}`,
+    };
   },
 };
 
@@ -70,16 +82,25 @@ export interface VerifierDeps {
 
 /** Checks a spec resolves (unknown names fail at load, not at the first rollout). */
 export function checkVerifier(spec: VerifierSpec, env: string | null, deps: VerifierDeps): void {
-  if (spec.kind === 'env' && (env === null || !deps.environments.has(env))) throw new UnknownVerifierError(`verifier: kind env needs a built-in environment, task set has ${JSON.stringify(env)}`);
+  if (spec.kind === 'env' && (env === null || !deps.environments.has(env)))
+    throw new UnknownVerifierError(`verifier: kind env needs a built-in environment, task set has ${JSON.stringify(env)}`);
   if (spec.kind === 'function' && !(spec.name in deps.functions) && !(spec.name in BUILTIN_VERIFIERS))
-    throw new UnknownVerifierError(`verifier.name: unknown verifier function ${JSON.stringify(spec.name)} (known: ${[...Object.keys(BUILTIN_VERIFIERS), ...Object.keys(deps.functions)].join(', ')})`);
+    throw new UnknownVerifierError(
+      `verifier.name: unknown verifier function ${JSON.stringify(spec.name)} (known: ${[...Object.keys(BUILTIN_VERIFIERS), ...Object.keys(deps.functions)].join(', ')})`,
+    );
 }
 
 /**
  * Runs a verifier to a checked result within a bounded time; every failure is a VerifierError.
  * `signal` stops an HTTP or command verifier early (the rollout is shutting down).
  */
-export async function runVerifier(spec: VerifierSpec, env: string | null, input: VerifierInput, deps: VerifierDeps, signal?: AbortSignal): Promise<VerifyResult> {
+export async function runVerifier(
+  spec: VerifierSpec,
+  env: string | null,
+  input: VerifierInput,
+  deps: VerifierDeps,
+  signal?: AbortSignal,
+): Promise<VerifyResult> {
   try {
     switch (spec.kind) {
       case 'env': {
@@ -117,7 +138,11 @@ export async function runVerifier(spec: VerifierSpec, env: string | null, input:
   }
 }
 
-async function httpVerifier(spec: Extract<VerifierSpec, { kind: 'http' }>, input: VerifierInput, signal?: AbortSignal): Promise<VerifyResult> {
+async function httpVerifier(
+  spec: Extract<VerifierSpec, { kind: 'http' }>,
+  input: VerifierInput,
+  signal?: AbortSignal,
+): Promise<VerifyResult> {
   let last = '';
   for (let attempt = 0; attempt <= spec.retries; attempt++) {
     if (attempt > 0) await new Promise((r) => setTimeout(r, Math.min(2000, 100 * 2 ** attempt)));
@@ -149,9 +174,17 @@ async function httpVerifier(spec: Extract<VerifierSpec, { kind: 'http' }>, input
   throw new VerifierError(`reward service ${spec.url}: ${spec.retries + 1} attempts failed (last: ${last})`);
 }
 
-function commandVerifier(spec: Extract<VerifierSpec, { kind: 'command' }>, input: VerifierInput, signal?: AbortSignal): Promise<VerifyResult> {
+function commandVerifier(
+  spec: Extract<VerifierSpec, { kind: 'command' }>,
+  input: VerifierInput,
+  signal?: AbortSignal,
+): Promise<VerifyResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(spec.command[0], spec.command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], detached: true, env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
+    const child = spawn(spec.command[0], spec.command.slice(1), {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      detached: true,
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+    });
     let out = '';
     let err = '';
     const cap = 1 << 20;
@@ -203,6 +236,8 @@ function commandVerifier(spec: Extract<VerifierSpec, { kind: 'command' }>, input
       }
     });
     child.stdin.on('error', () => undefined);
-    child.stdin.end(JSON.stringify({ task: input.task, transcript: input.transcript, agent: input.agent ?? null, calls: input.calls ?? null }));
+    child.stdin.end(
+      JSON.stringify({ task: input.task, transcript: input.transcript, agent: input.agent ?? null, calls: input.calls ?? null }),
+    );
   });
 }

@@ -54,7 +54,13 @@ export class PostgresBatchSource implements BatchSource {
           trajectoryIds,
           groupIds,
           // the blob's float32 advantages and weights: the event's float64 values are not kept
-          samples: tree.samples.map((s) => ({ sampleId: s.sampleId, trajectoryId: s.trajectoryId, groupId: s.groupId, advantage: s.advantage, lossWeight: s.lossWeight })),
+          samples: tree.samples.map((s) => ({
+            sampleId: s.sampleId,
+            trajectoryId: s.trajectoryId,
+            groupId: s.groupId,
+            advantage: s.advantage,
+            lossWeight: s.lossWeight,
+          })),
           blob: { store: 'postgres', sha256: r.sha256.trim(), bytes: r.bytes, layout: 'anvil-prefix-tree/1', nodes: r.nodes },
           stats: r.stats,
           policyVersion: 0,

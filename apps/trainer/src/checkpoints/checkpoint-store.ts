@@ -57,7 +57,14 @@ const STATE_FILE = 'trainer-state.json';
 const OPTIMIZER_FILE = 'optimizer.safetensors';
 // Newer Hugging Face checkpoints keep the chat template beside tokenizer_config.json instead of in it
 // (chat_template.jinja, or chat_template.json): without it a checkpoint of such a model has no template.
-const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json', 'chat_template.jinja', 'chat_template.json'];
+const TOKENIZER_FILES = [
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+  'generation_config.json',
+  'chat_template.jinja',
+  'chat_template.json',
+];
 
 async function fsyncDir(dir: string): Promise<void> {
   const h = await fsp.open(dir, 'r');
@@ -92,7 +99,8 @@ export class CheckpointStore {
   /** Creates the root and removes temporary directories a crashed writer left. */
   async init(): Promise<void> {
     await fsp.mkdir(this.root, { recursive: true });
-    for (const f of await fsp.readdir(this.root)) if (f.startsWith('.tmp-')) await fsp.rm(join(this.root, f), { recursive: true, force: true });
+    for (const f of await fsp.readdir(this.root))
+      if (f.startsWith('.tmp-')) await fsp.rm(join(this.root, f), { recursive: true, force: true });
   }
 
   /**
@@ -151,17 +159,21 @@ export class CheckpointStore {
     } catch (e) {
       throw new CheckpointError(`${dir}: ${STATE_FILE} is unreadable (${(e as Error).message})`);
     }
-    if (state.format !== 'anvil-trainer-state/1') throw new CheckpointError(`${dir}: unknown trainer state format ${JSON.stringify(state.format)}`);
+    if (state.format !== 'anvil-trainer-state/1')
+      throw new CheckpointError(`${dir}: unknown trainer state format ${JSON.stringify(state.format)}`);
     for (const k of ['step', 'version', 'nonFiniteSkips'] as const)
-      if (!Number.isInteger(state[k]) || state[k] < 0) throw new CheckpointError(`${dir}: ${STATE_FILE} field ${k} is not a non-negative integer`);
-    if (!state.position || !Number.isInteger(state.position.nextBatchStep)) throw new CheckpointError(`${dir}: ${STATE_FILE} has no data position`);
+      if (!Number.isInteger(state[k]) || state[k] < 0)
+        throw new CheckpointError(`${dir}: ${STATE_FILE} field ${k} is not a non-negative integer`);
+    if (!state.position || !Number.isInteger(state.position.nextBatchStep))
+      throw new CheckpointError(`${dir}: ${STATE_FILE} has no data position`);
     let digest: string;
     try {
       digest = await checkpointDigest(dir);
     } catch (e) {
       throw new CheckpointError(`${dir}: ${(e as Error).message}`);
     }
-    if (digest !== state.sha256) throw new CheckpointError(`${dir}: weights do not match the digest recorded at write time (truncated or altered)`);
+    if (digest !== state.sha256)
+      throw new CheckpointError(`${dir}: weights do not match the digest recorded at write time (truncated or altered)`);
     if (!existsSync(join(dir, OPTIMIZER_FILE))) throw new CheckpointError(`${dir}: ${OPTIMIZER_FILE} is missing`);
     return state;
   }
@@ -171,7 +183,10 @@ export class CheckpointStore {
     const state = await this.readState(dir);
     const loaded = await Model.load(dir);
     try {
-      if (loaded.tensors.length !== model.tensors.length || loaded.tensors.some((t, i) => t.numel !== model.tensors[i].numel || t.name !== model.tensors[i].name))
+      if (
+        loaded.tensors.length !== model.tensors.length ||
+        loaded.tensors.some((t, i) => t.numel !== model.tensors[i].numel || t.name !== model.tensors[i].name)
+      )
         throw new CheckpointError(`${dir}: the checkpoint's tensors do not match the trainer's model`);
       loaded.tensors.forEach((t, i) => model.tensors[i].data.set(t.data));
       await model.syncToDevice();
@@ -186,7 +201,8 @@ export class CheckpointStore {
     if (m && v) {
       const mm = new Float32Array(model.numParams);
       const vv = new Float32Array(model.numParams);
-      if (m.shape[0] !== model.numParams || v.shape[0] !== model.numParams) throw new CheckpointError(`${dir}: optimizer moments do not match the model's ${model.numParams} parameters`);
+      if (m.shape[0] !== model.numParams || v.shape[0] !== model.numParams)
+        throw new CheckpointError(`${dir}: optimizer moments do not match the model's ${model.numParams} parameters`);
       toFloat32(m, mm, `${dir}: adam_m`);
       toFloat32(v, vv, `${dir}: adam_v`);
       model.setOptimizerState({ step, m: mm, v: vv });

@@ -16,7 +16,14 @@ export class TrainerController {
   state() {
     const rt = this.lifecycle.runtime;
     if (!rt) return { started: false, version: null, done: false, failure: null, position: null, totals: null };
-    return { started: true, version: rt.currentVersion, done: rt.done, failure: rt.failure?.message ?? null, position: rt.dataPosition, totals: rt.totals };
+    return {
+      started: true,
+      version: rt.currentVersion,
+      done: rt.done,
+      failure: rt.failure?.message ?? null,
+      position: rt.dataPosition,
+      totals: rt.totals,
+    };
   }
 
   /** Steps with seq > after (see StepLog): the step reports, staleness, idle and busy time of each batch. */

@@ -50,7 +50,9 @@ async function unmergedGradients(m: Model, samples: ReturnType<typeof batch>, cf
     trajectoryId: s.trajectoryId,
     groupId: s.groupId,
     // decoupled PPO 'recomputed': π_prox is the weights before the step, the ones this forward ran
-    ...(cfg.kind === 'decoupled_ppo' && cfg.prox?.mode === 'recomputed' ? { proxLogp: Float32Array.from(pack.outputNodes[k], (j) => res.logp[j]) } : {}),
+    ...(cfg.kind === 'decoupled_ppo' && cfg.prox?.mode === 'recomputed'
+      ? { proxLogp: Float32Array.from(pack.outputNodes[k], (j) => res.logp[j]) }
+      : {}),
     ...(refRes ? { refLogp: Float32Array.from(pack.outputNodes[k], (j) => refRes.logp[j]) } : {}),
   }));
   const result = computeLoss(lossSamples, cfg);
@@ -112,7 +114,9 @@ describe('trainer loss wiring', () => {
 
   it('a KL penalty without a reference model is refused before any forward', async () => {
     const m = model();
-    await expect(lossAndGradients(m, tree, [0, 1], { loss: lossConfig({ klCoef: 0.1 }), packTokens: 100_000 }, { currentVersion: 4 })).rejects.toThrow(/klCoef is 0.1 but the trainer has no reference model/);
+    await expect(
+      lossAndGradients(m, tree, [0, 1], { loss: lossConfig({ klCoef: 0.1 }), packTokens: 100_000 }, { currentVersion: 4 }),
+    ).rejects.toThrow(/klCoef is 0.1 but the trainer has no reference model/);
     m.dispose();
   });
 
@@ -136,12 +140,19 @@ describe('trainer loss wiring', () => {
     expect(miniBatchesOf(tree, 2).map((m) => new Set(m.map((k) => tree.samples[k].groupId)).size)).toEqual([1, 1]);
     const m = model();
     const before = Float32Array.from(m.tensors[0].data);
-    const reports = await trainOnTree(m, tree, { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 }, { currentVersion: 4 });
+    const reports = await trainOnTree(
+      m,
+      tree,
+      { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 },
+      { currentVersion: 4 },
+    );
     expect(reports.map((r) => r.skipped)).toEqual([null, null]);
     expect(m.stepCount).toBe(2);
     expect(m.tensors[0].data.some((v, i) => v !== before[i])).toBe(true);
     const bad = { ...tree, samples: tree.samples.map((s, k) => (k === 0 ? { ...s, advantage: Number.NaN } : s)) };
-    await expect(trainOnTree(m, bad, { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 100_000, miniBatches: 1 }, { currentVersion: 4 })).rejects.toThrow(/advantage/);
+    await expect(
+      trainOnTree(m, bad, { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 100_000, miniBatches: 1 }, { currentVersion: 4 }),
+    ).rejects.toThrow(/advantage/);
     expect(m.stepCount).toBe(2);
     m.dispose();
   });
@@ -151,7 +162,12 @@ describe('trainer loss wiring', () => {
     const currentIn = (members: number[]) => members.reduce((a, k) => a + samples[k].versions.filter((v) => v === 4).length, 0);
     expect(parts.every((p) => currentIn(p) > 0)).toBe(true);
     const m = model();
-    const reports = await trainOnTree(m, tree, { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 }, { currentVersion: 4 });
+    const reports = await trainOnTree(
+      m,
+      tree,
+      { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 },
+      { currentVersion: 4 },
+    );
     expect(reports.map((r) => r.mismatch.tokens)).toEqual([currentIn(parts[0]), 0]);
     expect(reports[1].mismatchBySplit).toEqual([]);
     m.dispose();
@@ -176,14 +192,21 @@ describe('trainer loss wiring', () => {
     const m = model();
     m.tensors[0].data.fill(Number.NaN);
     await m.syncToDevice();
-    const reports = await trainOnTree(m, tree, { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 }, { currentVersion: 4 });
+    const reports = await trainOnTree(
+      m,
+      tree,
+      { loss: lossConfig(), lr: 1e-3, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 },
+      { currentVersion: 4 },
+    );
     expect(reports.map((r) => r.skipped)).toEqual(['non-finite log-probs', 'non-finite log-probs']);
     expect(m.stepCount).toBe(0);
     m.dispose();
   });
 
   it('warm-up: step t of the run takes lr · min(1, t / warmupSteps), counted from stepsDone (so a resumed run continues the ramp)', async () => {
-    expect([1, 2, 5, 10, 11].map((t) => lrAt({ lr: 1e-3, warmupSteps: 10 }, t))).toEqual([1e-4, 2e-4, 5e-4, 1e-3, 1e-3].map((v) => expect.closeTo(v, 12)));
+    expect([1, 2, 5, 10, 11].map((t) => lrAt({ lr: 1e-3, warmupSteps: 10 }, t))).toEqual(
+      [1e-4, 2e-4, 5e-4, 1e-3, 1e-3].map((v) => expect.closeTo(v, 12)),
+    );
     expect(lrAt({ lr: 1e-3 }, 1)).toBe(1e-3);
     // cosine decay after the warm-up: peak at the end of the warm-up, half way down at the middle, the floor from decaySteps on
     const cos = { lr: 1e-3, warmupSteps: 10, decaySteps: 110, minLrFactor: 0.1 };
@@ -191,7 +214,12 @@ describe('trainer loss wiring', () => {
     expect(lrAt({ lr: 1e-3, decaySteps: 100 }, 100)).toBeCloseTo(1e-4, 12);
     expect(lrAt({ lr: 1e-3, warmupSteps: 10, decaySteps: 10 }, 50)).toBe(1e-3); // no room to decay: constant
     const m = model();
-    const reports = await trainOnTree(m, tree, { loss: lossConfig(), lr: 1e-3, warmupSteps: 4, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 }, { currentVersion: 4, stepsDone: 1 });
+    const reports = await trainOnTree(
+      m,
+      tree,
+      { loss: lossConfig(), lr: 1e-3, warmupSteps: 4, maxGradNorm: 1, packTokens: 100_000, miniBatches: 2 },
+      { currentVersion: 4, stepsDone: 1 },
+    );
     expect(reports.map((r) => r.lr)).toEqual([expect.closeTo(5e-4, 12), expect.closeTo(7.5e-4, 12)]);
     m.dispose();
   });

@@ -4,7 +4,16 @@
 // back onto the nodes (a node shared by m samples gets the sum of their coefficients), backward,
 // clip, AdamW. Nothing here knows about Kafka or the database.
 import type { Model } from '@anvil/engine';
-import { computeLoss, mergeSampleValues, mismatchStats, packTree, type LossConfig, type LossSample, type LossStats, type PrefixTree } from '@anvil/rl';
+import {
+  computeLoss,
+  mergeSampleValues,
+  mismatchStats,
+  packTree,
+  type LossConfig,
+  type LossSample,
+  type LossStats,
+  type PrefixTree,
+} from '@anvil/rl';
 
 export interface TrainSettings {
   loss: LossConfig;
@@ -117,7 +126,8 @@ export async function lossAndGradients(
   ctx: { currentVersion: number; splitOf?: (sampleIndex: number) => string; reference?: Model },
 ): Promise<GradientResult> {
   const klCoef = settings.loss.klCoef ?? 0;
-  if (klCoef > 0 && !ctx.reference) throw new Error(`loss.klCoef is ${klCoef} but the trainer has no reference model to take the KL against`);
+  if (klCoef > 0 && !ctx.reference)
+    throw new Error(`loss.klCoef is ${klCoef} but the trainer has no reference model to take the KL against`);
   const view = subTree(tree, members);
   const packed = packTree(view, { maxTokens: settings.packTokens });
   const n = view.samples.length;
@@ -135,7 +145,10 @@ export async function lossAndGradients(
       // The reference policy's log-probs of the same nodes: a forward only, its activations freed at once.
       let refLogp: Float32Array | null = null;
       if (ctx.reference) {
-        const ref = await ctx.reference.forward(pack, { logits: 'recompute', ...(settings.maxPackBytes ? { maxBytes: settings.maxPackBytes } : {}) });
+        const ref = await ctx.reference.forward(pack, {
+          logits: 'recompute',
+          ...(settings.maxPackBytes ? { maxBytes: settings.maxPackBytes } : {}),
+        });
         refLogp = ref.logp;
         ref.handle.dispose();
       }
@@ -170,7 +183,14 @@ export async function lossAndGradients(
     // batch: the step is skipped like a non-finite loss, and counts against the trainer's limit
     // (computeLoss would refuse them as malformed input, failing the batch instead).
     if (lossSamples.some((s) => !s.logp.every(Number.isFinite)))
-      return { loss: Number.NaN, stats: null, mismatch: { all: { meanAbsDeltaLogp: Number.NaN, klK3: Number.NaN, tokens: 0 }, splits: [] }, ...shape, finite: false, nonFinite: 'log-probs' };
+      return {
+        loss: Number.NaN,
+        stats: null,
+        mismatch: { all: { meanAbsDeltaLogp: Number.NaN, klK3: Number.NaN, tokens: 0 }, splits: [] },
+        ...shape,
+        finite: false,
+        nonFinite: 'log-probs',
+      };
     const mismatch = mismatchOfCurrent(lossSamples, ctx.currentVersion, (k) => (ctx.splitOf ? ctx.splitOf(members[k]) : 'all'));
     const result = computeLoss(lossSamples, settings.loss, { entropy });
     const out: GradientResult = {

@@ -89,7 +89,12 @@ export type SessionCalls = z.infer<typeof sessionCallsSchema>;
  * calls (as GET .../calls answers them), read after the close so nothing is added after: the
  * rollout manager scores a black-box agent's calls as it ends its session, in one round trip.
  */
-export const closeSessionsRequestSchema = z.object({ sessionIds: z.array(z.string().min(1).max(128)).min(1).max(1000), withCalls: z.boolean().optional() });
+export const closeSessionsRequestSchema = z.object({
+  sessionIds: z.array(z.string().min(1).max(128)).min(1).max(1000),
+  withCalls: z.boolean().optional(),
+});
 export type CloseSessionsRequest = z.infer<typeof closeSessionsRequestSchema>;
-export const closeSessionsResponseSchema = z.object({ sessions: z.array(sessionStateSchema.extend({ calls: sessionCallsSchema.shape.calls.optional() })) });
+export const closeSessionsResponseSchema = z.object({
+  sessions: z.array(sessionStateSchema.extend({ calls: sessionCallsSchema.shape.calls.optional() })),
+});
 export type CloseSessionsResponse = z.infer<typeof closeSessionsResponseSchema>;

@@ -26,7 +26,9 @@ describe("layout 'anvil-prefix-tree/1'", () => {
     expect(header.tokens).toEqual({ dtype: 'I32', shape: [5], data_offsets: [0, 20] });
     expect(header.sample_output_offsets).toEqual({ dtype: 'I32', shape: [3], data_offsets: [100, 112] });
     expect(blob.length).toBe(8 + n + header.sample_loss_weight.data_offsets[1]);
-    expect(Array.from(new Int32Array(blob.buffer.slice(blob.byteOffset + 8 + n + 20, blob.byteOffset + 8 + n + 40)))).toEqual([-1, 0, 1, 1, -1]);
+    expect(Array.from(new Int32Array(blob.buffer.slice(blob.byteOffset + 8 + n + 20, blob.byteOffset + 8 + n + 40)))).toEqual([
+      -1, 0, 1, 1, -1,
+    ]);
     expect(decodePrefixTreeBlob(blob)).toEqual(tree());
   });
 

@@ -92,7 +92,8 @@ export function validatePrefixTree(t: PrefixTree): void {
       const v = s.outputNodes[j];
       if (v < 0 || v >= n) throw new PrefixTreeBlobError(`samples[${k}].outputNodes[${j}]`, `${v} is not a node index below ${n}`);
     }
-    if (!Number.isInteger(s.promptLength) || s.promptLength < 1) throw new PrefixTreeBlobError(`samples[${k}].promptLength`, `${s.promptLength} is not a positive integer`);
+    if (!Number.isInteger(s.promptLength) || s.promptLength < 1)
+      throw new PrefixTreeBlobError(`samples[${k}].promptLength`, `${s.promptLength} is not a positive integer`);
   });
 }
 
@@ -116,7 +117,11 @@ export function encodePrefixTreeBlob(t: PrefixTree): { blob: Buffer; sha256: str
     sample_loss_weight: Float32Array.from(t.samples, (s) => s.lossWeight),
   };
   const header: Record<string, unknown> = {
-    __metadata__: { layout: PREFIX_TREE_LAYOUT, nodes: String(t.tokens.length), samples: JSON.stringify(t.samples.map((s) => [s.sampleId, s.trajectoryId, s.groupId])) },
+    __metadata__: {
+      layout: PREFIX_TREE_LAYOUT,
+      nodes: String(t.tokens.length),
+      samples: JSON.stringify(t.samples.map((s) => [s.sampleId, s.trajectoryId, s.groupId])),
+    },
   };
   let cursor = 0;
   for (const [name, dtype] of TENSORS) {
@@ -158,7 +163,8 @@ export function decodePrefixTreeBlob(blob: Uint8Array): PrefixTree {
     throw new PrefixTreeBlobError('header', `not JSON (${(err as Error).message})`);
   }
   const meta = header.__metadata__;
-  if (meta?.layout !== PREFIX_TREE_LAYOUT) throw new PrefixTreeBlobError('__metadata__.layout', `expected ${PREFIX_TREE_LAYOUT}, got ${JSON.stringify(meta?.layout)}`);
+  if (meta?.layout !== PREFIX_TREE_LAYOUT)
+    throw new PrefixTreeBlobError('__metadata__.layout', `expected ${PREFIX_TREE_LAYOUT}, got ${JSON.stringify(meta?.layout)}`);
   const dataStart = 8 + n;
   const get = <D extends Dt>(name: TensorName, dtype: D): InstanceType<(typeof CTOR)[D]> => {
     const e = header[name];
@@ -193,8 +199,17 @@ export function decodePrefixTreeBlob(blob: Uint8Array): PrefixTree {
     versions: get('versions', 'U32'),
     lossWeight: get('loss_weight', 'F32'),
     samples: ids.map(([sampleId, trajectoryId, groupId], k) => {
-      if (!(offsets[k] <= offsets[k + 1] && offsets[k + 1] <= outNodes.length)) throw new PrefixTreeBlobError(`sample_output_offsets[${k}]`, 'not ascending within sample_output_nodes');
-      return { sampleId, trajectoryId, groupId, advantage: adv[k], lossWeight: lw[k], outputNodes: outNodes.slice(offsets[k], offsets[k + 1]), promptLength: promptLen[k] };
+      if (!(offsets[k] <= offsets[k + 1] && offsets[k + 1] <= outNodes.length))
+        throw new PrefixTreeBlobError(`sample_output_offsets[${k}]`, 'not ascending within sample_output_nodes');
+      return {
+        sampleId,
+        trajectoryId,
+        groupId,
+        advantage: adv[k],
+        lossWeight: lw[k],
+        outputNodes: outNodes.slice(offsets[k], offsets[k + 1]),
+        promptLength: promptLen[k],
+      };
     }),
   };
   validatePrefixTree(tree);

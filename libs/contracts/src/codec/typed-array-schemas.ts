@@ -7,7 +7,9 @@ import type { Dtype } from './binary-frame';
  * (what a consumer in another language actually sees in the frame header).
  */
 function typedArray<T>(ctor: abstract new (...args: never[]) => T, dtype: Dtype) {
-  return z.custom<T>((v) => v instanceof (ctor as unknown as typeof Object), { message: `expected ${ctor.name}` }).meta({ anvilBinary: dtype });
+  return z
+    .custom<T>((v) => v instanceof (ctor as unknown as typeof Object), { message: `expected ${ctor.name}` })
+    .meta({ anvilBinary: dtype });
 }
 
 export const int32Array = () => typedArray(Int32Array, 'i32');

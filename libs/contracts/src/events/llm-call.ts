@@ -44,7 +44,10 @@ export const llmCallRecordedV1 = z
   .superRefine((v, ctx) => {
     const n = v.outputIds.length;
     if (v.outputLogprobs.length !== n || v.outputVersions.length !== n) {
-      ctx.addIssue({ code: 'custom', message: `outputIds (${n}), outputLogprobs (${v.outputLogprobs.length}) and outputVersions (${v.outputVersions.length}) must have equal length` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `outputIds (${n}), outputLogprobs (${v.outputLogprobs.length}) and outputVersions (${v.outputVersions.length}) must have equal length`,
+      });
     }
     if (v.reusedPromptTokens > v.promptIds.length) {
       ctx.addIssue({ code: 'custom', message: 'reusedPromptTokens exceeds promptIds.length' });
@@ -129,11 +132,18 @@ function llmCallRecordedV1Sampling() {
 /** A v1 payload (whole prompt) as v2 (delta after the reused prefix). */
 export function llmCallV1ToV2(v1: LlmCallRecordedV1): LlmCallRecordedV2 {
   const { promptIds, ...rest } = v1;
-  return { ...rest, promptLength: promptIds.length, promptDeltaIds: promptIds.slice(v1.reusedPromptTokens) as LlmCallRecordedV2['promptDeltaIds'] };
+  return {
+    ...rest,
+    promptLength: promptIds.length,
+    promptDeltaIds: promptIds.slice(v1.reusedPromptTokens) as LlmCallRecordedV2['promptDeltaIds'],
+  };
 }
 
 /** A whole prompt as v2: what a producer that knows the full prompt and the reused count publishes. */
-export function llmCallDelta(promptIds: ArrayLike<number>, reusedPromptTokens: number): Pick<LlmCallRecordedV2, 'promptLength' | 'reusedPromptTokens' | 'promptDeltaIds'> {
+export function llmCallDelta(
+  promptIds: ArrayLike<number>,
+  reusedPromptTokens: number,
+): Pick<LlmCallRecordedV2, 'promptLength' | 'reusedPromptTokens' | 'promptDeltaIds'> {
   const delta = new Int32Array(Math.max(0, promptIds.length - reusedPromptTokens));
   for (let i = 0; i < delta.length; i++) delta[i] = promptIds[reusedPromptTokens + i];
   return { promptLength: promptIds.length, reusedPromptTokens, promptDeltaIds: delta };
@@ -167,9 +177,14 @@ export class PromptChain {
     else if (call.reusedPromptTokens === 0) prompt = call.promptDeltaIds as Int32Array;
     else {
       const parent = call.parentCallId === null ? undefined : this.sequences.get(call.parentCallId);
-      if (!parent) throw new PromptChainError(call.callId, 'parentCallId', `parent call ${String(call.parentCallId)} of ${call.callId} is unknown`);
+      if (!parent)
+        throw new PromptChainError(call.callId, 'parentCallId', `parent call ${String(call.parentCallId)} of ${call.callId} is unknown`);
       if (parent.length < call.reusedPromptTokens) {
-        throw new PromptChainError(call.callId, 'reusedPromptTokens', `${call.callId} reuses ${call.reusedPromptTokens} tokens but its parent has ${parent.length}`);
+        throw new PromptChainError(
+          call.callId,
+          'reusedPromptTokens',
+          `${call.callId} reuses ${call.reusedPromptTokens} tokens but its parent has ${parent.length}`,
+        );
       }
       prompt = new Int32Array(call.promptLength);
       prompt.set(parent.subarray(0, call.reusedPromptTokens));

@@ -113,10 +113,12 @@ export const trainBatchV2 = z
     createdAt: timestampMs(),
   })
   .superRefine((b, ctx) => {
-    if (b.trajectoryIds.length === 0) ctx.addIssue({ code: 'custom', path: ['trajectoryIds'], message: 'a batch has at least one trajectory' });
+    if (b.trajectoryIds.length === 0)
+      ctx.addIssue({ code: 'custom', path: ['trajectoryIds'], message: 'a batch has at least one trajectory' });
     const known = new Set(b.trajectoryIds);
     b.samples.forEach((s, i) => {
-      if (!known.has(s.trajectoryId)) ctx.addIssue({ code: 'custom', path: ['samples', i, 'trajectoryId'], message: `${s.trajectoryId} is not in trajectoryIds` });
+      if (!known.has(s.trajectoryId))
+        ctx.addIssue({ code: 'custom', path: ['samples', i, 'trajectoryId'], message: `${s.trajectoryId} is not in trajectoryIds` });
     });
   });
 export type TrainBatchV2 = z.infer<typeof trainBatchV2>;

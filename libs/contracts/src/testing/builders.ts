@@ -169,7 +169,11 @@ export function weightsPublished(version: number, overrides: Partial<EventPayloa
 }
 
 export function policyVersionActivated(version: number, overrides: Partial<EventPayload<'policy_version.activated'>> = {}) {
-  return build('policy_version.activated', { version, deployment: 'embedded', swapPolicy: 'drain-then-swap', activatedAt: 1_700_000_500_000 + version, ...overrides }, String(version));
+  return build(
+    'policy_version.activated',
+    { version, deployment: 'embedded', swapPolicy: 'drain-then-swap', activatedAt: 1_700_000_500_000 + version, ...overrides },
+    String(version),
+  );
 }
 
 /** The same envelope as a redelivery would carry it: equal content, distinct objects. */

@@ -4,7 +4,13 @@ import { createEvent, type EventEnvelope } from '../envelope';
  * A realistic llm_call.recorded event with `promptTokens` prompt ids and `outputTokens`
  * sampled ids. Shared by tests and benchmarks so they exercise the same payload shape.
  */
-export function sampleLlmCallEvent(opts: { promptTokens: number; outputTokens: number; rolloutId?: string; seed?: number; turnIndex?: number }): EventEnvelope<'llm_call.recorded'> {
+export function sampleLlmCallEvent(opts: {
+  promptTokens: number;
+  outputTokens: number;
+  rolloutId?: string;
+  seed?: number;
+  turnIndex?: number;
+}): EventEnvelope<'llm_call.recorded'> {
   let state = (opts.seed ?? 1) >>> 0 || 1;
   const rand = () => {
     // xorshift32: deterministic, cheap, good enough for fixture data.

@@ -94,7 +94,13 @@ export function sampleEventOf(type: EventType, key: string, n = 0): AnyEventEnve
           runId: null,
           trajectoryIds: [`traj-${key}`],
           groupIds: ['group-1'],
-          samples: [0, 1].map((s) => ({ sampleId: `sample-${s}`, trajectoryId: `traj-${key}`, groupId: 'group-1', advantage: -0.3333333333333333, lossWeight: s === 0 ? 1 : 0 })),
+          samples: [0, 1].map((s) => ({
+            sampleId: `sample-${s}`,
+            trajectoryId: `traj-${key}`,
+            groupId: 'group-1',
+            advantage: -0.3333333333333333,
+            lossWeight: s === 0 ? 1 : 0,
+          })),
           blob: { store: 'postgres', sha256: 'cd'.repeat(32), bytes: 4096, layout: 'anvil-prefix-tree/1', nodes: 57 },
           stats: {
             trajectories: 1,
@@ -117,7 +123,18 @@ export function sampleEventOf(type: EventType, key: string, n = 0): AnyEventEnve
         opts,
       ) as AnyEventEnvelope;
     case 'rollout_group.settled':
-      return createEvent(type, { groupId: 'group-1', taskId: 'task-1', status: 'dropped', reason: 'zero_variance', trajectoryIds: [`traj-${key}`], retryRolloutIds: [key] }, opts) as AnyEventEnvelope;
+      return createEvent(
+        type,
+        {
+          groupId: 'group-1',
+          taskId: 'task-1',
+          status: 'dropped',
+          reason: 'zero_variance',
+          trajectoryIds: [`traj-${key}`],
+          retryRolloutIds: [key],
+        },
+        opts,
+      ) as AnyEventEnvelope;
     case 'train_batch.trained':
       return createEvent(
         type,
@@ -137,7 +154,11 @@ export function sampleEventOf(type: EventType, key: string, n = 0): AnyEventEnve
         opts,
       ) as AnyEventEnvelope;
     case 'evaluation.requested':
-      return createEvent(type, { evalId: `eval-${n}`, taskSetId: 'set-1', policyVersion: 5, samplesPerTask: 2, requestedAt: now }, opts) as AnyEventEnvelope;
+      return createEvent(
+        type,
+        { evalId: `eval-${n}`, taskSetId: 'set-1', policyVersion: 5, samplesPerTask: 2, requestedAt: now },
+        opts,
+      ) as AnyEventEnvelope;
     case 'evaluation.completed':
       return createEvent(
         type,
@@ -170,7 +191,11 @@ export function sampleEventOf(type: EventType, key: string, n = 0): AnyEventEnve
         opts,
       ) as AnyEventEnvelope;
     case 'policy_version.activated':
-      return createEvent(type, { version: 5, deployment: 'proxy-0', swapPolicy: 'abort-and-resume', activatedAt: now }, opts) as AnyEventEnvelope;
+      return createEvent(
+        type,
+        { version: 5, deployment: 'proxy-0', swapPolicy: 'abort-and-resume', activatedAt: now },
+        opts,
+      ) as AnyEventEnvelope;
   }
 }
 

@@ -84,7 +84,12 @@ function metaOf(record: InboundRecord, route: TopicRoute, env: DeliveryEnv, stat
  * how many leading records are done (their offsets may be committed); fewer than all means
  * the delivery was interrupted by a stop.
  */
-export async function deliverBatch<T>(records: readonly InboundRecord[], route: TopicRoute, processor: Processor<T>, env: DeliveryEnv): Promise<number> {
+export async function deliverBatch<T>(
+  records: readonly InboundRecord[],
+  route: TopicRoute,
+  processor: Processor<T>,
+  env: DeliveryEnv,
+): Promise<number> {
   const handleBatch = processor.handleBatch;
   if (!handleBatch || route.kind === 'retry') return deliverEach(records, 0, route, processor, env);
   let done = 0;
@@ -111,14 +116,29 @@ export async function deliverBatch<T>(records: readonly InboundRecord[], route: 
     }
     const stopKeepAlive = startKeepAlive(env.keepAlive);
     const first = run[0].meta;
-    const span: ConsumeSpanInfo = { system: env.system, topic: route.logical, group: env.group, partition: first.partition, offset: first.offset, attempt: 1 };
-    const result = await settleUnlessAbandoned(() => withConsumerSpan(records[done].headers, span, () => handleBatch(run)), env.signals.abandon).finally(stopKeepAlive);
+    const span: ConsumeSpanInfo = {
+      system: env.system,
+      topic: route.logical,
+      group: env.group,
+      partition: first.partition,
+      offset: first.offset,
+      attempt: 1,
+    };
+    const result = await settleUnlessAbandoned(
+      () => withConsumerSpan(records[done].headers, span, () => handleBatch(run)),
+      env.signals.abandon,
+    ).finally(stopKeepAlive);
     if (result.status === 'abandoned') return done;
     if (result.status === 'ok') {
       done += run.length;
       continue;
     }
-    env.logger.debug('batch handler failed; delivering its messages one by one', { group: env.group, topic: route.logical, size: run.length, error: errorMessage(result.error) });
+    env.logger.debug('batch handler failed; delivering its messages one by one', {
+      group: env.group,
+      topic: route.logical,
+      size: run.length,
+      error: errorMessage(result.error),
+    });
     const handled = await deliverEach(records.slice(done, done + run.length), 0, route, processor, env);
     done += handled;
     if (handled < run.length) return done;
@@ -131,7 +151,13 @@ function traceIdOf(record: InboundRecord): string {
   return record.headers.traceparent?.split('-')[1] ?? '';
 }
 
-async function deliverEach<T>(records: readonly InboundRecord[], from: number, route: TopicRoute, processor: Processor<T>, env: DeliveryEnv): Promise<number> {
+async function deliverEach<T>(
+  records: readonly InboundRecord[],
+  from: number,
+  route: TopicRoute,
+  processor: Processor<T>,
+  env: DeliveryEnv,
+): Promise<number> {
   let done = from;
   for (; done < records.length; done++) {
     if ((await deliver(records[done], route, processor, env)) === 'interrupted') break;
@@ -147,7 +173,12 @@ function stateOf(record: InboundRecord, route: TopicRoute): DeliveryState {
   });
 }
 
-export async function deliver<T>(record: InboundRecord, route: TopicRoute, processor: Processor<T>, env: DeliveryEnv): Promise<DeliveryOutcome> {
+export async function deliver<T>(
+  record: InboundRecord,
+  route: TopicRoute,
+  processor: Processor<T>,
+  env: DeliveryEnv,
+): Promise<DeliveryOutcome> {
   const stopKeepAlive = startKeepAlive(env.keepAlive);
   try {
     return await deliverInner(record, route, processor, env);
@@ -156,7 +187,12 @@ export async function deliver<T>(record: InboundRecord, route: TopicRoute, proce
   }
 }
 
-async function deliverInner<T>(record: InboundRecord, route: TopicRoute, processor: Processor<T>, env: DeliveryEnv): Promise<DeliveryOutcome> {
+async function deliverInner<T>(
+  record: InboundRecord,
+  route: TopicRoute,
+  processor: Processor<T>,
+  env: DeliveryEnv,
+): Promise<DeliveryOutcome> {
   const { policy, signals, logger, group } = env;
   const state = stateOf(record, route);
   const where = { topic: route.logical, partition: state.origin.partition, offset: state.origin.offset, group };
@@ -177,8 +213,18 @@ async function deliverInner<T>(record: InboundRecord, route: TopicRoute, process
     if (i > 1 && !(await sleep(backoffMs(policy, i - 1), signals.stop))) return 'interrupted';
     const attempt = state.attemptsSoFar + i;
     const meta = metaOf(record, route, env, state, attempt);
-    const span: ConsumeSpanInfo = { system: env.system, topic: route.logical, group, partition: meta.partition, offset: meta.offset, attempt };
-    const result = await settleUnlessAbandoned(() => withConsumerSpan(record.headers, span, () => processor.handle(decoded, meta)), signals.abandon);
+    const span: ConsumeSpanInfo = {
+      system: env.system,
+      topic: route.logical,
+      group,
+      partition: meta.partition,
+      offset: meta.offset,
+      attempt,
+    };
+    const result = await settleUnlessAbandoned(
+      () => withConsumerSpan(record.headers, span, () => processor.handle(decoded, meta)),
+      signals.abandon,
+    );
     if (result.status === 'ok') return 'handled';
     if (result.status === 'abandoned') return 'interrupted';
     lastError = result.error;
@@ -206,7 +252,13 @@ async function deliverInner<T>(record: InboundRecord, route: TopicRoute, process
   return 'dead-lettered';
 }
 
-function deadLetter(record: InboundRecord, route: TopicRoute, env: DeliveryEnv, state: DeliveryState, failure: { reason: DeadLetterReason; attempts: number; error: string }): Promise<void> {
+function deadLetter(
+  record: InboundRecord,
+  route: TopicRoute,
+  env: DeliveryEnv,
+  state: DeliveryState,
+  failure: { reason: DeadLetterReason; attempts: number; error: string },
+): Promise<void> {
   const headers = deadLetterHeaders(record.headers, { origin: state.origin, group: env.group, failedAt: Date.now(), ...failure });
   return env.forward(route.deadLetterTopic, { key: record.key, value: record.value, headers });
 }

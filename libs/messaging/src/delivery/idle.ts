@@ -2,7 +2,11 @@ import type { PartitionLag } from '../bus';
 import { sleep } from './signals';
 
 /** Polls `lag` until every partition is committed to its end (shared by both buses' whenIdle). */
-export async function waitUntilIdle(lag: () => Promise<PartitionLag[]>, options: { timeoutMs?: number; pollMs?: number } = {}, signal: AbortSignal = new AbortController().signal): Promise<void> {
+export async function waitUntilIdle(
+  lag: () => Promise<PartitionLag[]>,
+  options: { timeoutMs?: number; pollMs?: number } = {},
+  signal: AbortSignal = new AbortController().signal,
+): Promise<void> {
   const timeoutMs = options.timeoutMs ?? 30_000;
   const pollMs = options.pollMs ?? 100;
   const deadline = Date.now() + timeoutMs;

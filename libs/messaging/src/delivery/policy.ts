@@ -35,7 +35,8 @@ export function resolveDeliveryPolicy(options: DeliveryOptions): DeliveryPolicy 
   };
   const positiveInt = (name: keyof DeliveryPolicy, min: number) => {
     const v = policy[name];
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < min) throw new Error(`${name} must be an integer >= ${min} (got ${String(v)})`);
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < min)
+      throw new Error(`${name} must be an integer >= ${min} (got ${String(v)})`);
   };
   positiveInt('maxAttempts', 1);
   positiveInt('retryDelayMs', 0);

@@ -5,7 +5,10 @@ import type { Processor } from './deliver';
 const EMPTY = Buffer.alloc(0);
 
 /** subscribe(): the ANV1 codec decides what is poison (its ContractError reason goes to the DLQ). */
-export function eventProcessor(handler: EventHandler, batch?: { handler?: EventBatchHandler; maxSize?: number }): Processor<AnyEventEnvelope> {
+export function eventProcessor(
+  handler: EventHandler,
+  batch?: { handler?: EventBatchHandler; maxSize?: number },
+): Processor<AnyEventEnvelope> {
   return {
     // A tombstone (null value) is not a frame: decodeEvent reports malformed_frame.
     decode: (record) => decodeEvent(record.value ?? EMPTY),

@@ -100,7 +100,13 @@ export class KafkaBus implements MessageBus {
       const crashed = [...this.subscriptions].filter((s) => s.failure).map((s) => ({ group: s.group, error: errorMessage(s.failure) }));
       return {
         ok: crashed.length === 0,
-        detail: { kind: 'kafka', clusterId: cluster.clusterId, brokers: cluster.brokers.length, subscriptions: this.subscriptions.size, crashed },
+        detail: {
+          kind: 'kafka',
+          clusterId: cluster.clusterId,
+          brokers: cluster.brokers.length,
+          subscriptions: this.subscriptions.size,
+          crashed,
+        },
       };
     } catch (err) {
       return { ok: false, detail: { kind: 'kafka', brokers: this.options.brokers, error: errorMessage(err) } };
@@ -114,7 +120,9 @@ export class KafkaBus implements MessageBus {
         // A client still retrying its first connection (broker unreachable) has nothing to
         // flush; waiting for kafkajs's retries to give up would outlast any shutdown deadline.
         const connected = client && (await withTimeout(client, CLOSE_CONNECT_WAIT_MS, 'not connected').catch(() => undefined));
-        await connected?.disconnect().catch((err: unknown) => this.logger.warn('kafka client did not disconnect cleanly', { error: errorMessage(err) }));
+        await connected
+          ?.disconnect()
+          .catch((err: unknown) => this.logger.warn('kafka client did not disconnect cleanly', { error: errorMessage(err) }));
       };
       await Promise.all([disconnect(this.producerReady), disconnect(this.adminReady)]);
     })();

@@ -1,6 +1,14 @@
 import type { Admin, Consumer, EachBatchPayload, Kafka, KafkaMessage } from 'kafkajs';
 import type { PartitionLag, StopOptions, Subscription } from '../bus';
-import { deliver, deliverBatch, dueAt, type DeliveryEnv, type InboundRecord, type OutboundRecord, type Processor } from '../delivery/deliver';
+import {
+  deliver,
+  deliverBatch,
+  dueAt,
+  type DeliveryEnv,
+  type InboundRecord,
+  type OutboundRecord,
+  type Processor,
+} from '../delivery/deliver';
 import { waitUntilIdle } from '../delivery/idle';
 import type { DeliveryPolicy } from '../delivery/policy';
 import { normalizeHeaders } from '../headers';
@@ -76,7 +84,10 @@ export class KafkaSubscription<T> implements Subscription {
     });
     if (!policy.fromBeginning) {
       this.startOffsets = await this.endOffsets(topology.mainTopics).catch((err: unknown) => {
-        logger.warn('could not read end offsets; uncommitted partitions start at the latest offset', { group: this.group, error: errorMessage(err) });
+        logger.warn('could not read end offsets; uncommitted partitions start at the latest offset', {
+          group: this.group,
+          error: errorMessage(err),
+        });
         return undefined;
       });
     }
@@ -124,7 +135,13 @@ export class KafkaSubscription<T> implements Subscription {
         // -1: the group never committed here; count from the oldest retained message.
         const from = c >= 0 ? Math.max(c, low) : low;
         const high = Number(end.high);
-        out.push({ topic: topology.ns.logical(topic), partition: end.partition, committed: from, end: high, lag: Math.max(0, high - from) });
+        out.push({
+          topic: topology.ns.logical(topic),
+          partition: end.partition,
+          committed: from,
+          end: high,
+          lag: Math.max(0, high - from),
+        });
       }
     }
     return out;
@@ -154,14 +171,18 @@ export class KafkaSubscription<T> implements Subscription {
       for (const { topic, partitions } of committed) {
         for (const { partition, offset } of partitions) {
           const start = startOffsets.get(`${topic}:${partition}`);
-          if (offset === '-1' && start !== undefined && assignment[topic]?.includes(partition)) pins.push({ topic, partition, offset: start });
+          if (offset === '-1' && start !== undefined && assignment[topic]?.includes(partition))
+            pins.push({ topic, partition, offset: start });
         }
       }
       if (pins.length === 0) return;
       for (const pin of pins) consumer.seek(pin);
       await consumer.commitOffsets(pins);
     } catch (err) {
-      this.deps.logger.warn('could not pin start offsets; uncommitted partitions start at the latest offset', { group: this.group, error: errorMessage(err) });
+      this.deps.logger.warn('could not pin start offsets; uncommitted partitions start at the latest offset', {
+        group: this.group,
+        error: errorMessage(err),
+      });
     }
   }
 

@@ -55,13 +55,23 @@ export const KAFKA_DEFAULTS = {
   connectionTimeoutMs: 3_000,
   requestTimeoutMs: 30_000,
   healthTimeoutMs: 2_000,
-  consumer: { sessionTimeoutMs: 30_000, rebalanceTimeoutMs: 60_000, heartbeatIntervalMs: 3_000, maxWaitTimeMs: 1_000, commitIntervalMs: 100 },
+  consumer: {
+    sessionTimeoutMs: 30_000,
+    rebalanceTimeoutMs: 60_000,
+    heartbeatIntervalMs: 3_000,
+    maxWaitTimeMs: 1_000,
+    commitIntervalMs: 100,
+  },
 };
 
 export type ResolvedConsumerTuning = Required<KafkaConsumerTuning>;
 
 export function validateKafkaOptions(options: KafkaBusOptions): void {
-  if (!Array.isArray(options.brokers) || options.brokers.length === 0 || options.brokers.some((b) => typeof b !== 'string' || b.trim() === '')) {
+  if (
+    !Array.isArray(options.brokers) ||
+    options.brokers.length === 0 ||
+    options.brokers.some((b) => typeof b !== 'string' || b.trim() === '')
+  ) {
     throw new Error('kafka bus: brokers must be a non-empty list of host:port');
   }
   if (!options.clientId) throw new Error('kafka bus: clientId is required');

@@ -66,7 +66,8 @@ export class TopicAdmin {
     for (let attempt = 0; ; attempt++) {
       try {
         const { topics: metadata } = await admin.fetchTopicMetadata({ topics });
-        const led = metadata.length === topics.length && metadata.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0));
+        const led =
+          metadata.length === topics.length && metadata.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0));
         // A leader in the metadata may still answer NOT_LEADER for a moment; ListOffsets
         // succeeding means produce, fetch and offset lookups will too.
         if (led) {

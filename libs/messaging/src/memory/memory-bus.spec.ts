@@ -16,10 +16,14 @@ const brokerFor = (namespace: string) => {
   return broker;
 };
 
-describeBusConformance('in-process bus', (namespace) => new MemoryBus({ broker: brokerFor(namespace), topicPrefix: namespace, logger: silentLogger }), {
-  cleanup: async (namespace) => void brokers.delete(namespace),
-  waitMs: 10_000,
-});
+describeBusConformance(
+  'in-process bus',
+  (namespace) => new MemoryBus({ broker: brokerFor(namespace), topicPrefix: namespace, logger: silentLogger }),
+  {
+    cleanup: async (namespace) => void brokers.delete(namespace),
+    waitMs: 10_000,
+  },
+);
 
 describe('MemoryBus specifics', () => {
   const opened: MessageBus[] = [];
@@ -206,7 +210,11 @@ describe('MemoryBus specifics', () => {
   it('refuses a subscription without a usable group', async () => {
     const bus = open(new MemoryBroker());
     await expect(bus.subscribe({ group: '', topics: [TOPICS.rollouts], handler: async () => undefined })).rejects.toThrow(/consumer group/);
-    await expect(bus.subscribe({ group: 'has space', topics: [TOPICS.rollouts], handler: async () => undefined })).rejects.toThrow(/consumer group/);
-    await expect(bus.subscribe({ group: 'g', topics: [TOPICS.rollouts], maxAttempts: 0, handler: async () => undefined })).rejects.toThrow(/maxAttempts/);
+    await expect(bus.subscribe({ group: 'has space', topics: [TOPICS.rollouts], handler: async () => undefined })).rejects.toThrow(
+      /consumer group/,
+    );
+    await expect(bus.subscribe({ group: 'g', topics: [TOPICS.rollouts], maxAttempts: 0, handler: async () => undefined })).rejects.toThrow(
+      /maxAttempts/,
+    );
   });
 });

@@ -96,9 +96,11 @@ export class MemoryBus implements MessageBus {
 
   private append(message: PreparedMessage): void {
     const log = this.broker.ensureTopic(message.topic, this.partitions);
-    const partition = message.key === null ? this.roundRobin.next(message.topic, log.partitionCount) : partitionForKey(message.key, log.partitionCount);
+    const partition =
+      message.key === null ? this.roundRobin.next(message.topic, log.partitionCount) : partitionForKey(message.key, log.partitionCount);
     const headers: Record<string, Buffer> = {};
-    for (const [name, value] of Object.entries(message.headers)) headers[name] = Buffer.isBuffer(value) ? Buffer.from(value) : Buffer.from(value, 'utf8');
+    for (const [name, value] of Object.entries(message.headers))
+      headers[name] = Buffer.isBuffer(value) ? Buffer.from(value) : Buffer.from(value, 'utf8');
     log.append(partition, { key: message.key, value: message.value, headers, timestamp: Date.now() });
   }
 

@@ -1,5 +1,13 @@
 import type { PartitionLag, StopOptions, Subscription } from '../bus';
-import { deliver, deliverBatch, dueAt, type DeliveryEnv, type InboundRecord, type OutboundRecord, type Processor } from '../delivery/deliver';
+import {
+  deliver,
+  deliverBatch,
+  dueAt,
+  type DeliveryEnv,
+  type InboundRecord,
+  type OutboundRecord,
+  type Processor,
+} from '../delivery/deliver';
 import { waitUntilIdle } from '../delivery/idle';
 import type { DeliveryPolicy } from '../delivery/policy';
 import { sleep } from '../delivery/signals';
@@ -164,10 +172,20 @@ export class MemorySubscription<T> implements Subscription, GroupMember {
       }
       let done: number;
       try {
-        done = records.length > 1 ? await deliverBatch(records, route, processor, env) : (await deliver(record, route, processor, env)) === 'interrupted' ? 0 : 1;
+        done =
+          records.length > 1
+            ? await deliverBatch(records, route, processor, env)
+            : (await deliver(record, route, processor, env)) === 'interrupted'
+              ? 0
+              : 1;
       } catch (err) {
         // Only a failed forward to the retry/DLQ topic lands here; keep the messages and try again.
-        logger.error('delivery failed; the message will be read again', { topic, partition, offset: entry.offset, error: errorMessage(err) });
+        logger.error('delivery failed; the message will be read again', {
+          topic,
+          partition,
+          offset: entry.offset,
+          error: errorMessage(err),
+        });
         release();
         await sleep(Math.max(policy.retryDelayMs, 100), stop);
         continue;

@@ -61,7 +61,8 @@ export class PartitionedLog {
     readonly topic: string,
     partitionCount: number,
   ) {
-    if (!Number.isInteger(partitionCount) || partitionCount < 1) throw new Error(`topic ${topic}: invalid partition count ${partitionCount}`);
+    if (!Number.isInteger(partitionCount) || partitionCount < 1)
+      throw new Error(`topic ${topic}: invalid partition count ${partitionCount}`);
     this.partitions = Array.from({ length: partitionCount }, () => new Partition());
   }
 

@@ -118,7 +118,8 @@ export class OutboxRelay {
    * Resolves true when nothing was left.
    */
   async drain(timeoutMs: number): Promise<boolean> {
-    const done = this.queue.length === 0 && !this.publishing ? Promise.resolve(true) : new Promise<boolean>((r) => this.idle.push(() => r(true)));
+    const done =
+      this.queue.length === 0 && !this.publishing ? Promise.resolve(true) : new Promise<boolean>((r) => this.idle.push(() => r(true)));
     let timer: NodeJS.Timeout | undefined;
     const drained = await Promise.race([done, new Promise<boolean>((r) => (timer = setTimeout(() => r(false), timeoutMs)))]);
     clearTimeout(timer);
@@ -126,7 +127,9 @@ export class OutboxRelay {
     this.wakeRetry?.();
     if (this.sweepTimer) clearTimeout(this.sweepTimer);
     await this.sweeping?.catch(() => undefined);
-    await this.deletePublished().catch((err: unknown) => this.opts.warn?.('could not delete published outbox rows at shutdown (the sweeper republishes them; consumers dedupe)', { err }));
+    await this.deletePublished().catch((err: unknown) =>
+      this.opts.warn?.('could not delete published outbox rows at shutdown (the sweeper republishes them; consumers dedupe)', { err }),
+    );
     return drained && this.queue.length === 0;
   }
 
@@ -140,7 +143,12 @@ export class OutboxRelay {
         await this.bus.publish(batch);
       } catch (err) {
         // Not lost: the rows are durable. Wait and retry the same batch (later ones keep their order behind it).
-        if (this.failures++ % 50 === 0) this.opts.warn?.('publishing outbox events failed; they stay in the outbox and are retried', { events: batch.length, backlog: this.queue.length, err });
+        if (this.failures++ % 50 === 0)
+          this.opts.warn?.('publishing outbox events failed; they stay in the outbox and are retried', {
+            events: batch.length,
+            backlog: this.queue.length,
+            err,
+          });
         await new Promise<void>((r) => {
           const t = setTimeout(r, delayMs);
           this.wakeRetry = () => (clearTimeout(t), r());
@@ -165,7 +173,9 @@ export class OutboxRelay {
     if (this.deleteTimer || this.published.length === 0) return;
     this.deleteTimer = setTimeout(() => {
       this.deleteTimer = null;
-      void this.deletePublished().catch((err: unknown) => this.opts.warn?.('could not delete published outbox rows (the sweeper republishes them; consumers dedupe)', { err }));
+      void this.deletePublished().catch((err: unknown) =>
+        this.opts.warn?.('could not delete published outbox rows (the sweeper republishes them; consumers dedupe)', { err }),
+      );
     }, this.opts.deleteDelayMs ?? 50);
     this.deleteTimer.unref();
   }

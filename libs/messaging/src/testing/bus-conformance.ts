@@ -1,4 +1,13 @@
-import { ContractError, deadLetterTopicOf, encodeFrame, retryTopicOf, TOPICS, topicOf, type AnyEventEnvelope, type EventEnvelope } from '@anvil/contracts';
+import {
+  ContractError,
+  deadLetterTopicOf,
+  encodeFrame,
+  retryTopicOf,
+  TOPICS,
+  topicOf,
+  type AnyEventEnvelope,
+  type EventEnvelope,
+} from '@anvil/contracts';
 import { bitExact, oneOfEachType, sampleLlmCallEvent, sequencedRolloutStarted } from '@anvil/contracts/testing';
 import { trace } from '@opentelemetry/api';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -26,7 +35,11 @@ export interface BusConformanceOptions {
   partitions?: number;
 }
 
-export function describeBusConformance(name: string, makeBus: (namespace: string) => MessageBus | Promise<MessageBus>, options: BusConformanceOptions = {}): void {
+export function describeBusConformance(
+  name: string,
+  makeBus: (namespace: string) => MessageBus | Promise<MessageBus>,
+  options: BusConformanceOptions = {},
+): void {
   const waitMs = options.waitMs ?? 20_000;
   const partitions = options.partitions ?? 3;
 
@@ -60,7 +73,12 @@ export function describeBusConformance(name: string, makeBus: (namespace: string
     const groupName = (label: string) => `g-${run}-${testIndex}-${label}`;
     const fast = { retryDelayMs: 10, retryTopicDelayMs: 200, fromBeginning: true } as const;
 
-    const collect = async (bus: MessageBus, group: string, topics: readonly string[], extra: Partial<Parameters<MessageBus['subscribe']>[0]> = {}) => {
+    const collect = async (
+      bus: MessageBus,
+      group: string,
+      topics: readonly string[],
+      extra: Partial<Parameters<MessageBus['subscribe']>[0]> = {},
+    ) => {
       const inbox = new Inbox<{ event: AnyEventEnvelope; meta: MessageMeta }>(waitMs);
       const sub = await bus.subscribe({ ...fast, group, topics, handler: async (event, meta) => inbox.push({ event, meta }), ...extra });
       return { inbox, sub };
@@ -68,7 +86,12 @@ export function describeBusConformance(name: string, makeBus: (namespace: string
 
     const readDeadLetters = async (bus: MessageBus, topic: string, group: string) => {
       const inbox = new Inbox<{ record: RawRecord; meta: MessageMeta }>(waitMs);
-      await bus.subscribeRaw({ ...fast, group: `${group}-dlq`, topics: [deadLetterTopicOf(topic, group)], handler: async (record, meta) => inbox.push({ record, meta }) });
+      await bus.subscribeRaw({
+        ...fast,
+        group: `${group}-dlq`,
+        topics: [deadLetterTopicOf(topic, group)],
+        handler: async (record, meta) => inbox.push({ record, meta }),
+      });
       return inbox;
     };
 
@@ -166,7 +189,8 @@ export function describeBusConformance(name: string, makeBus: (namespace: string
 
     it('starts a new group at the end of the log unless fromBeginning, and loses nothing published after subscribe', async () => {
       const bus = await connect();
-      const seqs = (got: { event: AnyEventEnvelope }[]) => got.map((g) => (g.event.type === 'rollout.started' ? `${g.event.key}#${g.event.payload.sampleIndex}` : '?'));
+      const seqs = (got: { event: AnyEventEnvelope }[]) =>
+        got.map((g) => (g.event.type === 'rollout.started' ? `${g.event.key}#${g.event.payload.sampleIndex}` : '?'));
       await bus.publish(sequencedRolloutStarted('rollout-old', 0));
       const earliest = await collect(bus, groupName('earliest'), [TOPICS.rollouts], { fromBeginning: true });
       const group = groupName('latest');
@@ -310,7 +334,11 @@ export function describeBusConformance(name: string, makeBus: (namespace: string
       expect(attempts[0].deliveredFrom.topic).toBe(TOPICS.rollouts);
       // Attempt 3 came from the group's retry topic but reports where the event was published.
       expect(attempts[2].deliveredFrom.topic).toBe(retryTopicOf(TOPICS.rollouts, group));
-      expect([attempts[2].topic, attempts[2].partition, attempts[2].offset]).toEqual([attempts[0].topic, attempts[0].partition, attempts[0].offset]);
+      expect([attempts[2].topic, attempts[2].partition, attempts[2].offset]).toEqual([
+        attempts[0].topic,
+        attempts[0].partition,
+        attempts[0].offset,
+      ]);
       expect(attempts[2].headers[HEADERS.attempts]).toBe('2');
       expect(attempts[2].headers[HEADERS.error]).toBe('flaky failure 2');
       expect(successes).toBe(1);
@@ -381,7 +409,8 @@ export function describeBusConformance(name: string, makeBus: (namespace: string
         ...fast,
         group: groupName('trace'),
         topics: [TOPICS.rollouts],
-        handler: async (_event, meta) => seen.push({ traceparent: meta.headers.traceparent, traceId: trace.getActiveSpan()?.spanContext().traceId }),
+        handler: async (_event, meta) =>
+          seen.push({ traceparent: meta.headers.traceparent, traceId: trace.getActiveSpan()?.spanContext().traceId }),
       });
       await withRemoteParent(traceId, parentSpanId, () => bus.publish(sequencedRolloutStarted('rollout-traced', 0)));
       const [got] = await seen.waitFor(1);
@@ -396,10 +425,15 @@ export function describeBusConformance(name: string, makeBus: (namespace: string
         ...fast,
         group: groupName('trace-bound'),
         topics: [TOPICS.rollouts],
-        handler: async (event, meta) => seen.push({ rollout: (event.payload as { rolloutId: string }).rolloutId, traceparent: meta.headers.traceparent }),
+        handler: async (event, meta) =>
+          seen.push({ rollout: (event.payload as { rolloutId: string }).rolloutId, traceparent: meta.headers.traceparent }),
       });
-      const a = withRemoteParent('aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', '1111111111111111', () => bindTraceContext(sequencedRolloutStarted('rollout-bound-a', 0)));
-      const b = withRemoteParent('bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', '2222222222222222', () => bindTraceContext(sequencedRolloutStarted('rollout-bound-b', 0)));
+      const a = withRemoteParent('aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', '1111111111111111', () =>
+        bindTraceContext(sequencedRolloutStarted('rollout-bound-a', 0)),
+      );
+      const b = withRemoteParent('bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', '2222222222222222', () =>
+        bindTraceContext(sequencedRolloutStarted('rollout-bound-b', 0)),
+      );
       // Published from a third trace: each event still carries its own.
       await withRemoteParent('cccccccccccccccccccccccccccccccc', '3333333333333333', () => bus.publish([a, b]));
       const got = await seen.waitFor(2);

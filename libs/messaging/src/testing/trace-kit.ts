@@ -1,5 +1,16 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { context, propagation, ROOT_CONTEXT, trace, TraceFlags, type Context, type ContextManager, type TextMapGetter, type TextMapPropagator, type TextMapSetter } from '@opentelemetry/api';
+import {
+  context,
+  propagation,
+  ROOT_CONTEXT,
+  trace,
+  TraceFlags,
+  type Context,
+  type ContextManager,
+  type TextMapGetter,
+  type TextMapPropagator,
+  type TextMapSetter,
+} from '@opentelemetry/api';
 
 /**
  * Just enough OpenTelemetry for a test to see trace context cross the bus without an SDK: an
@@ -13,7 +24,12 @@ class AsyncLocalContextManager implements ContextManager {
     return this.storage.getStore() ?? ROOT_CONTEXT;
   }
 
-  with<A extends unknown[], F extends (...args: A) => ReturnType<F>>(ctx: Context, fn: F, thisArg?: ThisParameterType<F>, ...args: A): ReturnType<F> {
+  with<A extends unknown[], F extends (...args: A) => ReturnType<F>>(
+    ctx: Context,
+    fn: F,
+    thisArg?: ThisParameterType<F>,
+    ...args: A
+  ): ReturnType<F> {
     return this.storage.run(ctx, () => fn.apply(thisArg, args));
   }
 

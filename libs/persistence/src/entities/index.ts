@@ -14,7 +14,23 @@ import { TaskSet } from './task-set.entity';
 import { TrainBatch } from './train-batch.entity';
 import { Trajectory } from './trajectory.entity';
 
-export { Checkpoint, GatewayCall, GatewayPolicyState, GatewaySession, LlmCall, PolicyActivation, PolicyVersion, ProcessedEvent, Reward, Rollout, RolloutGroup, Task, TaskSet, TrainBatch, Trajectory };
+export {
+  Checkpoint,
+  GatewayCall,
+  GatewayPolicyState,
+  GatewaySession,
+  LlmCall,
+  PolicyActivation,
+  PolicyVersion,
+  ProcessedEvent,
+  Reward,
+  Rollout,
+  RolloutGroup,
+  Task,
+  TaskSet,
+  TrainBatch,
+  Trajectory,
+};
 export type { GatewaySessionStatus } from './gateway-session.entity';
 export type { LlmFinishReason, SamplingParams } from './llm-call.entity';
 export type { RewardKind } from './reward.entity';

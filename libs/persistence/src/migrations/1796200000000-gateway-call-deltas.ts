@@ -41,17 +41,22 @@ export class GatewayCallDeltas1796200000000 implements MigrationInterface {
         const parent = await load(r.parent_call_id);
         prompt = Buffer.concat([parent.sequence.subarray(0, r.prompt_prefix_tokens * 4), prompt]);
         messages = [...[...parent.messages, parent.assistant].slice(0, r.messages_prefix_count), ...messages];
-        await queryRunner.query(`UPDATE "gateway_calls" SET "prompt_ids" = $2, "messages_json" = $3, "prompt_prefix_tokens" = 0, "messages_prefix_count" = 0 WHERE "id" = $1`, [
-          id,
-          prompt,
-          JSON.stringify(messages),
-        ]);
+        await queryRunner.query(
+          `UPDATE "gateway_calls" SET "prompt_ids" = $2, "messages_json" = $3, "prompt_prefix_tokens" = 0, "messages_prefix_count" = 0 WHERE "id" = $1`,
+          [id, prompt, JSON.stringify(messages)],
+        );
       }
-      const state = { messages, assistant: JSON.parse(r.assistant_message_json) as unknown, sequence: Buffer.concat([prompt, Buffer.from(r.output_ids)]) };
+      const state = {
+        messages,
+        assistant: JSON.parse(r.assistant_message_json) as unknown,
+        sequence: Buffer.concat([prompt, Buffer.from(r.output_ids)]),
+      };
       whole.set(id, state);
       return state;
     };
-    const deltas: { id: string }[] = await queryRunner.query(`SELECT "id" FROM "gateway_calls" WHERE "prompt_prefix_tokens" > 0 OR "messages_prefix_count" > 0 ORDER BY "session_id", "turn_index"`);
+    const deltas: { id: string }[] = await queryRunner.query(
+      `SELECT "id" FROM "gateway_calls" WHERE "prompt_prefix_tokens" > 0 OR "messages_prefix_count" > 0 ORDER BY "session_id", "turn_index"`,
+    );
     for (const { id } of deltas) await load(id);
     await queryRunner.query(`ALTER TABLE "gateway_calls" DROP COLUMN "messages_prefix_count"`);
     await queryRunner.query(`ALTER TABLE "gateway_calls" DROP COLUMN "prompt_prefix_tokens"`);

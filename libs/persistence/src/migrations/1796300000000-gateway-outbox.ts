@@ -38,7 +38,10 @@ export class GatewayOutbox1796300000000 implements MigrationInterface {
   async down(queryRunner: QueryRunner): Promise<void> {
     const [{ n }]: { n: string }[] = await queryRunner.query(`SELECT count(*) AS "n" FROM "gateway_outbox"`);
     // Unpublished records would be lost with the table: refuse rather than drop them silently.
-    if (Number(n) > 0) throw new Error(`gateway_outbox still holds ${n} unpublished llm_call.recorded events: start a gateway to publish them before reverting`);
+    if (Number(n) > 0)
+      throw new Error(
+        `gateway_outbox still holds ${n} unpublished llm_call.recorded events: start a gateway to publish them before reverting`,
+      );
     await queryRunner.query(`DROP TABLE "gateway_outbox"`);
   }
 }

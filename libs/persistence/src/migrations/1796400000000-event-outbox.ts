@@ -33,7 +33,8 @@ export class EventOutbox1796400000000 implements MigrationInterface {
   async down(queryRunner: QueryRunner): Promise<void> {
     const [{ n }]: { n: string }[] = await queryRunner.query(`SELECT count(*) AS "n" FROM "event_outbox"`);
     // Unpublished events would be lost with the table: refuse rather than drop them silently.
-    if (Number(n) > 0) throw new Error(`event_outbox still holds ${n} unpublished events: start their services to publish them before reverting`);
+    if (Number(n) > 0)
+      throw new Error(`event_outbox still holds ${n} unpublished events: start their services to publish them before reverting`);
     await queryRunner.query(`DROP TABLE "event_outbox"`);
   }
 }

@@ -94,7 +94,8 @@ export class DataPool1796500000000 implements MigrationInterface {
   }
 
   async down(q: QueryRunner): Promise<void> {
-    for (const t of ['data_pool_batch_stats', 'data_pool_scheduler', 'data_pool_groups', 'data_pool_queue', 'train_batch_blobs']) await q.query(`DROP TABLE "${t}"`);
+    for (const t of ['data_pool_batch_stats', 'data_pool_scheduler', 'data_pool_groups', 'data_pool_queue', 'train_batch_blobs'])
+      await q.query(`DROP TABLE "${t}"`);
     // The previous code reads every llm_calls row as whole: rebuild delta rows first (parents before children).
     interface Row {
       id: string;
@@ -107,7 +108,10 @@ export class DataPool1796500000000 implements MigrationInterface {
     const load = async (id: string): Promise<Buffer> => {
       const known = seqs.get(id);
       if (known) return known;
-      const [r]: Row[] = await q.query(`SELECT "id", "parent_call_id", "prompt_prefix_tokens", "prompt_ids", "output_ids" FROM "llm_calls" WHERE "id" = $1`, [id]);
+      const [r]: Row[] = await q.query(
+        `SELECT "id", "parent_call_id", "prompt_prefix_tokens", "prompt_ids", "output_ids" FROM "llm_calls" WHERE "id" = $1`,
+        [id],
+      );
       if (!r) throw new Error(`llm_calls ${id} is missing: a delta row's parent cannot be rebuilt`);
       let prompt = Buffer.from(r.prompt_ids);
       if (r.prompt_prefix_tokens > 0 && r.parent_call_id) {
@@ -119,7 +123,9 @@ export class DataPool1796500000000 implements MigrationInterface {
       seqs.set(id, seq);
       return seq;
     };
-    const deltas: { id: string }[] = await q.query(`SELECT "id" FROM "llm_calls" WHERE "prompt_prefix_tokens" > 0 ORDER BY "rollout_id", "turn_index"`);
+    const deltas: { id: string }[] = await q.query(
+      `SELECT "id" FROM "llm_calls" WHERE "prompt_prefix_tokens" > 0 ORDER BY "rollout_id", "turn_index"`,
+    );
     for (const { id } of deltas) await load(id);
     await q.query(`ALTER TABLE "llm_calls" DROP COLUMN "prompt_prefix_tokens"`);
   }

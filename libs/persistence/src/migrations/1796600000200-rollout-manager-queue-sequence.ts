@@ -11,7 +11,9 @@ export class RolloutManagerQueueSequence1796600000200 implements MigrationInterf
 
   async up(queryRunner: QueryRunner): Promise<void> {
     await queryRunner.query(`CREATE SEQUENCE "rm_queue_position_seq" AS bigint MINVALUE 0 START WITH 0`);
-    await queryRunner.query(`SELECT setval('rm_queue_position_seq', COALESCE((SELECT MAX("queue_position") + 1 FROM "rm_rollouts"), 0), false)`);
+    await queryRunner.query(
+      `SELECT setval('rm_queue_position_seq', COALESCE((SELECT MAX("queue_position") + 1 FROM "rm_rollouts"), 0), false)`,
+    );
     await queryRunner.query(`ALTER TABLE "rm_groups" ADD "manager" character varying(256) NOT NULL DEFAULT ''`);
   }
 

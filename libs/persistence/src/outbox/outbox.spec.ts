@@ -53,7 +53,12 @@ describe('Outbox on PGlite and the in-process bus', () => {
     const broker = new MemoryBroker();
     const bus = new MemoryBus({ broker, logger: silentLogger });
     const seen: AnyEventEnvelope[] = [];
-    const subscribed = bus.subscribe({ group: `g-${producer}`, topics: [TOPICS.weights], fromBeginning: true, handler: async (e) => void seen.push(e) });
+    const subscribed = bus.subscribe({
+      group: `g-${producer}`,
+      topics: [TOPICS.weights],
+      fromBeginning: true,
+      handler: async (e) => void seen.push(e),
+    });
     const outbox = new Outbox(ds, bus, { producer, deleteDelayMs: 5, ...opts });
     return { bus, broker, seen, subscribed, outbox };
   };

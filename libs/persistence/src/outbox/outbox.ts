@@ -19,7 +19,8 @@ const STALE_SQL = `SELECT "event_id", "frame" FROM "event_outbox"
 
 const DELETE_SQL = `DELETE FROM "event_outbox" WHERE "event_id" = ANY($1::varchar[])`;
 
-const asList = (events: EventEnvelope | readonly EventEnvelope[]): readonly EventEnvelope[] => (Array.isArray(events) ? events : [events as EventEnvelope]);
+const asList = (events: EventEnvelope | readonly EventEnvelope[]): readonly EventEnvelope[] =>
+  Array.isArray(events) ? events : [events as EventEnvelope];
 
 /**
  * Durable produce-after-write: an event is published if and only if the transaction that
@@ -57,7 +58,8 @@ export class Outbox {
    * a transaction: the whole point is that the rows commit with the state change.
    */
   async enqueue(manager: EntityManager, events: EventEnvelope | readonly EventEnvelope[]): Promise<void> {
-    if (!manager.queryRunner?.isTransactionActive) throw new Error('Outbox.enqueue needs the EntityManager of an open transaction (use outbox.transaction or ds.transaction)');
+    if (!manager.queryRunner?.isTransactionActive)
+      throw new Error('Outbox.enqueue needs the EntityManager of an open transaction (use outbox.transaction or ds.transaction)');
     const list = asList(events);
     const frames = list.map((e) => encodeEvent(e));
     for (let start = 0; start < list.length; start += INSERT_CHUNK) {
@@ -68,7 +70,10 @@ export class Outbox {
         tuples.push(`($${n + 1}, $${n + 2}, $${n + 3})`);
         values.push(list[i].id, this.options.producer, frames[i]);
       }
-      await manager.query(`INSERT INTO "event_outbox" ("event_id", "producer", "frame") VALUES ${tuples.join(', ')} ON CONFLICT ("event_id") DO NOTHING`, values);
+      await manager.query(
+        `INSERT INTO "event_outbox" ("event_id", "producer", "frame") VALUES ${tuples.join(', ')} ON CONFLICT ("event_id") DO NOTHING`,
+        values,
+      );
     }
     this.pending.get(manager)?.push(...list);
   }
@@ -116,7 +121,9 @@ export class Outbox {
 
   /** Rows of this producer still in the table (published or not): for tests and metrics. */
   async pendingRows(): Promise<number> {
-    const [{ n }]: { n: string }[] = await this.ds.query(`SELECT count(*) AS "n" FROM "event_outbox" WHERE "producer" = $1`, [this.options.producer]);
+    const [{ n }]: { n: string }[] = await this.ds.query(`SELECT count(*) AS "n" FROM "event_outbox" WHERE "producer" = $1`, [
+      this.options.producer,
+    ]);
     return Number(n);
   }
 }

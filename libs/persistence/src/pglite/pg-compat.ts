@@ -14,7 +14,8 @@ type PrepareValue = (value: unknown) => unknown;
 // literal, objects -> JSON, typed arrays -> Buffer) but @types/pg does not declare it.
 function loadPrepareValue(): PrepareValue {
   const fn = (pg as unknown as { utils?: { prepareValue?: PrepareValue } }).utils?.prepareValue;
-  if (typeof fn !== 'function') throw new Error('pg.utils.prepareValue is missing: the PGlite driver relies on pg 8 for parameter preparation');
+  if (typeof fn !== 'function')
+    throw new Error('pg.utils.prepareValue is missing: the PGlite driver relies on pg 8 for parameter preparation');
   return fn;
 }
 const prepareValue = loadPrepareValue();

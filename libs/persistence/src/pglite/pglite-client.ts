@@ -32,7 +32,11 @@ export class PgliteClient extends EventEmitter {
   query(config: string | QueryConfig, values?: unknown[]): Promise<PgQueryResult | PgQueryResult[]>;
   query(config: string | QueryConfig, callback: QueryCallback): void;
   query(config: string | QueryConfig, values: unknown[] | undefined, callback: QueryCallback): void;
-  query(config: string | QueryConfig, valuesOrCallback?: unknown[] | QueryCallback, maybeCallback?: QueryCallback): Promise<PgQueryResult | PgQueryResult[]> | void {
+  query(
+    config: string | QueryConfig,
+    valuesOrCallback?: unknown[] | QueryCallback,
+    maybeCallback?: QueryCallback,
+  ): Promise<PgQueryResult | PgQueryResult[]> | void {
     if (typeof config === 'object' && typeof (config as { submit?: unknown }).submit === 'function') {
       // pg-query-stream and other Submittables drive the wire protocol themselves.
       throw new TypeError('the PGlite driver does not support streaming queries (Submittable)');

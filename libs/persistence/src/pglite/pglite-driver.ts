@@ -38,7 +38,8 @@ function openSession(dataDir: string | undefined, thread: 'main' | 'worker'): Pg
     if (openDataDirs.has(dataDir)) throw new Error(`PGlite data directory ${dataDir} is already open in this process`);
     openDataDirs.add(dataDir);
   }
-  const db: PgliteDb = thread === 'worker' ? new PgliteThread(dataDir) : new PGlite({ dataDir, parsers: pgTypeParsers(), serializers: pgParamSerializers() });
+  const db: PgliteDb =
+    thread === 'worker' ? new PgliteThread(dataDir) : new PGlite({ dataDir, parsers: pgTypeParsers(), serializers: pgParamSerializers() });
   // A failed start surfaces on the first connect(); keep it from being an unhandled rejection meanwhile.
   db.waitReady.catch(() => undefined);
   return {

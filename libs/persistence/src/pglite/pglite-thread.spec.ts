@@ -14,7 +14,10 @@ const PROBES: { text: string; params?: unknown[]; rowMode?: 'array' }[] = [
     text: 'SELECT $1::bytea AS b, $2::int8 AS big, $3::numeric AS num, $4::float8 AS f, $5::jsonb AS j, $6::timestamptz AS t',
     params: [Buffer.from([0, 1, 254, 255]), '9007199254740993', '1.25', 0.1, { a: [1, 'x'] }, new Date(1_700_000_000_000)],
   },
-  { text: 'SELECT ARRAY[$1::bytea, $2::bytea] AS bs, ARRAY[1.5, 2]::float4[] AS fs, NULL::text AS n', params: [Buffer.from('ab'), Buffer.alloc(0)] },
+  {
+    text: 'SELECT ARRAY[$1::bytea, $2::bytea] AS bs, ARRAY[1.5, 2]::float4[] AS fs, NULL::text AS n',
+    params: [Buffer.from('ab'), Buffer.alloc(0)],
+  },
   { text: 'SELECT x, x::bytea AS xb FROM (VALUES ($1::text), ($2::text)) v(x) ORDER BY x', params: ['b', 'a'], rowMode: 'array' },
 ];
 
@@ -40,7 +43,10 @@ describe('PGlite on a worker thread', () => {
       expect(got.rows).toEqual(want.rows);
       expect(got.fields).toEqual(want.fields);
     }
-    const { rows } = await thread.query<{ b: Buffer; bs: Buffer[] }>('SELECT $1::bytea AS b, ARRAY[$1::bytea] AS bs', prepareParams([Buffer.from([7, 8, 9])]));
+    const { rows } = await thread.query<{ b: Buffer; bs: Buffer[] }>(
+      'SELECT $1::bytea AS b, ARRAY[$1::bytea] AS bs',
+      prepareParams([Buffer.from([7, 8, 9])]),
+    );
     expect(Buffer.isBuffer(rows[0].b)).toBe(true);
     expect([...rows[0].b]).toEqual([7, 8, 9]);
     expect(Buffer.isBuffer(rows[0].bs[0])).toBe(true);

@@ -30,7 +30,11 @@ export class ProcessedEventStore {
    * `work` with the ids that were not processed before (a redelivered or duplicate id is left
    * out). All or nothing: if `work` throws, no mark stays behind. Returns the fresh ids.
    */
-  withEventsOnce(consumer: string, eventIds: readonly string[], work: (manager: EntityManager, fresh: ReadonlySet<string>) => Promise<void>): Promise<ReadonlySet<string>> {
+  withEventsOnce(
+    consumer: string,
+    eventIds: readonly string[],
+    work: (manager: EntityManager, fresh: ReadonlySet<string>) => Promise<void>,
+  ): Promise<ReadonlySet<string>> {
     const unique = [...new Set(eventIds)];
     return this.ds.transaction(async (manager) => {
       const rows = unique.length

@@ -32,7 +32,9 @@ export const SCHEMA_TABLES = [
 ];
 
 async function tables(ds: DataSource): Promise<string[]> {
-  const rows: { name: string }[] = await ds.query(`SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name`);
+  const rows: { name: string }[] = await ds.query(
+    `SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name`,
+  );
   return rows.map((r) => r.name);
 }
 

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { AdvantageInputError, computeBatchAdvantages, computeGroupAdvantages, RolloutScore, RunningBaseline } from './index';
 
-const group = (rewards: number[], masked: number[] = []): RolloutScore[] => rewards.map((r, i) => ({ rolloutId: `r${i}`, outcomeReward: r, ...(masked.includes(i) ? { masked: true } : {}) }));
+const group = (rewards: number[], masked: number[] = []): RolloutScore[] =>
+  rewards.map((r, i) => ({ rolloutId: `r${i}`, outcomeReward: r, ...(masked.includes(i) ? { masked: true } : {}) }));
 
 function close(actual: number[], expected: number[], digits = 9) {
   expect(actual).toHaveLength(expected.length);
@@ -20,7 +21,10 @@ describe('estimators (hand-computed)', () => {
 
   it('grpo: stdEpsilon is added to the std (default 1e-6) and unbiasedStd uses n − 1', () => {
     close(computeGroupAdvantages('t', group([1, 0]), { estimator: 'grpo' }).perRollout, [0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6)]);
-    close(computeGroupAdvantages('t', group([1, 0]), { estimator: 'grpo', stdEpsilon: 0, unbiasedStd: true }).perRollout, [Math.SQRT1_2, -Math.SQRT1_2]);
+    close(computeGroupAdvantages('t', group([1, 0]), { estimator: 'grpo', stdEpsilon: 0, unbiasedStd: true }).perRollout, [
+      Math.SQRT1_2,
+      -Math.SQRT1_2,
+    ]);
   });
 
   it('dr_grpo: R − mean, no std', () => {
@@ -60,7 +64,9 @@ describe('estimators (hand-computed)', () => {
     close(computeGroupAdvantages('a', group([1, 0]), { estimator: 'reinforce_pp', stdEpsilon: 0 }).perRollout, [1, -1]);
     // the other estimators ignore peers
     close(computeGroupAdvantages('a', group([1, 0]), { estimator: 'dr_grpo' }, { batchPeers: [5, -5] }).perRollout, [0.5, -0.5]);
-    expect(() => computeGroupAdvantages('a', group([1, 0]), { estimator: 'reinforce_pp' }, { batchPeers: [Number.NaN] })).toThrow(/batchPeers\[0\]/);
+    expect(() => computeGroupAdvantages('a', group([1, 0]), { estimator: 'reinforce_pp' }, { batchPeers: [Number.NaN] })).toThrow(
+      /batchPeers\[0\]/,
+    );
   });
 
   it('a group whose rewards are all equal yields zeros and says so', () => {
@@ -97,7 +103,9 @@ describe('masked rollouts', () => {
 
   it('excluding masked rollouts can make a group zero-variance', () => {
     expect(computeGroupAdvantages('t', group([0, 1, 1], [0]), { estimator: 'dr_grpo' }).zeroVariance).toBe(true);
-    expect(computeGroupAdvantages('t', group([0, 1, 1], [0]), { estimator: 'dr_grpo', includeMaskedInStats: true }).zeroVariance).toBe(false);
+    expect(computeGroupAdvantages('t', group([0, 1, 1], [0]), { estimator: 'dr_grpo', includeMaskedInStats: true }).zeroVariance).toBe(
+      false,
+    );
   });
 });
 
@@ -193,7 +201,11 @@ describe('validation names the bad field', () => {
     ['NaN reward', () => computeGroupAdvantages('t', group([1, Number.NaN]), { estimator: 'grpo' }), /rollouts\[1\]\.outcomeReward/],
     ['infinite reward', () => computeGroupAdvantages('t', group([Infinity]), { estimator: 'grpo' }), /rollouts\[0\]\.outcomeReward/],
     ['duplicate id', () => computeGroupAdvantages('t', [...group([1]), ...group([0])], { estimator: 'grpo' }), /rollouts\[1\]\.rolloutId/],
-    ['NaN process reward', () => computeGroupAdvantages('t', [{ rolloutId: 'a', outcomeReward: 1, processRewards: [Number.NaN] }], { estimator: 'grpo' }), /processRewards\[0\]/],
+    [
+      'NaN process reward',
+      () => computeGroupAdvantages('t', [{ rolloutId: 'a', outcomeReward: 1, processRewards: [Number.NaN] }], { estimator: 'grpo' }),
+      /processRewards\[0\]/,
+    ],
     ['unknown estimator', () => computeGroupAdvantages('t', group([1]), { estimator: 'ppo' as never }), /cfg\.estimator/],
     ['negative stdEpsilon', () => computeGroupAdvantages('t', group([1]), { estimator: 'grpo', stdEpsilon: -1 }), /cfg\.stdEpsilon/],
     ['unknown key', () => computeGroupAdvantages('t', group([1]), { estimator: 'grpo', normalise: true } as never), /cfg\.normalise/],

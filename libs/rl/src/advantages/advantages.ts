@@ -90,27 +90,42 @@ export class RunningBaseline {
   static restore(entries: [string, number][], opts: { decay?: number } = {}): RunningBaseline {
     const b = new RunningBaseline(opts);
     entries.forEach(([k, v], i) => {
-      if (typeof k !== 'string' || k === '' || !Number.isFinite(v)) throw new AdvantageInputError(`entries[${i}]`, 'must be [non-empty taskId, finite value]');
+      if (typeof k !== 'string' || k === '' || !Number.isFinite(v))
+        throw new AdvantageInputError(`entries[${i}]`, 'must be [non-empty taskId, finite value]');
       b.values.set(k, v);
     });
     return b;
   }
 }
 
-const CONFIG_KEYS = new Set(['estimator', 'stdEpsilon', 'includeMaskedInStats', 'processRewardWeight', 'baseline', 'unbiasedStd', 'zeroVarianceTolerance']);
+const CONFIG_KEYS = new Set([
+  'estimator',
+  'stdEpsilon',
+  'includeMaskedInStats',
+  'processRewardWeight',
+  'baseline',
+  'unbiasedStd',
+  'zeroVarianceTolerance',
+]);
 
 function validateConfig(cfg: AdvantageConfig): Required<Omit<AdvantageConfig, 'baseline'>> & { baseline?: RunningBaseline } {
   if (!cfg || typeof cfg !== 'object') throw new AdvantageInputError('cfg', 'must be an object');
   for (const k of Object.keys(cfg)) if (!CONFIG_KEYS.has(k)) throw new AdvantageInputError(`cfg.${k}`, 'unknown advantage config key');
-  if (!ADVANTAGE_ESTIMATORS.includes(cfg.estimator)) throw new AdvantageInputError('cfg.estimator', `must be one of ${ADVANTAGE_ESTIMATORS.join(', ')}, got ${String(cfg.estimator)}`);
+  if (!ADVANTAGE_ESTIMATORS.includes(cfg.estimator))
+    throw new AdvantageInputError('cfg.estimator', `must be one of ${ADVANTAGE_ESTIMATORS.join(', ')}, got ${String(cfg.estimator)}`);
   const stdEpsilon = cfg.stdEpsilon ?? 1e-6;
-  if (!Number.isFinite(stdEpsilon) || stdEpsilon < 0) throw new AdvantageInputError('cfg.stdEpsilon', `must be finite and >= 0, got ${stdEpsilon}`);
+  if (!Number.isFinite(stdEpsilon) || stdEpsilon < 0)
+    throw new AdvantageInputError('cfg.stdEpsilon', `must be finite and >= 0, got ${stdEpsilon}`);
   const processRewardWeight = cfg.processRewardWeight ?? 0;
-  if (!Number.isFinite(processRewardWeight) || processRewardWeight < 0) throw new AdvantageInputError('cfg.processRewardWeight', `must be finite and >= 0, got ${processRewardWeight}`);
+  if (!Number.isFinite(processRewardWeight) || processRewardWeight < 0)
+    throw new AdvantageInputError('cfg.processRewardWeight', `must be finite and >= 0, got ${processRewardWeight}`);
   const zeroVarianceTolerance = cfg.zeroVarianceTolerance ?? 1e-9;
-  if (!Number.isFinite(zeroVarianceTolerance) || zeroVarianceTolerance < 0) throw new AdvantageInputError('cfg.zeroVarianceTolerance', `must be finite and >= 0, got ${zeroVarianceTolerance}`);
-  if (cfg.baseline !== undefined && !(cfg.baseline instanceof RunningBaseline)) throw new AdvantageInputError('cfg.baseline', 'must be a RunningBaseline');
-  if (cfg.baseline && cfg.estimator === 'rloo') throw new AdvantageInputError('cfg.baseline', 'rloo uses the leave-one-out mean as its baseline; a running baseline would replace it');
+  if (!Number.isFinite(zeroVarianceTolerance) || zeroVarianceTolerance < 0)
+    throw new AdvantageInputError('cfg.zeroVarianceTolerance', `must be finite and >= 0, got ${zeroVarianceTolerance}`);
+  if (cfg.baseline !== undefined && !(cfg.baseline instanceof RunningBaseline))
+    throw new AdvantageInputError('cfg.baseline', 'must be a RunningBaseline');
+  if (cfg.baseline && cfg.estimator === 'rloo')
+    throw new AdvantageInputError('cfg.baseline', 'rloo uses the leave-one-out mean as its baseline; a running baseline would replace it');
   return {
     estimator: cfg.estimator,
     stdEpsilon,
@@ -130,17 +145,21 @@ function validateGroup(taskId: string, group: RolloutScore[], field: string): vo
   group.forEach((r, i) => {
     const f = `${field}[${i}]`;
     if (!r || typeof r !== 'object') throw new AdvantageInputError(f, 'must be an object');
-    if (typeof r.rolloutId !== 'string' || r.rolloutId === '') throw new AdvantageInputError(`${f}.rolloutId`, 'must be a non-empty string');
+    if (typeof r.rolloutId !== 'string' || r.rolloutId === '')
+      throw new AdvantageInputError(`${f}.rolloutId`, 'must be a non-empty string');
     if (ids.has(r.rolloutId)) throw new AdvantageInputError(`${f}.rolloutId`, `duplicate rollout ${r.rolloutId}`);
     ids.add(r.rolloutId);
-    if (typeof r.outcomeReward !== 'number' || !Number.isFinite(r.outcomeReward)) throw new AdvantageInputError(`${f}.outcomeReward`, `is not a finite number (${String(r.outcomeReward)})`);
+    if (typeof r.outcomeReward !== 'number' || !Number.isFinite(r.outcomeReward))
+      throw new AdvantageInputError(`${f}.outcomeReward`, `is not a finite number (${String(r.outcomeReward)})`);
     if (r.masked !== undefined && typeof r.masked !== 'boolean') throw new AdvantageInputError(`${f}.masked`, 'must be a boolean');
     if (r.processRewards !== undefined) {
       if (!Array.isArray(r.processRewards)) throw new AdvantageInputError(`${f}.processRewards`, 'must be an array');
       r.processRewards.forEach((p, k) => {
-        if (typeof p !== 'number' || !Number.isFinite(p)) throw new AdvantageInputError(`${f}.processRewards[${k}]`, `is not finite (${String(p)})`);
+        if (typeof p !== 'number' || !Number.isFinite(p))
+          throw new AdvantageInputError(`${f}.processRewards[${k}]`, `is not finite (${String(p)})`);
       });
-    } else if (withProcess > 0) throw new AdvantageInputError(`${f}.processRewards`, 'missing while other rollouts of the group carry process rewards');
+    } else if (withProcess > 0)
+      throw new AdvantageInputError(`${f}.processRewards`, 'missing while other rollouts of the group carry process rewards');
   });
 }
 
@@ -191,7 +210,11 @@ function centre(taskId: string, group: RolloutScore[], cfg: ReturnType<typeof va
  * group, so its tokens — the tool-call syntax every rollout writes — were pushed down everywhere;
  * at λ = 3 that collapsed held-out success from 35% to 6% in 60 steps.
  */
-function processTerms(group: RolloutScore[], inStats: boolean[], cfg: ReturnType<typeof validateConfig>): { terms: number[][]; zero: boolean } {
+function processTerms(
+  group: RolloutScore[],
+  inStats: boolean[],
+  cfg: ReturnType<typeof validateConfig>,
+): { terms: number[][]; zero: boolean } {
   const terms = group.map((r) => (r.processRewards ?? []).map(() => 0));
   if (cfg.processRewardWeight === 0) return { terms, zero: true };
   const sums: number[] = [];
@@ -204,7 +227,9 @@ function processTerms(group: RolloutScore[], inStats: boolean[], cfg: ReturnType
     });
   });
   if (counts.length === 0) return { terms, zero: true };
-  const centred = group.map((r, i) => (inStats[i] ? (r.processRewards ?? []).map((p, k) => (counts[k] > 1 ? p - sums[k] / counts[k] : 0)) : []));
+  const centred = group.map((r, i) =>
+    inStats[i] ? (r.processRewards ?? []).map((p, k) => (counts[k] > 1 ? p - sums[k] / counts[k] : 0)) : [],
+  );
   const all = centred.flat();
   if (all.every((x) => Math.abs(x) <= cfg.zeroVarianceTolerance)) return { terms, zero: true };
   const n = cfg.unbiasedStd ? Math.max(1, all.length - 1) : all.length;
@@ -244,7 +269,12 @@ function finish(group: RolloutScore[], c: Centred, divisor: number, cfg: ReturnT
  * updated with this group's statistics rewards afterwards. A group whose statistics rewards are
  * all equal gets zeros (and zeroVariance) even with a baseline.
  */
-export function computeGroupAdvantages(taskId: string, group: RolloutScore[], cfg: AdvantageConfig, opts: BatchOptions = {}): GroupAdvantages {
+export function computeGroupAdvantages(
+  taskId: string,
+  group: RolloutScore[],
+  cfg: AdvantageConfig,
+  opts: BatchOptions = {},
+): GroupAdvantages {
   return computeBatchAdvantages([{ taskId, rollouts: group }], cfg, opts)[0];
 }
 
@@ -254,12 +284,17 @@ export interface BatchOptions {
 }
 
 /** Advantages of several groups; reinforce_pp divides by the std of every centred reward in the batch. */
-export function computeBatchAdvantages(groups: { taskId: string; rollouts: RolloutScore[] }[], cfg: AdvantageConfig, opts: BatchOptions = {}): GroupAdvantages[] {
+export function computeBatchAdvantages(
+  groups: { taskId: string; rollouts: RolloutScore[] }[],
+  cfg: AdvantageConfig,
+  opts: BatchOptions = {},
+): GroupAdvantages[] {
   const c = validateConfig(cfg);
   const peers = opts.batchPeers ?? [];
   if (!Array.isArray(peers)) throw new AdvantageInputError('opts.batchPeers', 'must be an array');
   peers.forEach((p, i) => {
-    if (typeof p !== 'number' || !Number.isFinite(p)) throw new AdvantageInputError(`opts.batchPeers[${i}]`, `is not finite (${String(p)})`);
+    if (typeof p !== 'number' || !Number.isFinite(p))
+      throw new AdvantageInputError(`opts.batchPeers[${i}]`, `is not finite (${String(p)})`);
   });
   if (!Array.isArray(groups) || groups.length === 0) throw new AdvantageInputError('groups', 'must be a non-empty array');
   groups.forEach((g, i) => validateGroup(g?.taskId, g?.rollouts, `groups[${i}].rollouts`));
@@ -270,7 +305,8 @@ export function computeBatchAdvantages(groups: { taskId: string; rollouts: Rollo
     centred.forEach((x) => x.centred.forEach((v, i) => x.inStats[i] && all.push(v)));
     all.push(...peers);
     // the centred rewards have mean 0 per group; whitening divides by their spread around 0
-    batchStd = all.length > 0 ? Math.sqrt(all.reduce((a, b) => a + b * b, 0) / Math.max(1, c.unbiasedStd ? all.length - 1 : all.length)) : 0;
+    batchStd =
+      all.length > 0 ? Math.sqrt(all.reduce((a, b) => a + b * b, 0) / Math.max(1, c.unbiasedStd ? all.length - 1 : all.length)) : 0;
   }
   const out = groups.map((g, i) => {
     const x = centred[i];

@@ -29,7 +29,15 @@ const assistantCount = (ms: Msg[]) => ms.filter((x) => x.role === 'assistant').l
 
 describe('splitTurns', () => {
   it('head = everything before the first assistant; a turn = an assistant and what answers it', () => {
-    const h = [m('system', 's'), m('user', 'task'), m('assistant', 'a'), m('tool', 't1'), m('tool', 't2'), m('assistant', 'b'), m('user', 'u')];
+    const h = [
+      m('system', 's'),
+      m('user', 'task'),
+      m('assistant', 'a'),
+      m('tool', 't1'),
+      m('tool', 't2'),
+      m('assistant', 'b'),
+      m('user', 'u'),
+    ];
     const { head, turns } = splitTurns(h);
     expect(head).toEqual([h[0], h[1]]);
     expect(turns).toEqual([

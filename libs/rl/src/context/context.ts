@@ -20,7 +20,8 @@ export interface ContextManager<M extends { role: string }> {
   view(history: readonly M[]): Promise<{ messages: M[]; rewritten: boolean }>;
 }
 
-export type ContextManagerSpec = { kind: 'append_only' } | { kind: 'sliding_window'; lastTurns: number } | { kind: 'summarize'; maxTurns: number; keepLastTurns: number };
+export type ContextManagerSpec =
+  { kind: 'append_only' } | { kind: 'sliding_window'; lastTurns: number } | { kind: 'summarize'; maxTurns: number; keepLastTurns: number };
 
 /** Bad context-manager input or configuration; `field` names it. */
 export class ContextInputError extends Error {
@@ -37,12 +38,14 @@ export class ContextInputError extends Error {
 export function splitTurns<M extends { role: string }>(history: readonly M[]): { head: M[]; turns: M[][] } {
   if (!Array.isArray(history) || history.length === 0) throw new ContextInputError('history', 'must be a non-empty array of messages');
   history.forEach((m, i) => {
-    if (!m || typeof m !== 'object' || typeof m.role !== 'string' || m.role === '') throw new ContextInputError(`history[${i}].role`, 'must be a non-empty string');
+    if (!m || typeof m !== 'object' || typeof m.role !== 'string' || m.role === '')
+      throw new ContextInputError(`history[${i}].role`, 'must be a non-empty string');
   });
   let first = history.findIndex((m) => m.role === 'assistant');
   if (first < 0) first = history.length;
   const head = history.slice(0, first);
-  if (!head.some((m) => m.role === 'user')) throw new ContextInputError('history', 'has no user message (the task) before the first assistant message');
+  if (!head.some((m) => m.role === 'user'))
+    throw new ContextInputError('history', 'has no user message (the task) before the first assistant message');
   const turns: M[][] = [];
   for (let i = first; i < history.length; i++) {
     if (history[i].role === 'assistant') turns.push([]);
@@ -61,14 +64,18 @@ class ViewTracker<M> {
 
   record(history: readonly M[], messages: M[]): boolean {
     const base = this.previous ?? history;
-    const rewritten = this.previous === null ? messages.length !== history.length : !(base.length <= messages.length && base.every((m, i) => sameMessage(m, messages[i])));
+    const rewritten =
+      this.previous === null
+        ? messages.length !== history.length
+        : !(base.length <= messages.length && base.every((m, i) => sameMessage(m, messages[i])));
     this.previous = messages;
     return rewritten;
   }
 }
 
 function positiveInt(v: unknown, field: string, min: number): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min) throw new ContextInputError(field, `must be an integer >= ${min}, got ${String(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min)
+    throw new ContextInputError(field, `must be an integer >= ${min}, got ${String(v)}`);
   return v;
 }
 
@@ -116,7 +123,8 @@ export function summarizing<M extends { role: string }>(opts: {
   const maxTurns = positiveInt(opts.maxTurns, 'maxTurns', 1);
   const keep = positiveInt(opts.keepLastTurns, 'keepLastTurns', 0);
   if (keep > maxTurns) throw new ContextInputError('keepLastTurns', `must be <= maxTurns (${maxTurns}), got ${keep}`);
-  if (opts.makeSummaryMessage !== undefined && typeof opts.makeSummaryMessage !== 'function') throw new ContextInputError('makeSummaryMessage', 'must be a function');
+  if (opts.makeSummaryMessage !== undefined && typeof opts.makeSummaryMessage !== 'function')
+    throw new ContextInputError('makeSummaryMessage', 'must be a function');
   const make = opts.makeSummaryMessage ?? ((text: string) => ({ role: 'user', content: text }) as unknown as M);
   const tracker = new ViewTracker<M>();
   let summary: M | null = null;
@@ -126,7 +134,11 @@ export function summarizing<M extends { role: string }>(opts: {
     kind: 'summarize',
     async view(history) {
       const { head, turns } = splitTurns(history);
-      if (history.length < seenLength) throw new ContextInputError('history', `has ${history.length} messages, fewer than the ${seenLength} this manager already saw (one manager per trajectory)`);
+      if (history.length < seenLength)
+        throw new ContextInputError(
+          'history',
+          `has ${history.length} messages, fewer than the ${seenLength} this manager already saw (one manager per trajectory)`,
+        );
       seenLength = history.length;
       let visible = turns.slice(summarizedTurns);
       if (visible.length > maxTurns) {
@@ -135,7 +147,8 @@ export function summarizing<M extends { role: string }>(opts: {
         const text = await opts.summarize(dropped);
         if (typeof text !== 'string') throw new ContextInputError('summarize', `must resolve to a string, got ${typeof text}`);
         summary = make(text);
-        if (!summary || typeof summary.role !== 'string') throw new ContextInputError('makeSummaryMessage', 'must return a message with a role');
+        if (!summary || typeof summary.role !== 'string')
+          throw new ContextInputError('makeSummaryMessage', 'must return a message with a role');
         summarizedTurns += drop;
         visible = turns.slice(summarizedTurns);
       }
@@ -165,6 +178,9 @@ export function contextManager<M extends { role: string }>(
         ...(deps.makeSummaryMessage ? { makeSummaryMessage: deps.makeSummaryMessage } : {}),
       });
     default:
-      throw new ContextInputError('spec.kind', `must be append_only, sliding_window or summarize, got ${String((spec as { kind?: unknown }).kind)}`);
+      throw new ContextInputError(
+        'spec.kind',
+        `must be append_only, sliding_window or summarize, got ${String((spec as { kind?: unknown }).kind)}`,
+      );
   }
 }

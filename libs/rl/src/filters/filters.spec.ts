@@ -51,7 +51,10 @@ describe('compactFilterWeight', () => {
 
 describe('filterGroup', () => {
   it('compact-filtered rollouts stay with weight 0 and are counted; their rewards do not enter the variance', () => {
-    const out = filterGroup([r('a', 'completed', 1), r('b', 'completed', 0), r('c', 'max_steps', 1), r('d', 'timeout', null), r('e', 'max_context', 0)], cfg);
+    const out = filterGroup(
+      [r('a', 'completed', 1), r('b', 'completed', 0), r('c', 'max_steps', 1), r('d', 'timeout', null), r('e', 'max_context', 0)],
+      cfg,
+    );
     expect(out.decision).toBe('keep');
     expect([...out.lossWeights]).toEqual([
       ['a', 1],
@@ -65,7 +68,13 @@ describe('filterGroup', () => {
 
   it('env failures are dropped and retried while attempts ≤ maxEnvRetries (off by one: 2 retries, 3rd attempt is the last)', () => {
     const out = filterGroup(
-      [r('a', 'completed', 1), r('b', 'completed', 0), r('e1', 'env_error', null), r('e2', 'env_error', null, { attempts: 2 }), r('e3', 'env_error', null, { attempts: 3 })],
+      [
+        r('a', 'completed', 1),
+        r('b', 'completed', 0),
+        r('e1', 'env_error', null),
+        r('e2', 'env_error', null, { attempts: 2 }),
+        r('e3', 'env_error', null, { attempts: 3 }),
+      ],
       cfg,
     );
     expect(out.decision).toBe('keep');
@@ -73,7 +82,10 @@ describe('filterGroup', () => {
     expect(out.dropped).toEqual(['e1', 'e2', 'e3']);
     expect(out.counts).toMatchObject({ envErrors: 3, retried: 2, exhausted: 1 });
     expect(out.lossWeights.has('e1')).toBe(false);
-    const none = filterGroup([r('a', 'completed', 1), r('b', 'completed', 0), r('e', 'env_error', null)], filterConfig({ maxEnvRetries: 0 }));
+    const none = filterGroup(
+      [r('a', 'completed', 1), r('b', 'completed', 0), r('e', 'env_error', null)],
+      filterConfig({ maxEnvRetries: 0 }),
+    );
     expect(none.retry).toEqual([]);
     expect(none.counts.exhausted).toBe(1);
   });

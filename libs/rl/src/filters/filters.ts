@@ -76,10 +76,21 @@ export class FilterInputError extends Error {
   }
 }
 
-const KEYS = new Set(['compactReasons', 'envErrorReasons', 'dropReasons', 'okReasons', 'dropZeroVariance', 'maxEnvRetries', 'maskTruncated', 'minTrainable', 'zeroVarianceTolerance']);
+const KEYS = new Set([
+  'compactReasons',
+  'envErrorReasons',
+  'dropReasons',
+  'okReasons',
+  'dropZeroVariance',
+  'maxEnvRetries',
+  'maskTruncated',
+  'minTrainable',
+  'zeroVarianceTolerance',
+]);
 
 function stringList(v: unknown, field: string): string[] {
-  if (!Array.isArray(v) || v.some((s) => typeof s !== 'string' || s === '')) throw new FilterInputError(field, 'must be an array of non-empty strings');
+  if (!Array.isArray(v) || v.some((s) => typeof s !== 'string' || s === ''))
+    throw new FilterInputError(field, 'must be an array of non-empty strings');
   return [...v];
 }
 
@@ -100,9 +111,12 @@ export function filterConfig(input: Partial<FilterConfig> = {}): FilterConfig {
   };
   if (typeof cfg.dropZeroVariance !== 'boolean') throw new FilterInputError('dropZeroVariance', 'must be a boolean');
   if (typeof cfg.maskTruncated !== 'boolean') throw new FilterInputError('maskTruncated', 'must be a boolean');
-  if (!Number.isInteger(cfg.maxEnvRetries) || cfg.maxEnvRetries < 0) throw new FilterInputError('maxEnvRetries', `must be an integer >= 0, got ${cfg.maxEnvRetries}`);
-  if (!Number.isInteger(cfg.minTrainable) || cfg.minTrainable < 1) throw new FilterInputError('minTrainable', `must be an integer >= 1, got ${cfg.minTrainable}`);
-  if (!Number.isFinite(cfg.zeroVarianceTolerance) || cfg.zeroVarianceTolerance < 0) throw new FilterInputError('zeroVarianceTolerance', `must be finite and >= 0, got ${cfg.zeroVarianceTolerance}`);
+  if (!Number.isInteger(cfg.maxEnvRetries) || cfg.maxEnvRetries < 0)
+    throw new FilterInputError('maxEnvRetries', `must be an integer >= 0, got ${cfg.maxEnvRetries}`);
+  if (!Number.isInteger(cfg.minTrainable) || cfg.minTrainable < 1)
+    throw new FilterInputError('minTrainable', `must be an integer >= 1, got ${cfg.minTrainable}`);
+  if (!Number.isFinite(cfg.zeroVarianceTolerance) || cfg.zeroVarianceTolerance < 0)
+    throw new FilterInputError('zeroVarianceTolerance', `must be finite and >= 0, got ${cfg.zeroVarianceTolerance}`);
   const seen = new Map<string, string>();
   for (const list of ['okReasons', 'compactReasons', 'envErrorReasons', 'dropReasons'] as const)
     for (const r of cfg[list]) {
@@ -121,7 +135,10 @@ function classify(finishReason: string, cfg: FilterConfig, field: string): Reaso
   if (cfg.compactReasons.includes(finishReason)) return 'compact';
   if (cfg.envErrorReasons.includes(finishReason)) return 'env';
   if (cfg.dropReasons.includes(finishReason)) return 'drop';
-  throw new FilterInputError(field, `unknown finish reason '${finishReason}' (not in okReasons, compactReasons, envErrorReasons or dropReasons)`);
+  throw new FilterInputError(
+    field,
+    `unknown finish reason '${finishReason}' (not in okReasons, compactReasons, envErrorReasons or dropReasons)`,
+  );
 }
 
 /** Compact-filter loss weight of one rollout: 0 for compact reasons (and for environment failures and dropped rollouts, which never train), 1 for completions. */
@@ -156,9 +173,12 @@ export function filterGroup(rollouts: FilterRollout[], cfg: FilterConfig): Filte
     if (ids.has(r.rolloutId)) throw new FilterInputError(`${f}.rolloutId`, `duplicate rollout ${r.rolloutId}`);
     ids.add(r.rolloutId);
     const attempts = r.attempts ?? 1;
-    if (!Number.isInteger(attempts) || attempts < 1) throw new FilterInputError(`${f}.attempts`, `must be an integer >= 1, got ${String(r.attempts)}`);
-    if (r.outputTruncated !== undefined && typeof r.outputTruncated !== 'boolean') throw new FilterInputError(`${f}.outputTruncated`, 'must be a boolean');
-    if (r.reward !== null && (typeof r.reward !== 'number' || !Number.isFinite(r.reward))) throw new FilterInputError(`${f}.reward`, `must be a finite number or null, got ${String(r.reward)}`);
+    if (!Number.isInteger(attempts) || attempts < 1)
+      throw new FilterInputError(`${f}.attempts`, `must be an integer >= 1, got ${String(r.attempts)}`);
+    if (r.outputTruncated !== undefined && typeof r.outputTruncated !== 'boolean')
+      throw new FilterInputError(`${f}.outputTruncated`, 'must be a boolean');
+    if (r.reward !== null && (typeof r.reward !== 'number' || !Number.isFinite(r.reward)))
+      throw new FilterInputError(`${f}.reward`, `must be a finite number or null, got ${String(r.reward)}`);
     const cls = classify(r.finishReason, c, `${f}.finishReason`);
     switch (cls) {
       case 'env':
@@ -178,7 +198,8 @@ export function filterGroup(rollouts: FilterRollout[], cfg: FilterConfig): Filte
         lossWeights.set(r.rolloutId, 0);
         return;
       case 'ok':
-        if (r.reward === null) throw new FilterInputError(`${f}.reward`, `is null for a '${r.finishReason}' rollout; a completed rollout must be scored`);
+        if (r.reward === null)
+          throw new FilterInputError(`${f}.reward`, `is null for a '${r.finishReason}' rollout; a completed rollout must be scored`);
         if (r.outputTruncated && c.maskTruncated) {
           counts.truncatedMasked++;
           lossWeights.set(r.rolloutId, 0);
@@ -190,7 +211,8 @@ export function filterGroup(rollouts: FilterRollout[], cfg: FilterConfig): Filte
     }
   });
   let reason: FilterDropReason | undefined;
-  if (trainableRewards.length > 0 && Math.max(...trainableRewards) - Math.min(...trainableRewards) <= c.zeroVarianceTolerance) counts.zeroVariance = 1;
+  if (trainableRewards.length > 0 && Math.max(...trainableRewards) - Math.min(...trainableRewards) <= c.zeroVarianceTolerance)
+    counts.zeroVariance = 1;
   if (counts.trainable === 0) reason = counts.envErrors === counts.total ? 'all_env_error' : 'no_trainable';
   else if (counts.trainable < c.minTrainable) reason = 'too_few_trainable';
   else if (counts.zeroVariance && c.dropZeroVariance) reason = 'zero_variance';

@@ -113,11 +113,25 @@ const EPS_DEFAULTS: Record<LossKind, { epsLow: number; epsHigh: number }> = {
   reinforce_tis: { epsLow: 0.2, epsHigh: 0.28 },
 };
 
-const CONFIG_KEYS = new Set(['kind', 'epsLow', 'epsHigh', 'aggregation', 'constantNormalizer', 'correction', 'prox', 'logRatioClamp', 'klCoef', 'klLogRatioCap', 'cispoMask', 'dualClip']);
+const CONFIG_KEYS = new Set([
+  'kind',
+  'epsLow',
+  'epsHigh',
+  'aggregation',
+  'constantNormalizer',
+  'correction',
+  'prox',
+  'logRatioClamp',
+  'klCoef',
+  'klLogRatioCap',
+  'cispoMask',
+  'dualClip',
+]);
 const CORRECTION_KEYS = new Set(['tokenTis', 'seqTis', 'geoMask']);
 
 function finitePositive(v: unknown, field: string): void {
-  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new LossConfigError(field, `must be a finite number > 0, got ${String(v)}`);
+  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0)
+    throw new LossConfigError(field, `must be a finite number > 0, got ${String(v)}`);
 }
 
 /** What lossConfig takes: any field may be left out, the mask's bounds too. */
@@ -143,9 +157,11 @@ export function lossConfig(input: LossConfigInput = {}): LossConfig {
     correction = {};
     if (c.tokenTis !== undefined) correction.tokenTis = { cap: c.tokenTis?.cap ?? DEFAULT_TOKEN_TIS_CAP };
     if (c.seqTis !== undefined) correction.seqTis = { cap: c.seqTis?.cap ?? DEFAULT_SEQ_TIS_CAP };
-    if (c.geoMask !== undefined) correction.geoMask = { low: c.geoMask?.low ?? DEFAULT_GEO_MASK.low, high: c.geoMask?.high ?? DEFAULT_GEO_MASK.high };
+    if (c.geoMask !== undefined)
+      correction.geoMask = { low: c.geoMask?.low ?? DEFAULT_GEO_MASK.low, high: c.geoMask?.high ?? DEFAULT_GEO_MASK.high };
   }
-  if (kind === 'reinforce_tis' && !correction?.tokenTis && !correction?.seqTis) correction = { ...correction, tokenTis: { cap: DEFAULT_TOKEN_TIS_CAP } };
+  if (kind === 'reinforce_tis' && !correction?.tokenTis && !correction?.seqTis)
+    correction = { ...correction, tokenTis: { cap: DEFAULT_TOKEN_TIS_CAP } };
   const cfg: LossConfig = {
     kind,
     epsLow: input.epsLow ?? eps.epsLow,
@@ -160,7 +176,8 @@ export function lossConfig(input: LossConfigInput = {}): LossConfig {
   if (input.cispoMask !== undefined) {
     const m = input.cispoMask as { epsLow?: number; epsHigh?: number } | null;
     if (m === null || typeof m !== 'object') throw new LossConfigError('cispoMask', 'must be an object ({} takes the defaults)');
-    for (const k of Object.keys(m)) if (k !== 'epsLow' && k !== 'epsHigh') throw new LossConfigError(`cispoMask.${k}`, 'unknown key (epsLow, epsHigh)');
+    for (const k of Object.keys(m))
+      if (k !== 'epsLow' && k !== 'epsHigh') throw new LossConfigError(`cispoMask.${k}`, 'unknown key (epsLow, epsHigh)');
     cfg.cispoMask = { epsLow: m.epsLow ?? DEFAULT_CISPO_MASK.epsLow, epsHigh: m.epsHigh ?? DEFAULT_CISPO_MASK.epsHigh };
   }
   if (input.dualClip !== undefined) cfg.dualClip = input.dualClip;
@@ -177,26 +194,38 @@ export function validateLossConfig(cfg: LossConfig): void {
   if (!LOSS_KINDS.includes(cfg.kind)) throw new LossConfigError('kind', `must be one of ${LOSS_KINDS.join(', ')}, got ${String(cfg.kind)}`);
   if (typeof cfg.epsLow !== 'number' || !Number.isFinite(cfg.epsLow) || cfg.epsLow < 0 || cfg.epsLow > 1)
     throw new LossConfigError('epsLow', `must be in [0, 1] (the lower bound 1 − epsLow is then in [0, 1]), got ${String(cfg.epsLow)}`);
-  if (typeof cfg.epsHigh !== 'number' || !Number.isFinite(cfg.epsHigh) || cfg.epsHigh < 0) throw new LossConfigError('epsHigh', `must be a finite number >= 0, got ${String(cfg.epsHigh)}`);
-  if (!AGGREGATIONS.includes(cfg.aggregation)) throw new LossConfigError('aggregation', `must be one of ${AGGREGATIONS.join(', ')}, got ${String(cfg.aggregation)}`);
+  if (typeof cfg.epsHigh !== 'number' || !Number.isFinite(cfg.epsHigh) || cfg.epsHigh < 0)
+    throw new LossConfigError('epsHigh', `must be a finite number >= 0, got ${String(cfg.epsHigh)}`);
+  if (!AGGREGATIONS.includes(cfg.aggregation))
+    throw new LossConfigError('aggregation', `must be one of ${AGGREGATIONS.join(', ')}, got ${String(cfg.aggregation)}`);
   if (cfg.aggregation === 'constant') finitePositive(cfg.constantNormalizer, 'constantNormalizer');
-  else if (cfg.constantNormalizer !== undefined) throw new LossConfigError('constantNormalizer', `is only used by aggregation 'constant', not '${cfg.aggregation}'`);
+  else if (cfg.constantNormalizer !== undefined)
+    throw new LossConfigError('constantNormalizer', `is only used by aggregation 'constant', not '${cfg.aggregation}'`);
   finitePositive(cfg.logRatioClamp, 'logRatioClamp');
   if (cfg.klLogRatioCap !== undefined) finitePositive(cfg.klLogRatioCap, 'klLogRatioCap');
   if (cfg.klCoef !== undefined && (typeof cfg.klCoef !== 'number' || !Number.isFinite(cfg.klCoef) || cfg.klCoef < 0))
     throw new LossConfigError('klCoef', `must be a finite number >= 0, got ${String(cfg.klCoef)}`);
   if (cfg.cispoMask !== undefined) {
-    if (cfg.kind !== 'cispo') throw new LossConfigError('cispoMask', `is CISPO's token mask, not used by kind '${cfg.kind}' (PPO kinds mask through their clip already)`);
+    if (cfg.kind !== 'cispo')
+      throw new LossConfigError(
+        'cispoMask',
+        `is CISPO's token mask, not used by kind '${cfg.kind}' (PPO kinds mask through their clip already)`,
+      );
     const m = cfg.cispoMask;
     if (m === null || typeof m !== 'object') throw new LossConfigError('cispoMask', 'must be an object');
-    for (const k of Object.keys(m)) if (k !== 'epsLow' && k !== 'epsHigh') throw new LossConfigError(`cispoMask.${k}`, 'unknown key (epsLow, epsHigh)');
+    for (const k of Object.keys(m))
+      if (k !== 'epsLow' && k !== 'epsHigh') throw new LossConfigError(`cispoMask.${k}`, 'unknown key (epsLow, epsHigh)');
     if (typeof m.epsLow !== 'number' || !Number.isFinite(m.epsLow) || m.epsLow < 0 || m.epsLow > 1)
       throw new LossConfigError('cispoMask.epsLow', `must be in [0, 1], got ${String(m.epsLow)}`);
-    if (typeof m.epsHigh !== 'number' || !Number.isFinite(m.epsHigh) || m.epsHigh < 0) throw new LossConfigError('cispoMask.epsHigh', `must be a finite number >= 0, got ${String(m.epsHigh)}`);
+    if (typeof m.epsHigh !== 'number' || !Number.isFinite(m.epsHigh) || m.epsHigh < 0)
+      throw new LossConfigError('cispoMask.epsHigh', `must be a finite number >= 0, got ${String(m.epsHigh)}`);
   }
   if (cfg.dualClip !== undefined) {
     if (cfg.kind !== 'ppo' && cfg.kind !== 'decoupled_ppo')
-      throw new LossConfigError('dualClip', `is PPO-clip's lower bound for negative advantages, not used by kind '${cfg.kind}'${cfg.kind === 'cispo' ? " (CISPO's weight is already clipped at 1 + epsHigh)" : ''}`);
+      throw new LossConfigError(
+        'dualClip',
+        `is PPO-clip's lower bound for negative advantages, not used by kind '${cfg.kind}'${cfg.kind === 'cispo' ? " (CISPO's weight is already clipped at 1 + epsHigh)" : ''}`,
+      );
     if (typeof cfg.dualClip !== 'number' || !Number.isFinite(cfg.dualClip) || cfg.dualClip <= 1)
       throw new LossConfigError('dualClip', `must be a finite number > 1 (verl and SkyRL use 3), got ${String(cfg.dualClip)}`);
   }
@@ -209,9 +238,11 @@ export function validateLossConfig(cfg: LossConfig): void {
     if (c.geoMask !== undefined) {
       finitePositive(c.geoMask?.low, 'correction.geoMask.low');
       finitePositive(c.geoMask?.high, 'correction.geoMask.high');
-      if (!(c.geoMask.low <= 1 && 1 <= c.geoMask.high)) throw new LossConfigError('correction.geoMask', `band [${c.geoMask.low}, ${c.geoMask.high}] must contain 1`);
+      if (!(c.geoMask.low <= 1 && 1 <= c.geoMask.high))
+        throw new LossConfigError('correction.geoMask', `band [${c.geoMask.low}, ${c.geoMask.high}] must contain 1`);
     }
-    if (c.tokenTis && c.seqTis) throw new LossConfigError('correction.seqTis', 'token-level and sequence-level TIS together weight the same ratio twice; choose one');
+    if (c.tokenTis && c.seqTis)
+      throw new LossConfigError('correction.seqTis', 'token-level and sequence-level TIS together weight the same ratio twice; choose one');
     if (cfg.kind === 'cispo' && (c.tokenTis || c.seqTis))
       throw new LossConfigError(
         c.tokenTis ? 'correction.tokenTis' : 'correction.seqTis',
@@ -230,8 +261,13 @@ export function validateLossConfig(cfg: LossConfig): void {
       throw new LossConfigError('prox.mode', `must be 'recomputed' or 'interpolated', got ${String(p?.mode)}`);
     if (p.mode === 'interpolated') {
       if (typeof p.currentVersion !== 'number' || !Number.isInteger(p.currentVersion) || p.currentVersion < 0)
-        throw new LossConfigError('prox.currentVersion', `interpolated prox needs the current version as an integer >= 0, got ${String(p.currentVersion)}`);
+        throw new LossConfigError(
+          'prox.currentVersion',
+          `interpolated prox needs the current version as an integer >= 0, got ${String(p.currentVersion)}`,
+        );
     } else if (p.currentVersion !== undefined) throw new LossConfigError('prox.currentVersion', "is only used by prox.mode 'interpolated'");
-  } else if (cfg.kind === 'decoupled_ppo') throw new LossConfigError('prox', "decoupled_ppo needs prox ({ mode: 'recomputed' } or 'interpolated')");
-  if (cfg.kind === 'reinforce_tis' && !c?.tokenTis && !c?.seqTis) throw new LossConfigError('correction', 'reinforce_tis needs correction.tokenTis or correction.seqTis (its truncated IS weight)');
+  } else if (cfg.kind === 'decoupled_ppo')
+    throw new LossConfigError('prox', "decoupled_ppo needs prox ({ mode: 'recomputed' } or 'interpolated')");
+  if (cfg.kind === 'reinforce_tis' && !c?.tokenTis && !c?.seqTis)
+    throw new LossConfigError('correction', 'reinforce_tis needs correction.tokenTis or correction.seqTis (its truncated IS weight)');
 }

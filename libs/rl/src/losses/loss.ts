@@ -6,7 +6,15 @@
 // interpolated proximal policy of decoupled PPO) is read from `detachedLogp` (default: logp), as
 // autograd would see `logp.detach()`; the finite-difference tests perturb logp with it held fixed.
 
-import { Aggregation, AGGREGATIONS, DEFAULT_KL_LOG_RATIO_CAP, LossConfig, LossConfigError, LossInputError, validateLossConfig } from './config';
+import {
+  Aggregation,
+  AGGREGATIONS,
+  DEFAULT_KL_LOG_RATIO_CAP,
+  LossConfig,
+  LossConfigError,
+  LossInputError,
+  validateLossConfig,
+} from './config';
 import { DEFAULT_HEALTH_THRESHOLDS, FloatArray, HealthThresholds, healthVerdict, LossStats, RatioAccumulator } from './stats';
 
 export interface LossSample {
@@ -47,21 +55,30 @@ export interface LossResult {
 }
 
 function checkArray(a: unknown, len: number, field: string): asserts a is FloatArray {
-  if (!(a instanceof Float32Array) && !(a instanceof Float64Array)) throw new LossInputError(field, 'must be a Float32Array or Float64Array');
+  if (!(a instanceof Float32Array) && !(a instanceof Float64Array))
+    throw new LossInputError(field, 'must be a Float32Array or Float64Array');
   if (a.length !== len) throw new LossInputError(field, `has ${a.length} entries for ${len} output tokens`);
   for (let t = 0; t < a.length; t++) if (!Number.isFinite(a[t])) throw new LossInputError(`${field}[${t}]`, `is not finite (${a[t]})`);
 }
 
-function validateSample(s: LossSample, i: number, cfg: LossConfig, detached: FloatArray | undefined, entropy: FloatArray | undefined): void {
+function validateSample(
+  s: LossSample,
+  i: number,
+  cfg: LossConfig,
+  detached: FloatArray | undefined,
+  entropy: FloatArray | undefined,
+): void {
   const f = `samples[${i}]`;
   if (!s || typeof s !== 'object') throw new LossInputError(f, 'must be an object');
-  if (!(s.logp instanceof Float32Array) && !(s.logp instanceof Float64Array)) throw new LossInputError(`${f}.logp`, 'must be a Float32Array or Float64Array');
+  if (!(s.logp instanceof Float32Array) && !(s.logp instanceof Float64Array))
+    throw new LossInputError(`${f}.logp`, 'must be a Float32Array or Float64Array');
   const L = s.logp.length;
   checkArray(s.logp, L, `${f}.logp`);
   checkArray(s.behaviourLogp, L, `${f}.behaviourLogp`);
   if (s.proxLogp !== undefined) checkArray(s.proxLogp, L, `${f}.proxLogp`);
   if (s.refLogp !== undefined) checkArray(s.refLogp, L, `${f}.refLogp`);
-  else if ((cfg.klCoef ?? 0) > 0) throw new LossInputError(`${f}.refLogp`, 'is required by klCoef > 0 (the KL penalty to the reference policy)');
+  else if ((cfg.klCoef ?? 0) > 0)
+    throw new LossInputError(`${f}.refLogp`, 'is required by klCoef > 0 (the KL penalty to the reference policy)');
   if (detached !== undefined) checkArray(detached, L, `detachedLogp[${i}]`);
   if (entropy !== undefined) checkArray(entropy, L, `entropy[${i}]`);
   if (typeof s.advantage === 'number') {
@@ -81,17 +98,26 @@ function validateSample(s: LossSample, i: number, cfg: LossConfig, detached: Flo
   }
   const needsProx = cfg.kind === 'decoupled_ppo' && cfg.prox?.mode === 'recomputed';
   const interpolated = cfg.kind === 'decoupled_ppo' && cfg.prox?.mode === 'interpolated';
-  if (needsProx && s.proxLogp === undefined) throw new LossInputError(`${f}.proxLogp`, "is required by decoupled_ppo with prox.mode 'recomputed'");
+  if (needsProx && s.proxLogp === undefined)
+    throw new LossInputError(`${f}.proxLogp`, "is required by decoupled_ppo with prox.mode 'recomputed'");
   if (interpolated) {
-    if (s.proxLogp !== undefined) throw new LossInputError(`${f}.proxLogp`, "is given but prox.mode is 'interpolated' (the proximal logp would be ambiguous)");
+    if (s.proxLogp !== undefined)
+      throw new LossInputError(`${f}.proxLogp`, "is given but prox.mode is 'interpolated' (the proximal logp would be ambiguous)");
     if (s.versions === undefined) throw new LossInputError(`${f}.versions`, "are required by prox.mode 'interpolated'");
     const vc = cfg.prox?.currentVersion ?? 0;
-    for (let t = 0; t < L; t++) if (s.versions[t] > vc) throw new LossInputError(`${f}.versions[${t}]`, `version ${s.versions[t]} is newer than prox.currentVersion ${vc}`);
+    for (let t = 0; t < L; t++)
+      if (s.versions[t] > vc)
+        throw new LossInputError(`${f}.versions[${t}]`, `version ${s.versions[t]} is newer than prox.currentVersion ${vc}`);
   }
   if (cfg.kind === 'ppo' && (cfg.correction?.tokenTis || cfg.correction?.seqTis) && s.proxLogp === undefined)
-    throw new LossInputError(`${f}.proxLogp`, 'PPO with TIS needs the recomputed proxLogp: without it the PPO ratio and the TIS ratio are the same π_θ/π_behaviour, counted twice');
-  if (cfg.aggregation === 'trajectory' && (typeof s.trajectoryId !== 'string' || s.trajectoryId === '')) throw new LossInputError(`${f}.trajectoryId`, "is required by aggregation 'trajectory'");
-  if (cfg.aggregation === 'group' && (typeof s.groupId !== 'string' || s.groupId === '')) throw new LossInputError(`${f}.groupId`, "is required by aggregation 'group'");
+    throw new LossInputError(
+      `${f}.proxLogp`,
+      'PPO with TIS needs the recomputed proxLogp: without it the PPO ratio and the TIS ratio are the same π_θ/π_behaviour, counted twice',
+    );
+  if (cfg.aggregation === 'trajectory' && (typeof s.trajectoryId !== 'string' || s.trajectoryId === ''))
+    throw new LossInputError(`${f}.trajectoryId`, "is required by aggregation 'trajectory'");
+  if (cfg.aggregation === 'group' && (typeof s.groupId !== 'string' || s.groupId === ''))
+    throw new LossInputError(`${f}.groupId`, "is required by aggregation 'group'");
 }
 
 const weightAt = (s: LossSample, t: number): number => (s.weight === undefined ? 1 : typeof s.weight === 'number' ? s.weight : s.weight[t]);
@@ -108,24 +134,36 @@ const advantageAt = (s: LossSample, t: number): number => (typeof s.advantage ==
  *  constant            c = 1/constantNormalizer                    (Dr. GRPO)
  * A sample with n_i = 0 contributes nothing (c_i = 0).
  */
-export function aggregationCoefficients(samples: readonly LossSample[], aggregation: Aggregation, constantNormalizer?: number): Float64Array {
-  if (!AGGREGATIONS.includes(aggregation)) throw new LossConfigError('aggregation', `must be one of ${AGGREGATIONS.join(', ')}, got ${String(aggregation)}`);
-  if (aggregation === 'constant' && (typeof constantNormalizer !== 'number' || !Number.isFinite(constantNormalizer) || constantNormalizer <= 0))
+export function aggregationCoefficients(
+  samples: readonly LossSample[],
+  aggregation: Aggregation,
+  constantNormalizer?: number,
+): Float64Array {
+  if (!AGGREGATIONS.includes(aggregation))
+    throw new LossConfigError('aggregation', `must be one of ${AGGREGATIONS.join(', ')}, got ${String(aggregation)}`);
+  if (
+    aggregation === 'constant' &&
+    (typeof constantNormalizer !== 'number' || !Number.isFinite(constantNormalizer) || constantNormalizer <= 0)
+  )
     throw new LossConfigError('constantNormalizer', `must be a finite number > 0, got ${String(constantNormalizer)}`);
   if (!Array.isArray(samples)) throw new LossInputError('samples', 'must be an array');
   samples.forEach((s, i) => {
-    if (!s || !(s.logp instanceof Float32Array || s.logp instanceof Float64Array)) throw new LossInputError(`samples[${i}].logp`, 'must be a Float32Array or Float64Array');
+    if (!s || !(s.logp instanceof Float32Array || s.logp instanceof Float64Array))
+      throw new LossInputError(`samples[${i}].logp`, 'must be a Float32Array or Float64Array');
     if (s.weight !== undefined) {
       if (typeof s.weight === 'number') {
-        if (!Number.isFinite(s.weight) || s.weight < 0) throw new LossInputError(`samples[${i}].weight`, `must be finite and >= 0, got ${s.weight}`);
+        if (!Number.isFinite(s.weight) || s.weight < 0)
+          throw new LossInputError(`samples[${i}].weight`, `must be finite and >= 0, got ${s.weight}`);
       } else {
         checkArray(s.weight, s.logp.length, `samples[${i}].weight`);
-        for (let t = 0; t < s.weight.length; t++) if (s.weight[t] < 0) throw new LossInputError(`samples[${i}].weight[${t}]`, `must be >= 0, got ${s.weight[t]}`);
+        for (let t = 0; t < s.weight.length; t++)
+          if (s.weight[t] < 0) throw new LossInputError(`samples[${i}].weight[${t}]`, `must be >= 0, got ${s.weight[t]}`);
       }
     }
     if (aggregation === 'trajectory' && (typeof s.trajectoryId !== 'string' || s.trajectoryId === ''))
       throw new LossInputError(`samples[${i}].trajectoryId`, "is required by aggregation 'trajectory'");
-    if (aggregation === 'group' && (typeof s.groupId !== 'string' || s.groupId === '')) throw new LossInputError(`samples[${i}].groupId`, "is required by aggregation 'group'");
+    if (aggregation === 'group' && (typeof s.groupId !== 'string' || s.groupId === ''))
+      throw new LossInputError(`samples[${i}].groupId`, "is required by aggregation 'group'");
   });
   const n = samples.map((s) => {
     let k = 0;
@@ -173,7 +211,8 @@ export function computeLoss(samples: LossSample[], cfg: LossConfig, opts: LossOp
   if (!Array.isArray(samples) || samples.length === 0) throw new LossInputError('samples', 'must be a non-empty array');
   if (opts.detachedLogp !== undefined && (!Array.isArray(opts.detachedLogp) || opts.detachedLogp.length !== samples.length))
     throw new LossInputError('detachedLogp', `must hold one array per sample (${samples.length})`);
-  if (opts.entropy !== undefined && (!Array.isArray(opts.entropy) || opts.entropy.length !== samples.length)) throw new LossInputError('entropy', `must hold one array per sample (${samples.length})`);
+  if (opts.entropy !== undefined && (!Array.isArray(opts.entropy) || opts.entropy.length !== samples.length))
+    throw new LossInputError('entropy', `must hold one array per sample (${samples.length})`);
   samples.forEach((s, i) => validateSample(s, i, cfg, opts.detachedLogp?.[i], opts.entropy?.[i]));
 
   const C = cfg.logRatioClamp;

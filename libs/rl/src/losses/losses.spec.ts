@@ -1,6 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from '../random';
-import { Aggregation, aggregationCoefficients, computeLoss, healthVerdict, LossConfig, lossConfig, LossConfigError, LossInputError, LossSample, mismatchStats } from './index';
+import {
+  Aggregation,
+  aggregationCoefficients,
+  computeLoss,
+  healthVerdict,
+  LossConfig,
+  lossConfig,
+  LossConfigError,
+  LossInputError,
+  LossSample,
+  mismatchStats,
+} from './index';
 
 const f64 = (xs: number[]) => Float64Array.from(xs);
 const LN6 = Math.log(6);
@@ -31,7 +42,9 @@ describe('lossConfig', () => {
   });
 
   it('fills correction defaults: token TIS cap 2, sequence TIS cap 5, geometric mask [0.99, 1.01]', () => {
-    expect(lossConfig({ kind: 'ppo', correction: { tokenTis: {} as { cap: number }, geoMask: {} as { low: number; high: number } } }).correction).toEqual({
+    expect(
+      lossConfig({ kind: 'ppo', correction: { tokenTis: {} as { cap: number }, geoMask: {} as { low: number; high: number } } }).correction,
+    ).toEqual({
       tokenTis: { cap: 2 },
       geoMask: { low: 0.99, high: 1.01 },
     });
@@ -166,7 +179,9 @@ describe("CISPO's token mask (MiniMax-M1's M, cispoMask)", () => {
     expect(() => lossConfig({ kind: 'ppo', cispoMask: {} } as Partial<LossConfig>)).toThrow(/cispoMask: .*not used by kind 'ppo'/);
     expect(() => lossConfig({ cispoMask: { epsLow: 1.5 } } as Partial<LossConfig>)).toThrow(/cispoMask.epsLow: must be in \[0, 1\]/);
     expect(() => lossConfig({ cispoMask: { epsHigh: -1 } } as Partial<LossConfig>)).toThrow(/cispoMask.epsHigh/);
-    expect(() => lossConfig({ cispoMask: { epsLow: 0.2, epsHigh: 0.2, x: 1 } } as unknown as Partial<LossConfig>)).toThrow(/cispoMask.x: unknown key/);
+    expect(() => lossConfig({ cispoMask: { epsLow: 0.2, epsHigh: 0.2, x: 1 } } as unknown as Partial<LossConfig>)).toThrow(
+      /cispoMask.x: unknown key/,
+    );
   });
 });
 
@@ -247,7 +262,9 @@ describe('KL penalty to the reference policy (hand-computed)', () => {
     expect(() => computeLoss([ratioSample(1)], lossConfig({ klCoef: 0.1 }))).toThrow(/samples\[0\]\.refLogp: is required by klCoef/);
     expect(() => lossConfig({ klCoef: -1 })).toThrow(/klCoef/);
     expect(() => lossConfig({ klCoef: Number.NaN })).toThrow(/klCoef/);
-    expect(() => computeLoss([{ ...ratioSample(1), refLogp: f64([0, Number.NaN, 0]) }], lossConfig({ klCoef: 0.1 }))).toThrow(/refLogp\[1\]/);
+    expect(() => computeLoss([{ ...ratioSample(1), refLogp: f64([0, Number.NaN, 0]) }], lossConfig({ klCoef: 0.1 }))).toThrow(
+      /refLogp\[1\]/,
+    );
   });
 });
 
@@ -297,7 +314,10 @@ describe('PPO-clip / GRPO (hand-computed)', () => {
   it('the geometric sequence mask zeroes a sample whose mean log-ratio leaves the band', () => {
     const inBand: LossSample = { logp: f64([-1, -1]), behaviourLogp: f64([-1.005, -0.999]), advantage: 1 };
     const outBand: LossSample = { logp: f64([-1, -1]), behaviourLogp: f64([-1.05, -1]), advantage: 1 }; // geo mean e^0.025
-    const { dLdlogp, stats } = computeLoss([inBand, outBand], lossConfig({ kind: 'ppo', correction: { geoMask: { low: 0.99, high: 1.01 } } }));
+    const { dLdlogp, stats } = computeLoss(
+      [inBand, outBand],
+      lossConfig({ kind: 'ppo', correction: { geoMask: { low: 0.99, high: 1.01 } } }),
+    );
     expectArrayClose(dLdlogp[1], [0, 0]);
     expectArrayClose(dLdlogp[0], [-Math.exp(0.005) / 4, -Math.exp(-0.001) / 4]); // denominator keeps all 4 tokens
     expect(stats.maskedFrac).toBeCloseTo(0.5, 9);
@@ -393,7 +413,9 @@ describe('aggregation (hand-computed normalisers)', () => {
   });
 
   it('aggregationCoefficients validates what it reads', () => {
-    expect(() => aggregationCoefficients([{ ...mk(2, 'T', 'g'), weight: f64([1, -1]) }], 'token_mean')).toThrow(/samples\[0\]\.weight\[1\]/);
+    expect(() => aggregationCoefficients([{ ...mk(2, 'T', 'g'), weight: f64([1, -1]) }], 'token_mean')).toThrow(
+      /samples\[0\]\.weight\[1\]/,
+    );
     expect(() => aggregationCoefficients([{ ...mk(2, 'T', 'g'), weight: f64([1]) }], 'token_mean')).toThrow(/samples\[0\]\.weight/);
     expect(() => aggregationCoefficients([mk(2, 'T', 'g')], 'constant')).toThrow(/constantNormalizer/);
     expect(() => aggregationCoefficients([mk(2, 'T', 'g')], 'sum' as never)).toThrow(/aggregation/);

@@ -79,8 +79,18 @@ export class RatioAccumulator {
   }
 
   /** Over zero tokens there is no evidence of drift: ratio 1, std 0, ESS 1, KL 0. */
-  result(): { ratioMean: number; ratioMin: number; ratioMax: number; ratioStd: number; ess: number; mismatchKlK3: number; meanAbsDeltaLogp: number; tokens: number } {
-    if (this.n === 0) return { ratioMean: 1, ratioMin: 1, ratioMax: 1, ratioStd: 0, ess: 1, mismatchKlK3: 0, meanAbsDeltaLogp: 0, tokens: 0 };
+  result(): {
+    ratioMean: number;
+    ratioMin: number;
+    ratioMax: number;
+    ratioStd: number;
+    ess: number;
+    mismatchKlK3: number;
+    meanAbsDeltaLogp: number;
+    tokens: number;
+  } {
+    if (this.n === 0)
+      return { ratioMean: 1, ratioMin: 1, ratioMax: 1, ratioStd: 0, ess: 1, mismatchKlK3: 0, meanAbsDeltaLogp: 0, tokens: 0 };
     const mean = this.sum / this.n;
     const variance = Math.max(0, this.sumSq / this.n - mean * mean);
     return {
@@ -97,17 +107,23 @@ export class RatioAccumulator {
 }
 
 /** The health verdict of a batch's mismatch statistics against the thresholds (verl's by default). */
-export function healthVerdict(stats: { ratioMean: number; ess: number; ratioStd: number; mismatchKlK3: number }, thresholds: HealthThresholds = DEFAULT_HEALTH_THRESHOLDS): HealthVerdict {
+export function healthVerdict(
+  stats: { ratioMean: number; ess: number; ratioStd: number; mismatchKlK3: number },
+  thresholds: HealthThresholds = DEFAULT_HEALTH_THRESHOLDS,
+): HealthVerdict {
   for (const k of ['ratioMean', 'ess', 'ratioStd', 'mismatchKlK3'] as const)
-    if (typeof stats?.[k] !== 'number' || Number.isNaN(stats[k])) throw new LossInputError(`stats.${k}`, `must be a number, got ${String(stats?.[k])}`);
+    if (typeof stats?.[k] !== 'number' || Number.isNaN(stats[k]))
+      throw new LossInputError(`stats.${k}`, `must be a number, got ${String(stats?.[k])}`);
   for (const k of ['ratioMeanMin', 'ratioMeanMax', 'essMin', 'ratioStdMax', 'klAbsMax'] as const)
-    if (typeof thresholds?.[k] !== 'number' || !Number.isFinite(thresholds[k])) throw new LossInputError(`thresholds.${k}`, `must be a finite number, got ${String(thresholds?.[k])}`);
+    if (typeof thresholds?.[k] !== 'number' || !Number.isFinite(thresholds[k]))
+      throw new LossInputError(`thresholds.${k}`, `must be a finite number, got ${String(thresholds?.[k])}`);
   const problems: string[] = [];
   if (stats.ratioMean < thresholds.ratioMeanMin || stats.ratioMean > thresholds.ratioMeanMax)
     problems.push(`mean IS ratio ${stats.ratioMean.toPrecision(4)} outside [${thresholds.ratioMeanMin}, ${thresholds.ratioMeanMax}]`);
   if (stats.ess < thresholds.essMin) problems.push(`ESS ${stats.ess.toPrecision(4)} < ${thresholds.essMin}`);
   if (stats.ratioStd > thresholds.ratioStdMax) problems.push(`IS ratio std ${stats.ratioStd.toPrecision(4)} > ${thresholds.ratioStdMax}`);
-  if (Math.abs(stats.mismatchKlK3) > thresholds.klAbsMax) problems.push(`mismatch KL (k3) ${stats.mismatchKlK3.toPrecision(4)} exceeds ${thresholds.klAbsMax} in magnitude`);
+  if (Math.abs(stats.mismatchKlK3) > thresholds.klAbsMax)
+    problems.push(`mismatch KL (k3) ${stats.mismatchKlK3.toPrecision(4)} exceeds ${thresholds.klAbsMax} in magnitude`);
   return { ok: problems.length === 0, problems };
 }
 
@@ -116,17 +132,23 @@ export function healthVerdict(stats: { ratioMean: number; ess: number; ratioStd:
  * (every token counts): mean |Δlogp| and mean k3 = r − log r − 1 with r = exp(logp − behaviourLogp)
  * (log-ratio clamped to ±logRatioClamp before exp, default 20).
  */
-export function mismatchStats(pairs: { logp: FloatArray; behaviourLogp: FloatArray }[], opts: { logRatioClamp?: number } = {}): { meanAbsDeltaLogp: number; klK3: number; tokens: number } {
+export function mismatchStats(
+  pairs: { logp: FloatArray; behaviourLogp: FloatArray }[],
+  opts: { logRatioClamp?: number } = {},
+): { meanAbsDeltaLogp: number; klK3: number; tokens: number } {
   if (!Array.isArray(pairs)) throw new LossInputError('pairs', 'must be an array');
   const clamp = opts.logRatioClamp ?? 20;
   if (!Number.isFinite(clamp) || clamp <= 0) throw new LossInputError('logRatioClamp', `must be a finite number > 0, got ${clamp}`);
   const acc = new RatioAccumulator();
   pairs.forEach((p, i) => {
-    if (!p || !ArrayBuffer.isView(p.logp) || !ArrayBuffer.isView(p.behaviourLogp)) throw new LossInputError(`pairs[${i}]`, 'logp and behaviourLogp must be float arrays');
-    if (p.logp.length !== p.behaviourLogp.length) throw new LossInputError(`pairs[${i}].behaviourLogp`, `has ${p.behaviourLogp.length} entries for ${p.logp.length} logp entries`);
+    if (!p || !ArrayBuffer.isView(p.logp) || !ArrayBuffer.isView(p.behaviourLogp))
+      throw new LossInputError(`pairs[${i}]`, 'logp and behaviourLogp must be float arrays');
+    if (p.logp.length !== p.behaviourLogp.length)
+      throw new LossInputError(`pairs[${i}].behaviourLogp`, `has ${p.behaviourLogp.length} entries for ${p.logp.length} logp entries`);
     for (let t = 0; t < p.logp.length; t++) {
       if (!Number.isFinite(p.logp[t])) throw new LossInputError(`pairs[${i}].logp[${t}]`, `is not finite (${p.logp[t]})`);
-      if (!Number.isFinite(p.behaviourLogp[t])) throw new LossInputError(`pairs[${i}].behaviourLogp[${t}]`, `is not finite (${p.behaviourLogp[t]})`);
+      if (!Number.isFinite(p.behaviourLogp[t]))
+        throw new LossInputError(`pairs[${i}].behaviourLogp[${t}]`, `is not finite (${p.behaviourLogp[t]})`);
       const d = p.logp[t] - p.behaviourLogp[t];
       acc.add(Math.max(-clamp, Math.min(clamp, d)), d);
     }

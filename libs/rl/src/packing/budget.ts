@@ -47,7 +47,8 @@ export function packSamples(samples: readonly PackSample[], opts: PackingOptions
   samples.forEach((s, i) => {
     if (!s || !s.promptIds || !s.outputIds) throw new PackingError(`sample ${i}: promptIds and outputIds are required`);
     const len = sampleLength(s);
-    if (len > budget) throw new PackingError(`sample ${i} has ${len} tokens, more than the pack budget maxTokens = ${budget}; it cannot be packed`);
+    if (len > budget)
+      throw new PackingError(`sample ${i} has ${len} tokens, more than the pack budget maxTokens = ${budget}; it cannot be packed`);
     if (len === 0) throw new PackingError(`sample ${i} is empty`);
   });
   // 1. sort all samples in trie (DFS) order; samples of one trie are then contiguous

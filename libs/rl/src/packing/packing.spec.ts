@@ -146,7 +146,9 @@ describe('prefix-tree packer', () => {
       const samples: PackSample[] = [];
       for (let i = 0; i < 60; i++) {
         const base = samples.length && r() < 0.7 ? samples[Math.floor(r() * samples.length)] : null;
-        const seq = base ? [...Array.from(base.promptIds), ...Array.from(base.outputIds)].slice(0, 1 + Math.floor(r() * 20)) : [Math.floor(r() * 5)];
+        const seq = base
+          ? [...Array.from(base.promptIds), ...Array.from(base.outputIds)].slice(0, 1 + Math.floor(r() * 20))
+          : [Math.floor(r() * 5)];
         const out = Array.from({ length: 1 + Math.floor(r() * 8) }, () => Math.floor(r() * 50));
         samples.push({ promptIds: seq, outputIds: out });
       }
@@ -166,7 +168,9 @@ describe('prefix-tree packer', () => {
     });
 
     it('a sample longer than the budget is an error', () => {
-      expect(() => packSamples([{ promptIds: [1, 2, 3], outputIds: [4, 5] }], { maxTokens: 4 })).toThrow(/sample 0 has 5 tokens, more than the pack budget maxTokens = 4/);
+      expect(() => packSamples([{ promptIds: [1, 2, 3], outputIds: [4, 5] }], { maxTokens: 4 })).toThrow(
+        /sample 0 has 5 tokens, more than the pack budget maxTokens = 4/,
+      );
       expect(() => packSamples([{ promptIds: [1], outputIds: [2] }], { maxTokens: 0 })).toThrow(/maxTokens must be a positive integer/);
     });
   });

@@ -40,12 +40,15 @@ export function validatePrefixTree(tree: PrefixTree): void {
     const o = s.outputNodes;
     if (o.length === 0) throw new PackingError(`prefix tree: samples[${k}] (${s.sampleId}) has no output nodes`);
     if (!Number.isFinite(s.advantage)) throw new PackingError(`prefix tree: samples[${k}].advantage is not finite`);
-    if (!(s.lossWeight >= 0) || !Number.isFinite(s.lossWeight)) throw new PackingError(`prefix tree: samples[${k}].lossWeight must be finite and >= 0`);
+    if (!(s.lossWeight >= 0) || !Number.isFinite(s.lossWeight))
+      throw new PackingError(`prefix tree: samples[${k}].lossWeight must be finite and >= 0`);
     for (let t = 0; t < o.length; t++) {
       if (o[t] < 0 || o[t] >= n) throw new PackingError(`prefix tree: samples[${k}].outputNodes[${t}] = ${o[t]} is outside the tree`);
-      if (t > 0 && tree.parents[o[t]] !== o[t - 1]) throw new PackingError(`prefix tree: samples[${k}].outputNodes[${t}] is not the child of outputNodes[${t - 1}]`);
+      if (t > 0 && tree.parents[o[t]] !== o[t - 1])
+        throw new PackingError(`prefix tree: samples[${k}].outputNodes[${t}] is not the child of outputNodes[${t - 1}]`);
     }
-    if (tree.parents[o[0]] === -1) throw new PackingError(`prefix tree: samples[${k}] has an empty prompt (its first output node is a root)`);
+    if (tree.parents[o[0]] === -1)
+      throw new PackingError(`prefix tree: samples[${k}] has an empty prompt (its first output node is a root)`);
   });
 }
 
@@ -84,7 +87,10 @@ export function packTree(tree: PrefixTree, opts: { maxTokens: number }): TreePac
     const s = tree.samples[k];
     const last = s.outputNodes[s.outputNodes.length - 1];
     const pathLen = depth[last] + 1;
-    if (pathLen > budget) throw new PackingError(`sample ${s.sampleId} has ${pathLen} tokens, more than the pack budget maxTokens = ${budget}; it cannot be packed`);
+    if (pathLen > budget)
+      throw new PackingError(
+        `sample ${s.sampleId} has ${pathLen} tokens, more than the pack budget maxTokens = ${budget}; it cannot be packed`,
+      );
     const tag = bins.length; // the current pack's tag (= its index + 1)
     added.length = 0;
     if (cur) for (let i = last; i >= 0 && inPack[i] !== tag; i = tree.parents[i]) added.push(i);
@@ -128,7 +134,16 @@ export function packTree(tree: PrefixTree, opts: { maxTokens: number }): TreePac
       locations[k] = { pack: pi, outputNodes: outs };
       return outs;
     });
-    packs.push({ tokens, parents, lossWeights, samples: members, outputNodes, totalTokens: total, uniqueTokens: m, sharing: total > 0 ? 1 - m / total : 0 });
+    packs.push({
+      tokens,
+      parents,
+      lossWeights,
+      samples: members,
+      outputNodes,
+      totalTokens: total,
+      uniqueTokens: m,
+      sharing: total > 0 ? 1 - m / total : 0,
+    });
     nodeOf.push(nodes);
     for (const g of nodes) local[g] = -1;
   });
@@ -167,7 +182,15 @@ export function prefixTreeOf(
       behaviourLogp[outs[t]] = s.behaviourLogp[t];
       versions[outs[t]] = s.versions[t];
     }
-    return { sampleId: s.sampleId, trajectoryId: s.trajectoryId, groupId: s.groupId, advantage: s.advantage, lossWeight: s.lossWeight, outputNodes: outs, promptLength: s.promptIds.length };
+    return {
+      sampleId: s.sampleId,
+      trajectoryId: s.trajectoryId,
+      groupId: s.groupId,
+      advantage: s.advantage,
+      lossWeight: s.lossWeight,
+      outputNodes: outs,
+      promptLength: s.promptIds.length,
+    };
   });
   const lossWeight = new Float32Array(n);
   treeSamples.forEach((s) => s.outputNodes.forEach((j) => (lossWeight[j] += s.lossWeight)));

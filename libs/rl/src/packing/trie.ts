@@ -43,16 +43,21 @@ function checkSample(s: PackSample, i: number): void {
   const check = (ids: ArrayLike<number>, what: string) => {
     for (let k = 0; k < ids.length; k++) {
       const t = ids[k];
-      if (!Number.isInteger(t) || t < 0 || t > 0x7fffffff) throw new PackingError(`sample ${i}: ${what}[${k}] = ${t} is not a non-negative int32 token id`);
+      if (!Number.isInteger(t) || t < 0 || t > 0x7fffffff)
+        throw new PackingError(`sample ${i}: ${what}[${k}] = ${t} is not a non-negative int32 token id`);
     }
   };
-  if (!s || s.promptIds === undefined || s.outputIds === undefined) throw new PackingError(`sample ${i}: promptIds and outputIds are required`);
+  if (!s || s.promptIds === undefined || s.outputIds === undefined)
+    throw new PackingError(`sample ${i}: promptIds and outputIds are required`);
   check(s.promptIds, 'promptIds');
   check(s.outputIds, 'outputIds');
-  if (s.promptIds.length === 0) throw new PackingError(`sample ${i}: empty prompt; the first output token would have no context to be predicted from`);
+  if (s.promptIds.length === 0)
+    throw new PackingError(`sample ${i}: empty prompt; the first output token would have no context to be predicted from`);
   if (s.weights !== undefined) {
-    if (s.weights.length !== s.outputIds.length) throw new PackingError(`sample ${i}: weights has ${s.weights.length} entries for ${s.outputIds.length} output tokens`);
-    for (let k = 0; k < s.weights.length; k++) if (!Number.isFinite(s.weights[k])) throw new PackingError(`sample ${i}: weights[${k}] is not finite`);
+    if (s.weights.length !== s.outputIds.length)
+      throw new PackingError(`sample ${i}: weights has ${s.weights.length} entries for ${s.outputIds.length} output tokens`);
+    for (let k = 0; k < s.weights.length; k++)
+      if (!Number.isFinite(s.weights[k])) throw new PackingError(`sample ${i}: weights[${k}] is not finite`);
   }
 }
 
@@ -164,7 +169,8 @@ export function flatPack(samples: readonly PackSample[], indices?: readonly numb
 
 /** Per-node values (e.g. engine log-probs) -> per-sample arrays over each sample's output tokens. */
 export function unmergeNodeValues(pack: Pack, nodeValues: ArrayLike<number>): Float32Array[] {
-  if (nodeValues.length !== pack.uniqueTokens) throw new PackingError(`unmerge: ${nodeValues.length} values for a pack of ${pack.uniqueTokens} nodes`);
+  if (nodeValues.length !== pack.uniqueTokens)
+    throw new PackingError(`unmerge: ${nodeValues.length} values for a pack of ${pack.uniqueTokens} nodes`);
   return pack.outputNodes.map((nodes) => Float32Array.from(nodes, (j) => nodeValues[j]));
 }
 
@@ -174,13 +180,15 @@ export function unmergeNodeValues(pack: Pack, nodeValues: ArrayLike<number>): Fl
  * perSample[k] belongs to pack.samples[k].
  */
 export function mergeSampleValues(pack: Pack, perSample: readonly ArrayLike<number>[]): Float32Array {
-  if (perSample.length !== pack.outputNodes.length) throw new PackingError(`merge: ${perSample.length} samples given, the pack has ${pack.outputNodes.length}`);
+  if (perSample.length !== pack.outputNodes.length)
+    throw new PackingError(`merge: ${perSample.length} samples given, the pack has ${pack.outputNodes.length}`);
   const out = new Float32Array(pack.uniqueTokens);
   // accumulate in double, round once
   const acc = new Float64Array(pack.uniqueTokens);
   pack.outputNodes.forEach((nodes, k) => {
     const v = perSample[k];
-    if (v.length !== nodes.length) throw new PackingError(`merge: sample ${pack.samples[k]} has ${nodes.length} output tokens but ${v.length} values`);
+    if (v.length !== nodes.length)
+      throw new PackingError(`merge: sample ${pack.samples[k]} has ${nodes.length} output tokens but ${v.length} values`);
     for (let t = 0; t < nodes.length; t++) acc[nodes[t]] += v[t];
   });
   for (let i = 0; i < out.length; i++) out[i] = acc[i];

@@ -114,7 +114,8 @@ export function adaptiveWindowConfig(inFlight: number, input: Partial<AdaptiveWi
   requireFinite(f('widenFactor'), cfg.widenFactor, 1, 'invalid_config');
   if (cfg.widenFactor <= 1) throw new SchedulingError('invalid_config', f('widenFactor'), `must be > 1, got ${cfg.widenFactor}`);
   requireFinite(f('narrowFactor'), cfg.narrowFactor, 0, 'invalid_config');
-  if (cfg.narrowFactor <= 0 || cfg.narrowFactor >= 1) throw new SchedulingError('invalid_config', f('narrowFactor'), `must be in (0, 1), got ${cfg.narrowFactor}`);
+  if (cfg.narrowFactor <= 0 || cfg.narrowFactor >= 1)
+    throw new SchedulingError('invalid_config', f('narrowFactor'), `must be in (0, 1), got ${cfg.narrowFactor}`);
   requireFinite(f('driftTolerance'), cfg.driftTolerance, 0, 'invalid_config');
   requireFinite(f('driftHalfLife'), cfg.driftHalfLife, 0, 'invalid_config');
   if (cfg.driftHalfLife <= 0) throw new SchedulingError('invalid_config', f('driftHalfLife'), `must be > 0, got ${cfg.driftHalfLife}`);
@@ -138,7 +139,19 @@ export class AdaptiveWindow {
     this.popAlpha = 1 / cfg.populationMemory;
     this.s = state
       ? validateState(cfg, state)
-      : { w: cfg.initial, drift: 0, dispersion: 1, popMean: 0, popVar: 0, popCount: 0, calmSteps: 0, waitedMs: 0, lastStepAt: null, base: cfg.initial, interval: 0 };
+      : {
+          w: cfg.initial,
+          drift: 0,
+          dispersion: 1,
+          popMean: 0,
+          popVar: 0,
+          popCount: 0,
+          calmSteps: 0,
+          waitedMs: 0,
+          lastStepAt: null,
+          base: cfg.initial,
+          interval: 0,
+        };
   }
 
   get window(): number {

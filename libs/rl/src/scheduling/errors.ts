@@ -1,5 +1,13 @@
 /** Why the scheduler refused an input. `field` names the bad field (config key, argument, id). */
-export type SchedulingErrorCode = 'invalid_config' | 'invalid_argument' | 'unknown_id' | 'duplicate_id' | 'duplicate_position' | 'stale_position' | 'invalid_transition' | 'invalid_state';
+export type SchedulingErrorCode =
+  | 'invalid_config'
+  | 'invalid_argument'
+  | 'unknown_id'
+  | 'duplicate_id'
+  | 'duplicate_position'
+  | 'stale_position'
+  | 'invalid_transition'
+  | 'invalid_state';
 
 export class SchedulingError extends Error {
   override name = 'SchedulingError';
@@ -12,7 +20,13 @@ export class SchedulingError extends Error {
   }
 }
 
-export function requireInt(field: string, v: unknown, min: number, max = Number.MAX_SAFE_INTEGER, code: SchedulingErrorCode = 'invalid_argument'): number {
+export function requireInt(
+  field: string,
+  v: unknown,
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+  code: SchedulingErrorCode = 'invalid_argument',
+): number {
   if (typeof v !== 'number' || !Number.isInteger(v)) throw new SchedulingError(code, field, `must be an integer, got ${String(v)}`);
   if (v < min || v > max) throw new SchedulingError(code, field, `must be in [${min}, ${max}], got ${v}`);
   return v;

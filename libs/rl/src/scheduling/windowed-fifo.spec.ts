@@ -2,7 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { seededRandom } from '../random';
 import { defaultWindow, offPolicyBoundPositions, offPolicyBoundSteps, SchedulingError, WindowedFifo, type WindowConfig } from './index';
 
-const entry = (i: number, at = 0, difficulty?: number) => ({ id: `r${i}`, position: i, submittedAt: at, ...(difficulty === undefined ? {} : { difficulty }) });
+const entry = (i: number, at = 0, difficulty?: number) => ({
+  id: `r${i}`,
+  position: i,
+  submittedAt: at,
+  ...(difficulty === undefined ? {} : { difficulty }),
+});
 
 function fill(f: WindowedFifo, from: number, count: number, at = 0) {
   for (let i = from; i < from + count; i++) f.submit(entry(i, at));
@@ -251,7 +256,8 @@ describe('WindowedFifo: off-policy bound in steps (property)', () => {
         for (const e of batch) {
           const age = v - (version.get(e.id) as number);
           maxAge = Math.max(maxAge, age);
-          if (age > bound || e.lag > N + W - 2 || e.outOfOrder > W - 1) violations.push(`S=${S} P=${P} W=${W}: age ${age} (bound ${bound}), lag ${e.lag}, outOfOrder ${e.outOfOrder}`);
+          if (age > bound || e.lag > N + W - 2 || e.outOfOrder > W - 1)
+            violations.push(`S=${S} P=${P} W=${W}: age ${age} (bound ${bound}), lag ${e.lag}, outOfOrder ${e.outOfOrder}`);
           version.delete(e.id);
         }
         v++; // trained
@@ -282,7 +288,13 @@ describe('WindowedFifo: adaptive W stays within the bounds of W = max (property)
         N = (S + 1) * P;
       const max = 1 + Math.floor(rnd() * N);
       const min = 1 + Math.floor(rnd() * max);
-      const adaptive = { min, max, initial: min + Math.floor(rnd() * (max - min + 1)), mixGate: rnd() * 2, patience: rnd() < 0.2 ? 0 : rnd() };
+      const adaptive = {
+        min,
+        max,
+        initial: min + Math.floor(rnd() * (max - min + 1)),
+        mixGate: rnd() * 2,
+        patience: rnd() < 0.2 ? 0 : rnd(),
+      };
       const f = new WindowedFifo({ inFlight: N, window: 'adaptive', adaptive });
       const bound = offPolicyBoundSteps(S, max, P);
       const version = new Map<string, number>();
@@ -322,7 +334,9 @@ describe('WindowedFifo: adaptive W stays within the bounds of W = max (property)
         for (const e of batch) {
           const age = v - (version.get(e.id) as number);
           if (age > bound || e.lag > N + max - 2 || e.outOfOrder > used - 1)
-            violations.push(`S=${S} P=${P} max=${max}: age ${age} (bound ${bound}), lag ${e.lag}, outOfOrder ${e.outOfOrder} with W ${used}`);
+            violations.push(
+              `S=${S} P=${P} max=${max}: age ${age} (bound ${bound}), lag ${e.lag}, outOfOrder ${e.outOfOrder} with W ${used}`,
+            );
           version.delete(e.id);
         }
         v++;
@@ -388,11 +402,31 @@ describe('WindowedFifo: snapshot / restore', () => {
   it('refuses bad state, naming the field', () => {
     const cfg: WindowConfig = { inFlight: 4, window: 2 };
     const e = (over: object) => ({ id: 'a', position: 1, submittedAt: 0, status: 'pending', ...over });
-    expectError(() => WindowedFifo.restore(cfg, { entries: [e({}), e({ id: 'b' })], passedPosition: null } as never), 'duplicate_position', 'entries[1].position');
-    expectError(() => WindowedFifo.restore(cfg, { entries: [e({}), e({ position: 2 })], passedPosition: null } as never), 'duplicate_id', 'entries[1].id');
-    expectError(() => WindowedFifo.restore(cfg, { entries: [e({ position: 3 }), e({ id: 'b', position: 2 })], passedPosition: null } as never), 'invalid_state', 'entries[1].position');
-    expectError(() => WindowedFifo.restore(cfg, { entries: [e({ status: 'done' })], passedPosition: null } as never), 'invalid_state', 'entries[0].status');
-    expectError(() => WindowedFifo.restore(cfg, { entries: [e({ status: 'completed' })], passedPosition: null } as never), 'invalid_state', 'entries[0].tokens');
+    expectError(
+      () => WindowedFifo.restore(cfg, { entries: [e({}), e({ id: 'b' })], passedPosition: null } as never),
+      'duplicate_position',
+      'entries[1].position',
+    );
+    expectError(
+      () => WindowedFifo.restore(cfg, { entries: [e({}), e({ position: 2 })], passedPosition: null } as never),
+      'duplicate_id',
+      'entries[1].id',
+    );
+    expectError(
+      () => WindowedFifo.restore(cfg, { entries: [e({ position: 3 }), e({ id: 'b', position: 2 })], passedPosition: null } as never),
+      'invalid_state',
+      'entries[1].position',
+    );
+    expectError(
+      () => WindowedFifo.restore(cfg, { entries: [e({ status: 'done' })], passedPosition: null } as never),
+      'invalid_state',
+      'entries[0].status',
+    );
+    expectError(
+      () => WindowedFifo.restore(cfg, { entries: [e({ status: 'completed' })], passedPosition: null } as never),
+      'invalid_state',
+      'entries[0].tokens',
+    );
     expectError(() => WindowedFifo.restore(cfg, { entries: [e({})], passedPosition: 1 } as never), 'stale_position', 'entries[0].position');
     expectError(() => WindowedFifo.restore(cfg, { entries: [], passedPosition: null, window: 3 }), 'invalid_state', 'window');
     expectError(() => WindowedFifo.restore(cfg, { entries: 'x', passedPosition: null } as never), 'invalid_state', 'entries');
@@ -409,8 +443,16 @@ describe('WindowedFifo: bad input gets typed errors naming the field', () => {
     expectError(() => new WindowedFifo({ inFlight: 8, headAgeLimitMs: NaN }), 'invalid_config', 'headAgeLimitMs');
     expectError(() => new WindowedFifo({ inFlight: 8, window: 4, adaptive: { min: 1 } }), 'invalid_config', 'adaptive');
     expectError(() => new WindowedFifo({ inFlight: 8, window: 'adaptive', adaptive: { max: 9 } }), 'invalid_config', 'adaptive.max');
-    expectError(() => new WindowedFifo({ inFlight: 8, window: 'adaptive', adaptive: { min: 5, max: 4 } }), 'invalid_config', 'adaptive.min');
-    expectError(() => new WindowedFifo({ inFlight: 8, window: 'adaptive', adaptive: { narrowFactor: 1 } }), 'invalid_config', 'adaptive.narrowFactor');
+    expectError(
+      () => new WindowedFifo({ inFlight: 8, window: 'adaptive', adaptive: { min: 5, max: 4 } }),
+      'invalid_config',
+      'adaptive.min',
+    );
+    expectError(
+      () => new WindowedFifo({ inFlight: 8, window: 'adaptive', adaptive: { narrowFactor: 1 } }),
+      'invalid_config',
+      'adaptive.narrowFactor',
+    );
     expectError(() => offPolicyBoundSteps(-1, 1, 1), 'invalid_argument', 'S');
     expectError(() => offPolicyBoundSteps(1, 0, 1), 'invalid_argument', 'W');
     expectError(() => offPolicyBoundSteps(1, 1, 0), 'invalid_argument', 'P');

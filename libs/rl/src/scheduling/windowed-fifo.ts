@@ -154,7 +154,12 @@ export function defaultWindow(N: number): number {
   return Math.max(1, Math.round(0.3 * N));
 }
 
-function validateConfig(cfg: WindowConfig): { N: number; fixed: number | null; adaptive: AdaptiveWindowConfig | null; headAgeLimitMs: number | null } {
+function validateConfig(cfg: WindowConfig): {
+  N: number;
+  fixed: number | null;
+  adaptive: AdaptiveWindowConfig | null;
+  headAgeLimitMs: number | null;
+} {
   if (!cfg || typeof cfg !== 'object') throw new SchedulingError('invalid_config', 'config', 'must be an object');
   const N = requireInt('inFlight', cfg.inFlight, 1, Number.MAX_SAFE_INTEGER, 'invalid_config');
   let fixed: number | null = null;
@@ -168,7 +173,8 @@ function validateConfig(cfg: WindowConfig): { N: number; fixed: number | null; a
     if (cfg.window > N) throw new SchedulingError('invalid_config', 'window', `W must be <= N = inFlight (${N}), got ${cfg.window}`);
     fixed = cfg.window;
   }
-  if (cfg.adaptive !== undefined && cfg.window !== 'adaptive') throw new SchedulingError('invalid_config', 'adaptive', "adaptive knobs given but window is not 'adaptive'");
+  if (cfg.adaptive !== undefined && cfg.window !== 'adaptive')
+    throw new SchedulingError('invalid_config', 'adaptive', "adaptive knobs given but window is not 'adaptive'");
   let headAgeLimitMs: number | null = null;
   if (cfg.headAgeLimitMs !== undefined) {
     headAgeLimitMs = requireFinite('headAgeLimitMs', cfg.headAgeLimitMs, 0, 'invalid_config');
@@ -231,10 +237,15 @@ export class WindowedFifo {
     requireInt('position', e.position, Number.MIN_SAFE_INTEGER);
     requireFinite('submittedAt', e.submittedAt);
     if (e.difficulty !== undefined) requireFinite('difficulty', e.difficulty);
-    if (e.groupId !== undefined && typeof e.groupId !== 'string') throw new SchedulingError('invalid_argument', 'groupId', 'must be a string');
+    if (e.groupId !== undefined && typeof e.groupId !== 'string')
+      throw new SchedulingError('invalid_argument', 'groupId', 'must be a string');
     if (this.byId.has(e.id)) throw new SchedulingError('duplicate_id', 'id', `entry ${e.id} is already in the queue`);
     if (this.passed !== null && e.position <= this.passed)
-      throw new SchedulingError('stale_position', 'position', `position ${e.position} is at or before positions the head already passed (${this.passed})`);
+      throw new SchedulingError(
+        'stale_position',
+        'position',
+        `position ${e.position} is at or before positions the head already passed (${this.passed})`,
+      );
     const slot: Slot = { id: e.id, position: e.position, submittedAt: e.submittedAt, status: 'pending', takenAtSubmit: this.c.taken };
     if (e.difficulty !== undefined) slot.difficulty = e.difficulty;
     if (e.groupId !== undefined) slot.groupId = e.groupId;
@@ -249,7 +260,8 @@ export class WindowedFifo {
         if (this.q[mid].position < e.position) lo = mid + 1;
         else hi = mid;
       }
-      if (lo < this.q.length && this.q[lo].position === e.position) throw new SchedulingError('duplicate_position', 'position', `position ${e.position} is already held by entry ${this.q[lo].id}`);
+      if (lo < this.q.length && this.q[lo].position === e.position)
+        throw new SchedulingError('duplicate_position', 'position', `position ${e.position} is already held by entry ${this.q[lo].id}`);
       this.q.splice(lo, 0, slot);
     }
     this.byId.set(e.id, slot);
@@ -278,8 +290,10 @@ export class WindowedFifo {
   /** The entry leaves the queue (failed, filtered, aborted, expired), counted under `reason`. */
   drop(id: string, reason: string): void {
     const s = this.slot(id);
-    if (typeof reason !== 'string' || reason.length === 0) throw new SchedulingError('invalid_argument', 'reason', 'must be a non-empty string');
-    if (s.status === 'taken' || s.status === 'dropped') throw new SchedulingError('invalid_transition', 'id', `entry ${id} is already ${s.status}`);
+    if (typeof reason !== 'string' || reason.length === 0)
+      throw new SchedulingError('invalid_argument', 'reason', 'must be a non-empty string');
+    if (s.status === 'taken' || s.status === 'dropped')
+      throw new SchedulingError('invalid_transition', 'id', `entry ${id} is already ${s.status}`);
     if (s.status === 'pending') this.pendingCount--;
     else this.readyCount--;
     s.status = 'dropped';
@@ -320,8 +334,10 @@ export class WindowedFifo {
     const maxTokens = opts.maxTokens === undefined ? Infinity : requireInt('maxTokens', opts.maxTokens, 1);
     const minItems = opts.minItems === undefined ? 1 : requireInt('minItems', opts.minItems, 0);
     const minTokens = opts.minTokens === undefined ? 0 : requireInt('minTokens', opts.minTokens, 0);
-    if (minItems > maxItems) throw new SchedulingError('invalid_argument', 'minItems', `must be <= maxItems (${maxItems}), got ${minItems}`);
-    if (minTokens > maxTokens) throw new SchedulingError('invalid_argument', 'minTokens', `must be <= maxTokens (${maxTokens}), got ${minTokens}`);
+    if (minItems > maxItems)
+      throw new SchedulingError('invalid_argument', 'minItems', `must be <= maxItems (${maxItems}), got ${minItems}`);
+    if (minTokens > maxTokens)
+      throw new SchedulingError('invalid_argument', 'minTokens', `must be <= maxTokens (${maxTokens}), got ${minTokens}`);
 
     // 1. select without mutating (minItems/minTokens may refuse the batch)
     const limits = { maxItems, maxTokens, minItems, minTokens };
@@ -391,7 +407,13 @@ export class WindowedFifo {
     const entries: WindowedFifoStateEntry[] = [];
     for (let i = this.h; i < this.q.length; i++) {
       const s = this.q[i];
-      const e: WindowedFifoStateEntry = { id: s.id, position: s.position, submittedAt: s.submittedAt, status: s.status, takenAtSubmit: s.takenAtSubmit };
+      const e: WindowedFifoStateEntry = {
+        id: s.id,
+        position: s.position,
+        submittedAt: s.submittedAt,
+        status: s.status,
+        takenAtSubmit: s.takenAtSubmit,
+      };
       if (s.difficulty !== undefined) e.difficulty = s.difficulty;
       if (s.groupId !== undefined) e.groupId = s.groupId;
       if (s.tokens !== undefined) e.tokens = s.tokens;
@@ -418,11 +440,13 @@ export class WindowedFifo {
     const f = new WindowedFifo(cfg);
     if (!s || typeof s !== 'object') throw new SchedulingError('invalid_state', 'state', 'must be an object');
     if (!Array.isArray(s.entries)) throw new SchedulingError('invalid_state', 'entries', 'must be an array');
-    if (s.passedPosition !== null && s.passedPosition !== undefined) requireInt('passedPosition', s.passedPosition, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER, 'invalid_state');
+    if (s.passedPosition !== null && s.passedPosition !== undefined)
+      requireInt('passedPosition', s.passedPosition, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER, 'invalid_state');
     f.passed = s.passedPosition ?? null;
     if (s.counters !== undefined) {
       const c = s.counters;
-      for (const k of ['submitted', 'completed', 'taken', 'headExpired', 'maxOutOfOrder', 'maxLag'] as const) requireInt(`counters.${k}`, c[k], 0, Number.MAX_SAFE_INTEGER, 'invalid_state');
+      for (const k of ['submitted', 'completed', 'taken', 'headExpired', 'maxOutOfOrder', 'maxLag'] as const)
+        requireInt(`counters.${k}`, c[k], 0, Number.MAX_SAFE_INTEGER, 'invalid_state');
       if (!c.dropped || typeof c.dropped !== 'object') throw new SchedulingError('invalid_state', 'counters.dropped', 'must be an object');
       for (const [k, v] of Object.entries(c.dropped)) requireInt(`counters.dropped.${k}`, v, 0, Number.MAX_SAFE_INTEGER, 'invalid_state');
       f.c = { ...c, dropped: { ...c.dropped } };
@@ -431,13 +455,17 @@ export class WindowedFifo {
     s.entries.forEach((e, i) => {
       const at = `entries[${i}]`;
       if (!e || typeof e !== 'object') throw new SchedulingError('invalid_state', at, 'must be an object');
-      if (typeof e.id !== 'string' || e.id.length === 0) throw new SchedulingError('invalid_state', `${at}.id`, 'must be a non-empty string');
+      if (typeof e.id !== 'string' || e.id.length === 0)
+        throw new SchedulingError('invalid_state', `${at}.id`, 'must be a non-empty string');
       requireInt(`${at}.position`, e.position, Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER, 'invalid_state');
       requireFinite(`${at}.submittedAt`, e.submittedAt, -Infinity, 'invalid_state');
       if (f.byId.has(e.id)) throw new SchedulingError('duplicate_id', `${at}.id`, `entry ${e.id} appears twice`);
-      if (prev !== null && e.position === prev) throw new SchedulingError('duplicate_position', `${at}.position`, `position ${e.position} appears twice`);
-      if (prev !== null && e.position < prev) throw new SchedulingError('invalid_state', `${at}.position`, `entries must be in position order (${e.position} after ${prev})`);
-      if (f.passed !== null && e.position <= f.passed) throw new SchedulingError('stale_position', `${at}.position`, `position ${e.position} is at or before passedPosition ${f.passed}`);
+      if (prev !== null && e.position === prev)
+        throw new SchedulingError('duplicate_position', `${at}.position`, `position ${e.position} appears twice`);
+      if (prev !== null && e.position < prev)
+        throw new SchedulingError('invalid_state', `${at}.position`, `entries must be in position order (${e.position} after ${prev})`);
+      if (f.passed !== null && e.position <= f.passed)
+        throw new SchedulingError('stale_position', `${at}.position`, `position ${e.position} is at or before passedPosition ${f.passed}`);
       if (!['pending', 'completed', 'taken', 'dropped'].includes(e.status))
         throw new SchedulingError('invalid_state', `${at}.status`, `must be pending, completed, taken or dropped, got ${String(e.status)}`);
       if (e.difficulty !== undefined) requireFinite(`${at}.difficulty`, e.difficulty, -Infinity, 'invalid_state');
@@ -450,7 +478,8 @@ export class WindowedFifo {
       requireInt(`${at}.takenAtSubmit`, takenAtSubmit, 0, f.c.taken, 'invalid_state');
       prev = e.position;
       const slot: Slot = { id: e.id, position: e.position, submittedAt: e.submittedAt, status: e.status, takenAtSubmit };
-      for (const k of ['difficulty', 'groupId', 'tokens', 'completedAt', 'version'] as const) if (e[k] !== undefined) (slot as unknown as Record<string, unknown>)[k] = e[k];
+      for (const k of ['difficulty', 'groupId', 'tokens', 'completedAt', 'version'] as const)
+        if (e[k] !== undefined) (slot as unknown as Record<string, unknown>)[k] = e[k];
       f.q.push(slot);
       f.byId.set(e.id, slot);
       if (e.status === 'pending') f.pendingCount++;
@@ -462,8 +491,10 @@ export class WindowedFifo {
     }
     if (f.ctrl && s.adaptive !== undefined) {
       f.ctrl = new AdaptiveWindow(f.ctrl.cfg, s.adaptive);
-    } else if (s.adaptive !== undefined) throw new SchedulingError('invalid_state', 'adaptive', "adaptive state given but window is not 'adaptive'");
-    if (s.window !== undefined && !f.ctrl && s.window !== f.window) throw new SchedulingError('invalid_state', 'window', `snapshot was taken with W = ${s.window}, config says ${f.window}`);
+    } else if (s.adaptive !== undefined)
+      throw new SchedulingError('invalid_state', 'adaptive', "adaptive state given but window is not 'adaptive'");
+    if (s.window !== undefined && !f.ctrl && s.window !== f.window)
+      throw new SchedulingError('invalid_state', 'window', `snapshot was taken with W = ${s.window}, config says ${f.window}`);
     for (const id of s.expiredIds ?? []) if (f.byId.has(id)) f.expired.add(id);
     f.advanceHead();
     return f;
@@ -474,7 +505,10 @@ export class WindowedFifo {
    * moving on as it is picked), within the item and token limits. `need` is the narrowest window that gives the same
    * batch (the widest head offset the scan had to look at up to its last pick).
    */
-  private select(W: number, l: { maxItems: number; maxTokens: number; minItems: number; minTokens: number }): { picked: number[]; valid: boolean; need: number } {
+  private select(
+    W: number,
+    l: { maxItems: number; maxTokens: number; minItems: number; minTokens: number },
+  ): { picked: number[]; valid: boolean; need: number } {
     const picked: number[] = [];
     const isPicked = new Set<number>();
     let tokens = 0;
@@ -500,7 +534,8 @@ export class WindowedFifo {
         tokens += t;
         if (idx === head) {
           head++;
-          while (head < this.q.length && (isPicked.has(head) || this.q[head].status === 'taken' || this.q[head].status === 'dropped')) head++;
+          while (head < this.q.length && (isPicked.has(head) || this.q[head].status === 'taken' || this.q[head].status === 'dropped'))
+            head++;
         }
         if (tokens >= l.maxTokens) {
           budgetFull = true;

@@ -67,7 +67,11 @@ describe('StalenessController', () => {
     expect(c.trained('a', { releaseAtVersion: 1, currentVersion: 0 })).toBe(true);
     expect(c.trained('b', { releaseAtVersion: 1, currentVersion: 0 })).toBe(true);
     expect(c.used).toBe(2);
-    expect(c.tryAdmit('c', 0)).toMatchObject({ admitted: false, reason: 'capacity', detail: expect.stringMatching(/2 trained into a version not serving yet/) });
+    expect(c.tryAdmit('c', 0)).toMatchObject({
+      admitted: false,
+      reason: 'capacity',
+      detail: expect.stringMatching(/2 trained into a version not serving yet/),
+    });
     expect(c.snapshot().awaitingVersion).toEqual([
       { groupId: 'a', version: 1 },
       { groupId: 'b', version: 1 },
@@ -175,8 +179,12 @@ describe('StalenessController', () => {
     const c = StalenessController.restore(cfg, { inFlight: [{ groupId: 'a', startVersion: 1 }], untrained: ['b', 'c'] });
     expect(c.used).toBe(3);
     expect(c.tryAdmit('d', 1)).toMatchObject({ admitted: false, reason: 'capacity' });
-    expect(() => StalenessController.restore(cfg, { inFlight: [{ groupId: 'a', startVersion: -1 }], untrained: [] })).toThrow(/state\.inFlight\[0\]\.startVersion/);
-    expect(() => StalenessController.restore(cfg, { inFlight: [{ groupId: 'a', startVersion: 0 }], untrained: ['a'] })).toThrow(/state\.untrained\[0\]/);
+    expect(() => StalenessController.restore(cfg, { inFlight: [{ groupId: 'a', startVersion: -1 }], untrained: [] })).toThrow(
+      /state\.inFlight\[0\]\.startVersion/,
+    );
+    expect(() => StalenessController.restore(cfg, { inFlight: [{ groupId: 'a', startVersion: 0 }], untrained: ['a'] })).toThrow(
+      /state\.untrained\[0\]/,
+    );
     expect(() => StalenessController.restore(cfg, { inFlight: [], untrained: [''] })).toThrow(/state\.untrained\[0\]/);
   });
 

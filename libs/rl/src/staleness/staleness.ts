@@ -29,7 +29,8 @@ export class StalenessInputError extends Error {
 }
 
 function nonNegativeInt(v: unknown, field: string): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new StalenessInputError(field, `must be an integer >= 0, got ${String(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0)
+    throw new StalenessInputError(field, `must be an integer >= 0, got ${String(v)}`);
   return v;
 }
 
@@ -57,7 +58,8 @@ export function versionBoundAdmits(currentVersion: number, oldestInFlightStartVe
   return currentVersion - oldestInFlightStartVersion <= eta;
 }
 
-export type AdmitResult = { admitted: true; alreadyAdmitted?: boolean } | { admitted: false; reason: 'capacity' | 'version'; detail: string };
+export type AdmitResult =
+  { admitted: true; alreadyAdmitted?: boolean } | { admitted: false; reason: 'capacity' | 'version'; detail: string };
 
 export interface StalenessSnapshot {
   inFlight: { groupId: string; startVersion: number }[];
@@ -112,7 +114,8 @@ export class StalenessController {
     groupIdOf(groupId, 'groupId');
     nonNegativeInt(currentVersion, 'currentVersion');
     if (this.inFlight.has(groupId)) return { admitted: true, alreadyAdmitted: true };
-    if (this.untrained.has(groupId)) throw new StalenessInputError('groupId', `group ${groupId} already finished generation; it cannot be admitted again`);
+    if (this.untrained.has(groupId))
+      throw new StalenessInputError('groupId', `group ${groupId} already finished generation; it cannot be admitted again`);
     if (this.used >= this.capacity) {
       this.refusedCapacity++;
       return {
@@ -149,7 +152,8 @@ export class StalenessController {
    */
   trained(groupId: string, version?: { releaseAtVersion: number; currentVersion: number }): boolean {
     groupIdOf(groupId, 'groupId');
-    if (this.inFlight.has(groupId)) throw new StalenessInputError('groupId', `group ${groupId} is still in flight; it cannot have been trained`);
+    if (this.inFlight.has(groupId))
+      throw new StalenessInputError('groupId', `group ${groupId} is still in flight; it cannot have been trained`);
     if (version !== undefined) {
       const at = nonNegativeInt(version.releaseAtVersion, 'version.releaseAtVersion');
       const now = nonNegativeInt(version.currentVersion, 'version.currentVersion');
@@ -195,10 +199,15 @@ export class StalenessController {
    */
   static restore(
     cfg: StalenessConfig,
-    state: { inFlight: { groupId: string; startVersion: number }[]; untrained: string[]; awaitingVersion?: { groupId: string; version: number }[] },
+    state: {
+      inFlight: { groupId: string; startVersion: number }[];
+      untrained: string[];
+      awaitingVersion?: { groupId: string; version: number }[];
+    },
   ): StalenessController {
     const c = new StalenessController(cfg);
-    if (!state || !Array.isArray(state.inFlight) || !Array.isArray(state.untrained)) throw new StalenessInputError('state', 'must have inFlight and untrained arrays');
+    if (!state || !Array.isArray(state.inFlight) || !Array.isArray(state.untrained))
+      throw new StalenessInputError('state', 'must have inFlight and untrained arrays');
     state.inFlight.forEach((g, i) => {
       const id = groupIdOf(g?.groupId, `state.inFlight[${i}].groupId`);
       const v = nonNegativeInt(g?.startVersion, `state.inFlight[${i}].startVersion`);
@@ -213,7 +222,8 @@ export class StalenessController {
     (state.awaitingVersion ?? []).forEach((g, i) => {
       const id = groupIdOf(g?.groupId, `state.awaitingVersion[${i}].groupId`);
       const v = nonNegativeInt(g?.version, `state.awaitingVersion[${i}].version`);
-      if (c.inFlight.has(id) || c.untrained.has(id) || c.awaitingVersion.has(id)) throw new StalenessInputError(`state.awaitingVersion[${i}].groupId`, `group ${id} listed twice`);
+      if (c.inFlight.has(id) || c.untrained.has(id) || c.awaitingVersion.has(id))
+        throw new StalenessInputError(`state.awaitingVersion[${i}].groupId`, `group ${id} listed twice`);
       c.awaitingVersion.set(id, v);
     });
     return c;
@@ -243,7 +253,8 @@ export function tokenStaleness(versions: ArrayLike<number>[], trainerVersion: nu
     for (let t = 0; t < vs.length; t++) {
       const v = vs[t];
       if (!Number.isInteger(v) || v < 0) throw new StalenessInputError(`versions[${i}][${t}]`, `must be an integer >= 0, got ${v}`);
-      if (v > trainerVersion) throw new StalenessInputError(`versions[${i}][${t}]`, `version ${v} is newer than trainerVersion ${trainerVersion}`);
+      if (v > trainerVersion)
+        throw new StalenessInputError(`versions[${i}][${t}]`, `version ${v} is newer than trainerVersion ${trainerVersion}`);
       const s = trainerVersion - v;
       n++;
       sum += s;

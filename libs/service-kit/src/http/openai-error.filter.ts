@@ -15,7 +15,13 @@ export interface ErrorFilterOptions {
 }
 export const ERROR_FILTER_OPTIONS = Symbol('ERROR_FILTER_OPTIONS');
 
-const CODES: Record<number, string> = { 400: 'invalid_body', 404: 'not_found', 405: 'method_not_allowed', 413: 'request_too_large', 415: 'unsupported_media_type' };
+const CODES: Record<number, string> = {
+  400: 'invalid_body',
+  404: 'not_found',
+  405: 'method_not_allowed',
+  413: 'request_too_large',
+  415: 'unsupported_media_type',
+};
 
 /**
  * Maps anything thrown on the way to a reply onto an ApiError: ApiErrors as they are, the
@@ -41,7 +47,10 @@ export function toApiError(exception: unknown, options: ErrorFilterOptions = {})
     }
   }
   if (status === undefined || status >= 500) return ApiError.internal('internal error');
-  if (status === 413) message = options.bodyLimitBytes ? `the request body is larger than the ${options.bodyLimitBytes} bytes accepted` : 'the request body is too large';
+  if (status === 413)
+    message = options.bodyLimitBytes
+      ? `the request body is larger than the ${options.bodyLimitBytes} bytes accepted`
+      : 'the request body is too large';
   return new ApiError(status, 'invalid_request_error', redact(message), CODES[status] ?? null);
 }
 

@@ -47,7 +47,11 @@ export function randomText(r: () => number, maxLen: number, literals: readonly s
     const x = r();
     if (x < 0.03 && literals.length > 0) s += literals[Math.floor(r() * literals.length)];
     else if (x < 0.1) {
-      const cp = [0x20 + Math.floor(r() * (0xd7ff - 0x20)), 0xe000 + Math.floor(r() * (0xfffd - 0xe000)), 0x10000 + Math.floor(r() * (0x10ffff - 0x10000))][Math.floor(r() * 3)];
+      const cp = [
+        0x20 + Math.floor(r() * (0xd7ff - 0x20)),
+        0xe000 + Math.floor(r() * (0xfffd - 0xe000)),
+        0x10000 + Math.floor(r() * (0x10ffff - 0x10000)),
+      ][Math.floor(r() * 3)];
       s += String.fromCodePoint(cp);
     } else {
       const pool = [...pools[Math.floor(r() * pools.length)]];

@@ -5,7 +5,28 @@ export function sentencePieceStyleTokenizer(): HfTokenizer {
   const vocab: Record<string, number> = { '<unk>': 0, '<s>': 1, '</s>': 2 };
   for (let b = 0; b < 256; b++) vocab[`<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`] = 3 + b;
   let next = 259;
-  for (const piece of ['▁', 'h', 'e', 'l', 'o', 'w', 'r', 'd', 'he', 'll', 'hell', 'hello', '▁hello', 'wo', 'wor', 'worl', 'world', '▁world', 'é']) vocab[piece] = next++;
+  for (const piece of [
+    '▁',
+    'h',
+    'e',
+    'l',
+    'o',
+    'w',
+    'r',
+    'd',
+    'he',
+    'll',
+    'hell',
+    'hello',
+    '▁hello',
+    'wo',
+    'wor',
+    'worl',
+    'world',
+    '▁world',
+    'é',
+  ])
+    vocab[piece] = next++;
   const merges = [
     ['h', 'e'],
     ['l', 'l'],
@@ -18,7 +39,15 @@ export function sentencePieceStyleTokenizer(): HfTokenizer {
     ['worl', 'd'],
     ['▁', 'world'],
   ];
-  const added = (id: number, content: string) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  const added = (id: number, content: string) => ({
+    id,
+    content,
+    single_word: false,
+    lstrip: false,
+    rstrip: false,
+    normalized: false,
+    special: true,
+  });
   return loadHfTokenizer({
     tokenizerJson: {
       version: '1.0',
@@ -34,9 +63,25 @@ export function sentencePieceStyleTokenizer(): HfTokenizer {
       post_processor: null,
       decoder: {
         type: 'Sequence',
-        decoders: [{ type: 'Replace', pattern: { String: '▁' }, content: ' ' }, { type: 'ByteFallback' }, { type: 'Fuse' }, { type: 'Strip', content: ' ', start: 1, stop: 0 }],
+        decoders: [
+          { type: 'Replace', pattern: { String: '▁' }, content: ' ' },
+          { type: 'ByteFallback' },
+          { type: 'Fuse' },
+          { type: 'Strip', content: ' ', start: 1, stop: 0 },
+        ],
       },
-      model: { type: 'BPE', dropout: null, unk_token: '<unk>', continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: true, byte_fallback: true, ignore_merges: false, vocab, merges },
+      model: {
+        type: 'BPE',
+        dropout: null,
+        unk_token: '<unk>',
+        continuing_subword_prefix: null,
+        end_of_word_suffix: null,
+        fuse_unk: true,
+        byte_fallback: true,
+        ignore_merges: false,
+        vocab,
+        merges,
+      },
     },
     tokenizerConfig: { bos_token: '<s>', eos_token: '</s>', unk_token: '<unk>', tokenizer_class: 'LlamaTokenizer' },
   });

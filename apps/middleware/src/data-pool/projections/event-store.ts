@@ -1,6 +1,14 @@
 import { In, IsNull, type DataSource, type EntityManager } from 'typeorm';
 import { llmCallV1ToV2, type AnyEventEnvelope, type EventEnvelope, type LlmCallRecordedV1, type TrainBatchV1 } from '@anvil/contracts';
-import { Checkpoint, PolicyActivation, PolicyVersion, TrainBatch, Trajectory, inTransaction, insertIgnoringDuplicates } from '@anvil/persistence';
+import {
+  Checkpoint,
+  PolicyActivation,
+  PolicyVersion,
+  TrainBatch,
+  Trajectory,
+  inTransaction,
+  insertIgnoringDuplicates,
+} from '@anvil/persistence';
 import { UnknownRolloutError } from './errors';
 import { insertLlmCalls, type LlmCallRow } from './llm-call-insert';
 
@@ -49,7 +57,13 @@ function llmCallRow(event: LlmCallEnvelope | LlmCallV1Envelope): LlmCallRow {
 function rewardRows(p: EventEnvelope<'rollout.completed'>['payload']) {
   return [
     ...(p.outcomeReward === null ? [] : [{ kind: 'outcome' as const, callId: null, value: p.outcomeReward, label: null, ordinal: 0 }]),
-    ...p.processRewards.map((r, i) => ({ kind: 'process' as const, callId: r.callId, value: r.value, label: r.label ?? null, ordinal: i + 1 })),
+    ...p.processRewards.map((r, i) => ({
+      kind: 'process' as const,
+      callId: r.callId,
+      value: r.value,
+      label: r.label ?? null,
+      ordinal: i + 1,
+    })),
   ];
 }
 
@@ -118,13 +132,19 @@ export class EventStore {
       if (run.length) changed += await insertLlmCalls(manager, run.map(llmCallRow));
       run = [];
       runBytes = 0;
-      if (rollouts?.type === 'rollout.started') changed += await this.recordRolloutsStarted(rollouts.events as EventEnvelope<'rollout.started'>[], manager);
-      if (rollouts?.type === 'rollout.completed') changed += await this.recordRolloutsCompleted(rollouts.events as EventEnvelope<'rollout.completed'>[], manager);
+      if (rollouts?.type === 'rollout.started')
+        changed += await this.recordRolloutsStarted(rollouts.events as EventEnvelope<'rollout.started'>[], manager);
+      if (rollouts?.type === 'rollout.completed')
+        changed += await this.recordRolloutsCompleted(rollouts.events as EventEnvelope<'rollout.completed'>[], manager);
       rollouts = null;
     };
     for (const event of events) {
       if (event.type === 'llm_call.recorded') {
-        const bytes = (event.version === 1 ? (event.payload as unknown as LlmCallRecordedV1).promptIds.byteLength : event.payload.promptDeltaIds.byteLength) + event.payload.outputIds.byteLength * 3;
+        const bytes =
+          (event.version === 1
+            ? (event.payload as unknown as LlmCallRecordedV1).promptIds.byteLength
+            : event.payload.promptDeltaIds.byteLength) +
+          event.payload.outputIds.byteLength * 3;
         if (rollouts || runBytes + bytes > MAX_INSERT_BYTES) await flush();
         run.push(event);
         runBytes += bytes;
@@ -234,7 +254,19 @@ export class EventStore {
             "g" AS (INSERT INTO "rollout_groups" ("id", "task_id", "group_size") VALUES ($3::varchar, $2::varchar, $4::int) ON CONFLICT DO NOTHING)
        INSERT INTO "rollouts" ("id", "group_id", "task_id", "sample_index", "agent_kind", "agent_name", "policy_version_at_start", "status", "started_at", "started_event_id")
        VALUES ($5::varchar, $3::varchar, $2::varchar, $6::int, $7::varchar, $8::text, $9::int, 'running', $10::timestamptz, $11::varchar) ON CONFLICT DO NOTHING RETURNING 1`,
-      [p.taskSetId, p.taskId, p.groupId, p.groupSize, p.rolloutId, p.sampleIndex, p.agent.kind, p.agent.name, p.policyVersionAtStart, at(p.startedAt).toISOString(), event.id],
+      [
+        p.taskSetId,
+        p.taskId,
+        p.groupId,
+        p.groupSize,
+        p.rolloutId,
+        p.sampleIndex,
+        p.agent.kind,
+        p.agent.name,
+        p.policyVersionAtStart,
+        at(p.startedAt).toISOString(),
+        event.id,
+      ],
     );
     return rows.length > 0;
   }
@@ -305,7 +337,10 @@ export class EventStore {
     const p = event.payload;
     return inTransaction(this.ds, manager, async (m) => {
       // v1 inlines its samples; v2 (claim-check) counts them in its stats.
-      const numTokens = event.version === 1 ? (p as unknown as TrainBatchV1).samples.reduce((sum, s) => sum + s.promptIds.length + s.outputIds.length, 0) : p.stats.totalTokens;
+      const numTokens =
+        event.version === 1
+          ? (p as unknown as TrainBatchV1).samples.reduce((sum, s) => sum + s.promptIds.length + s.outputIds.length, 0)
+          : p.stats.totalTokens;
       const inserted = await insertIgnoringDuplicates(m, TrainBatch, {
         id: p.batchId,
         eventId: event.id,

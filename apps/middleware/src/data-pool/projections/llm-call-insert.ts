@@ -78,7 +78,10 @@ export async function insertLlmCalls(m: Pick<EntityManager, 'query'>, rows: read
       params.push(...valuesOf(r));
       return `(${COLUMNS.map((_, i) => `$${at + i + 1}`).join(',')})`;
     });
-    const out: unknown[] = await m.query(`INSERT INTO "llm_calls" (${COLUMNS.map((c) => `"${c}"`).join(',')}) VALUES ${tuples.join(',')} ON CONFLICT DO NOTHING RETURNING 1`, params);
+    const out: unknown[] = await m.query(
+      `INSERT INTO "llm_calls" (${COLUMNS.map((c) => `"${c}"`).join(',')}) VALUES ${tuples.join(',')} ON CONFLICT DO NOTHING RETURNING 1`,
+      params,
+    );
     inserted += out.length;
   }
   return inserted;

@@ -10,10 +10,26 @@ import { DataPoolIngestion } from '../ingestion';
  * B's start under a new event id, and B's second rollout.
  */
 function waves(tag: string) {
-  const ids = (group: string, n: number) => ({ taskSetId: `${tag}-set`, taskId: `${tag}-task-${group}`, groupId: `${tag}-group-${group}`, rolloutId: `${tag}-r${n}` });
+  const ids = (group: string, n: number) => ({
+    taskSetId: `${tag}-set`,
+    taskId: `${tag}-task-${group}`,
+    groupId: `${tag}-group-${group}`,
+    rolloutId: `${tag}-r${n}`,
+  });
   const start = (group: string, n: number, position: number | undefined, extra: Record<string, unknown> = {}) =>
-    rolloutStarted(ids(group, n), { groupSize: 2, sampleIndex: n, startedAt: 1_700_000_000_000 + n * 1000, ...(position === undefined ? {} : { queuePosition: position }), ...extra });
-  const first: AnyEventEnvelope[] = [start('a', 1, 1), start('a', 2, 2), start('e', 9, undefined, { purpose: 'eval', groupId: `eval:${tag}` }), start('b', 3, 3)];
+    rolloutStarted(ids(group, n), {
+      groupSize: 2,
+      sampleIndex: n,
+      startedAt: 1_700_000_000_000 + n * 1000,
+      ...(position === undefined ? {} : { queuePosition: position }),
+      ...extra,
+    });
+  const first: AnyEventEnvelope[] = [
+    start('a', 1, 1),
+    start('a', 2, 2),
+    start('e', 9, undefined, { purpose: 'eval', groupId: `eval:${tag}` }),
+    start('b', 3, 3),
+  ];
   const b3again = { ...redeliver(start('b', 3, 3)), id: uid('event') };
   const second: AnyEventEnvelope[] = [start('a', 4, 4), b3again, start('b', 5, 5)];
   return { first, second, groupA: `${tag}-group-a` };
@@ -31,7 +47,12 @@ async function poolState(ds: DataSource, runId: string) {
   const strip = (s: string) => s.replace(`${runId}-`, '');
   return {
     groups: groups.map((g) => ({ ...g, group_id: strip(g.group_id), opened_ms: Number(g.opened_ms) })),
-    queue: queue.map((q) => ({ rollout_id: strip(q.rollout_id), group_id: strip(q.group_id), position: Number(q.position), submitted_ms: Number(q.submitted_ms) })),
+    queue: queue.map((q) => ({
+      rollout_id: strip(q.rollout_id),
+      group_id: strip(q.group_id),
+      position: Number(q.position),
+      submitted_ms: Number(q.submitted_ms),
+    })),
   };
 }
 

@@ -13,7 +13,9 @@ async function batchesOf(env: PoolEnv, runId: string): Promise<{ id: string; tra
 }
 
 async function queueOf(env: PoolEnv, groupId: string): Promise<Record<string, string>> {
-  const rows: { rollout_id: string; status: string; reason: string | null }[] = await env.ds().query(`SELECT "rollout_id", "status", "reason" FROM "data_pool_queue" WHERE "group_id" = $1`, [groupId]);
+  const rows: { rollout_id: string; status: string; reason: string | null }[] = await env
+    .ds()
+    .query(`SELECT "rollout_id", "status", "reason" FROM "data_pool_queue" WHERE "group_id" = $1`, [groupId]);
   return Object.fromEntries(rows.map((r) => [r.rollout_id, `${r.status} ${r.reason ?? ''}`.trim()]));
 }
 
@@ -37,7 +39,10 @@ export function describePoolBadInput(env: PoolEnv): void {
     const ghost = completed({ rolloutId: `${g}-ghost`, groupId: g, reward: 1, numCalls: 0 });
     // on the same keys (partitions) as the good rollout's events, before and between them
     await env.bus().publishRaw(TOPICS.llmCalls, { key: r.started.key, value: Buffer.from('not an ANV1 frame') });
-    await env.bus().publishRaw(TOPICS.rollouts, { key: r.started.key, value: encodeFrame({ ...r.started, payload: { ...r.started.payload, groupSize: -1 } }) });
+    await env.bus().publishRaw(TOPICS.rollouts, {
+      key: r.started.key,
+      value: encodeFrame({ ...r.started, payload: { ...r.started.payload, groupSize: -1 } }),
+    });
     await env.bus().publish([r.started, ghost, r.calls[0]]);
     await env.bus().publishRaw(TOPICS.llmCalls, { key: r.started.key, value: Buffer.from('ANV1 but truncated') });
     await env.bus().publish([...r.calls.slice(1), r.completed]);
@@ -62,7 +67,9 @@ export function describePoolBadInput(env: PoolEnv): void {
     const out = await collect(env.bus(), TOPICS.trajectories, uid('obs'));
     await rt.start();
     const g = uid('g');
-    const [r0, r1] = [1, 0].map((reward, i) => rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 2, reward, sampleIndex: i, calls: 4 }));
+    const [r0, r1] = [1, 0].map((reward, i) =>
+      rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 2, reward, sampleIndex: i, calls: 4 }),
+    );
     const twice = <T>(xs: T[]) => xs.flatMap((x) => [x, x]);
     // r1: its calls (newest first) before its rollout.started; r0: completed before any of its calls
     await env.bus().publish(twice([...r1.calls].reverse()));
@@ -87,7 +94,9 @@ export function describePoolBadInput(env: PoolEnv): void {
     const [n]: { n: string }[] = await env.ds().query(`SELECT count(*) AS n FROM "llm_calls" WHERE "group_id" = $1`, [g]);
     expect(Number(n.n)).toBe(8);
     const seen = await collect(env.bus(), TOPICS.trainBatches, uid('obs'));
-    const event = (await until('train_batch.created', () => seen.seen.find((x) => x.type === 'train_batch.created' && x.payload.batchId === batch.id))) as EventEnvelope<'train_batch.created'>;
+    const event = (await until('train_batch.created', () =>
+      seen.seen.find((x) => x.type === 'train_batch.created' && x.payload.batchId === batch.id),
+    )) as EventEnvelope<'train_batch.created'>;
     await seen.stop();
     const tree = await readTrainBatch(event, env.ds());
     const whole = new Map([...r0.v1, ...r1.v1].map((c) => [c.callId, c]));
@@ -110,16 +119,22 @@ export function describePoolBadInput(env: PoolEnv): void {
     const out = await collect(env.bus(), TOPICS.trajectories, uid('obs'));
     await rt.start();
     const g = uid('g');
-    const rs = [0, 1, 1, 0].map((reward, i) => rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 4, reward, sampleIndex: i, calls: 3, ...(i === 1 ? { numCalls: 2 } : {}) }));
+    const rs = [0, 1, 1, 0].map((reward, i) =>
+      rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 4, reward, sampleIndex: i, calls: 3, ...(i === 1 ? { numCalls: 2 } : {}) }),
+    );
     // r0 loses its last call (3 announced, 2 arrive); r1 loses its first, and its producer counts the 2 that arrive
     const callsOf = (i: number) => (i === 0 ? rs[0].calls.slice(0, 2) : i === 1 ? rs[1].calls.slice(1) : rs[i].calls);
     await env.bus().publish(rs.flatMap((r, i) => [r.started, ...callsOf(i), r.completed]));
-    const settled = (await until('settled', () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g))) as Settled;
+    const settled = (await until('settled', () =>
+      out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g),
+    )) as Settled;
     expect(settled.payload).toMatchObject({ status: 'ready', retryRolloutIds: [] });
     expect(settled.payload.trajectoryIds.sort()).toEqual([`${g}-r2`, `${g}-r3`]);
     const q = await queueOf(env, g);
     expect(q[`${g}-r0`]).toBe('dropped calls_missing: 2 of 3 calls arrived within 300 ms of rollout.completed');
-    expect(q[`${g}-r1`]).toBe('dropped parent_missing: 1 call(s) extend a parent call that did not arrive within 300 ms of rollout.completed');
+    expect(q[`${g}-r1`]).toBe(
+      'dropped parent_missing: 1 call(s) extend a parent call that did not arrive within 300 ms of rollout.completed',
+    );
     const [batch] = await until('the batch', async () => {
       const rows = await batchesOf(env, rt.config.runId);
       return rows.length ? rows : null;
@@ -133,7 +148,12 @@ export function describePoolBadInput(env: PoolEnv): void {
     // The timeout runs from the rollout's startedAt (set when its events are built), so it must
     // cover delivery of r0's events through Kafka on a loaded machine: at 1 s a CI run timed the
     // group out before r0's completion arrived (settled 'dropped' instead of 'ready' with 1 of 2).
-    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 4, window: 1 }, groupTimeoutMs: 3_000, filters: { dropZeroVariance: false } });
+    const rt = runtime(env, {
+      batchTrajectories: 1,
+      window: { inFlight: 4, window: 1 },
+      groupTimeoutMs: 3_000,
+      filters: { dropZeroVariance: false },
+    });
     const out = await collect(env.bus(), TOPICS.trajectories, uid('obs'));
     await rt.start();
     const g = uid('g');
@@ -155,7 +175,11 @@ export function describePoolBadInput(env: PoolEnv): void {
     expect(settledOf()[1].payload).toMatchObject({ status: 'ready', reason: 'timeout: settled with 1 of 2 rollouts', trajectoryIds: [] });
     expect((await queueOf(env, g))[`${g}-r1`]).toBe('dropped timeout: the rollout never completed');
     // W = 1: the rollout behind it trains only once the late one left the head
-    await until('the rollout behind trained', async () => (await batchesOf(env, rt.config.runId)).some((b) => b.trajectory_ids.includes(`${next}-r`)), 30_000);
+    await until(
+      'the rollout behind trained',
+      async () => (await batchesOf(env, rt.config.runId)).some((b) => b.trajectory_ids.includes(`${next}-r`)),
+      30_000,
+    );
     await out.stop();
     await rt.stop();
   });

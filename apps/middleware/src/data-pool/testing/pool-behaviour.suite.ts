@@ -24,13 +24,20 @@ export function describePoolBehaviour(env: PoolEnv): void {
     // mean 0.5, population std sqrt(0.125) = 0.35355
     const std = Math.sqrt((0.5 ** 2 * 2) / 4);
     const adv = Object.fromEntries(
-      ready.filter((e) => e.type === 'trajectory.ready').map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.advantage]),
+      ready
+        .filter((e) => e.type === 'trajectory.ready')
+        .map((e) => [
+          (e as EventEnvelope<'trajectory.ready'>).payload.rolloutId,
+          (e as EventEnvelope<'trajectory.ready'>).payload.advantage,
+        ]),
     );
     rewards.forEach((r, i) => expect(adv[`${g}-r${i}`]).toBeCloseTo((r - 0.5) / (std + 1e-6), 5));
     const settled = ready.find((e) => e.type === 'rollout_group.settled') as EventEnvelope<'rollout_group.settled'>;
     expect(settled.payload).toMatchObject({ groupId: g, status: 'ready', reason: null, retryRolloutIds: [] });
     expect(settled.payload.trajectoryIds.sort()).toEqual(rs.map((r) => r.started.payload.rolloutId).sort());
-    const rows: { advantage: number }[] = await env.ds().query(`SELECT "advantage" FROM "trajectories" WHERE "group_id" = $1 ORDER BY "id"`, [g]);
+    const rows: { advantage: number }[] = await env
+      .ds()
+      .query(`SELECT "advantage" FROM "trajectories" WHERE "group_id" = $1 ORDER BY "id"`, [g]);
     expect(rows.map((r) => Number(r.advantage))).toEqual(rewards.map((r) => expect.closeTo((r - 0.5) / (std + 1e-6), 5)));
     await out.stop();
     await rt.stop();
@@ -38,7 +45,11 @@ export function describePoolBehaviour(env: PoolEnv): void {
 
   it('process rewards: each call of the batch carries its rollout advantage + λ(p − mean p of that call position) (dr_grpo, λ = 0.5); the trajectory row keeps the outcome advantage', async () => {
     const g = uid('g');
-    const rt = runtime(env, { batchTrajectories: 2, window: { inFlight: 2, window: 2 }, advantage: { estimator: 'dr_grpo', processRewardWeight: 0.5 } });
+    const rt = runtime(env, {
+      batchTrajectories: 2,
+      window: { inFlight: 2, window: 2 },
+      advantage: { estimator: 'dr_grpo', processRewardWeight: 0.5 },
+    });
     await rt.start();
     // rollout 0: reward 1, calls [1, 1]; rollout 1: reward 0, calls [1, 0] -> mean R 0.5; per call position: call 0 mean 1, call 1 mean 0.5
     const rs = [
@@ -47,7 +58,9 @@ export function describePoolBehaviour(env: PoolEnv): void {
     ];
     await env.bus().publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
     const seen = await collect(env.bus(), TOPICS.trainBatches, uid('obs'));
-    const event = (await until('train_batch.created', () => seen.seen.find((x) => x.type === 'train_batch.created' && x.payload.runId === rt.config.runId))) as EventEnvelope<'train_batch.created'>;
+    const event = (await until('train_batch.created', () =>
+      seen.seen.find((x) => x.type === 'train_batch.created' && x.payload.runId === rt.config.runId),
+    )) as EventEnvelope<'train_batch.created'>;
     await seen.stop();
     const tree = await readTrainBatch(event, env.ds());
     const bySample = Object.fromEntries(tree.samples.map((s) => [s.sampleId, s.advantage]));
@@ -57,7 +70,9 @@ export function describePoolBehaviour(env: PoolEnv): void {
       [`${g}-r1-call-0`]: expect.closeTo(-0.5, 6),
       [`${g}-r1-call-1`]: expect.closeTo(-0.5 - 0.5 * 0.5, 6),
     });
-    const rows: { advantage: number; call_advantages: number[] | null }[] = await env.ds().query(`SELECT "advantage", "call_advantages" FROM "trajectories" WHERE "group_id" = $1 ORDER BY "id"`, [g]);
+    const rows: { advantage: number; call_advantages: number[] | null }[] = await env
+      .ds()
+      .query(`SELECT "advantage", "call_advantages" FROM "trajectories" WHERE "group_id" = $1 ORDER BY "id"`, [g]);
     expect(rows.map((r) => Number(r.advantage))).toEqual([0.5, -0.5]);
     expect(rows.every((r) => r.call_advantages?.length === 2)).toBe(true);
     await rt.stop();
@@ -71,7 +86,9 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.start();
     const advOf = async (g: string, n: number) => {
       const ready = await until(`${n} trajectory.ready of ${g}`, () => {
-        const mine = out.seen.filter((e) => e.type === 'trajectory.ready' && e.payload.groupId === g) as EventEnvelope<'trajectory.ready'>[];
+        const mine = out.seen.filter(
+          (e) => e.type === 'trajectory.ready' && e.payload.groupId === g,
+        ) as EventEnvelope<'trajectory.ready'>[];
         return mine.length >= n && mine;
       });
       return Object.fromEntries(ready.map((e) => [e.payload.rolloutId, e.payload.advantage]));
@@ -102,25 +119,35 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.start();
     const reasons = ['completed', 'max_steps', 'max_context', 'completed', 'env_error'] as const;
     const rewards = [1, 0, 0, 0, null];
-    const rs = reasons.map((finishReason, i) => rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 5, reward: rewards[i], finishReason, sampleIndex: i }));
-    await env.bus().publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
-    const settled = await until('settled', () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g) as EventEnvelope<'rollout_group.settled'> | undefined).catch(
-      async (err) => {
-        const q = await env
-          .ds()
-          .query(
-            `SELECT q."rollout_id", q."run_id", q."status", r."status" AS rs, r."num_calls", (SELECT count(*) FROM "llm_calls" c WHERE c."rollout_id" = q."rollout_id") AS calls FROM "data_pool_queue" q LEFT JOIN "rollouts" r ON r."id" = q."rollout_id" WHERE q."group_id" = $1`,
-            [g],
-          );
-        const gr = await env.ds().query(`SELECT * FROM "data_pool_groups" WHERE "group_id" = $1`, [g]);
-        throw new Error(`${(err as Error).message}: queue ${JSON.stringify(q)} groups ${JSON.stringify(gr)} tick ${JSON.stringify(rt.lastTick)} run ${rt.config.runId}`);
-      },
+    const rs = reasons.map((finishReason, i) =>
+      rollout({ rolloutId: `${g}-r${i}`, groupId: g, groupSize: 5, reward: rewards[i], finishReason, sampleIndex: i }),
     );
+    await env.bus().publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
+    const settled = await until(
+      'settled',
+      () =>
+        out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g) as
+          EventEnvelope<'rollout_group.settled'> | undefined,
+    ).catch(async (err) => {
+      const q = await env
+        .ds()
+        .query(
+          `SELECT q."rollout_id", q."run_id", q."status", r."status" AS rs, r."num_calls", (SELECT count(*) FROM "llm_calls" c WHERE c."rollout_id" = q."rollout_id") AS calls FROM "data_pool_queue" q LEFT JOIN "rollouts" r ON r."id" = q."rollout_id" WHERE q."group_id" = $1`,
+          [g],
+        );
+      const gr = await env.ds().query(`SELECT * FROM "data_pool_groups" WHERE "group_id" = $1`, [g]);
+      throw new Error(
+        `${(err as Error).message}: queue ${JSON.stringify(q)} groups ${JSON.stringify(gr)} tick ${JSON.stringify(rt.lastTick)} run ${rt.config.runId}`,
+      );
+    });
     expect(settled.payload.retryRolloutIds).toEqual([`${g}-r4`]);
     const masked = Object.fromEntries(
       out.seen
         .filter((e) => e.type === 'trajectory.ready' && e.payload.groupId === g)
-        .map((e) => [(e as EventEnvelope<'trajectory.ready'>).payload.rolloutId, (e as EventEnvelope<'trajectory.ready'>).payload.lossMasked]),
+        .map((e) => [
+          (e as EventEnvelope<'trajectory.ready'>).payload.rolloutId,
+          (e as EventEnvelope<'trajectory.ready'>).payload.lossMasked,
+        ]),
     );
     expect(masked).toEqual({ [`${g}-r0`]: false, [`${g}-r1`]: true, [`${g}-r2`]: true, [`${g}-r3`]: false });
     // the statistics leave the masked ones out: mean of [1, 0] = 0.5, advantages +-1 (std 0.5)
@@ -132,12 +159,18 @@ export function describePoolBehaviour(env: PoolEnv): void {
     // batch of 4: masked samples carry loss weight 0
     const batches = await until(
       'a batch',
-      async () => (await rt.settle()).length > 0 || (await env.ds().query(`SELECT count(*) AS n FROM "data_pool_batch_stats" WHERE "run_id" = $1`, [rt.config.runId]))[0].n > 0,
+      async () =>
+        (await rt.settle()).length > 0 ||
+        (await env.ds().query(`SELECT count(*) AS n FROM "data_pool_batch_stats" WHERE "run_id" = $1`, [rt.config.runId]))[0].n > 0,
     );
     expect(batches).toBeTruthy();
-    const [b]: { sample_ids: string[]; id: string }[] = await env.ds().query(`SELECT "id", "sample_ids" FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]);
+    const [b]: { sample_ids: string[]; id: string }[] = await env
+      .ds()
+      .query(`SELECT "id", "sample_ids" FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]);
     expect(b.sample_ids.length).toBe(8);
-    const [st]: { stats: { lossMasked: number } }[] = await env.ds().query(`SELECT "stats" FROM "data_pool_batch_stats" WHERE "batch_id" = $1`, [b.id]);
+    const [st]: { stats: { lossMasked: number } }[] = await env
+      .ds()
+      .query(`SELECT "stats" FROM "data_pool_batch_stats" WHERE "batch_id" = $1`, [b.id]);
     expect(st.stats.lossMasked).toBe(2);
     await out.stop();
     await rt.stop();
@@ -149,19 +182,40 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.start();
     const same = uid('g');
     const differs = uid('g');
-    const a = [0.5, 0.5, 0.5].map((reward, i) => rollout({ rolloutId: `${same}-r${i}`, groupId: same, groupSize: 3, reward, sampleIndex: i }));
-    const b = [0.5, 0.5, 0.5 + 1e-3].map((reward, i) => rollout({ rolloutId: `${differs}-r${i}`, groupId: differs, groupSize: 3, reward, sampleIndex: i }));
+    const a = [0.5, 0.5, 0.5].map((reward, i) =>
+      rollout({ rolloutId: `${same}-r${i}`, groupId: same, groupSize: 3, reward, sampleIndex: i }),
+    );
+    const b = [0.5, 0.5, 0.5 + 1e-3].map((reward, i) =>
+      rollout({ rolloutId: `${differs}-r${i}`, groupId: differs, groupSize: 3, reward, sampleIndex: i }),
+    );
     await env.bus().publish([...a, ...b].flatMap((r) => [r.started, ...r.calls, r.completed]));
-    const s1 = await until('same settled', () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === same) as EventEnvelope<'rollout_group.settled'> | undefined);
-    const s2 = await until('differs settled', () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === differs) as EventEnvelope<'rollout_group.settled'> | undefined);
+    const s1 = await until(
+      'same settled',
+      () =>
+        out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === same) as
+          EventEnvelope<'rollout_group.settled'> | undefined,
+    );
+    const s2 = await until(
+      'differs settled',
+      () =>
+        out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === differs) as
+          EventEnvelope<'rollout_group.settled'> | undefined,
+    );
     expect(s1.payload).toMatchObject({ status: 'dropped', reason: 'zero_variance', trajectoryIds: [] });
     expect(s2.payload).toMatchObject({ status: 'ready', reason: null });
     expect(s2.payload.trajectoryIds).toHaveLength(3);
     // dropped trajectories leave the queue: the position moves past them and the other group's batch is cut
-    await until('batch', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]))[0].n) === 1);
+    await until(
+      'batch',
+      async () =>
+        Number((await env.ds().query(`SELECT count(*) AS n FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]))[0].n) === 1,
+    );
     const [q]: { dropped: string; taken: string }[] = await env
       .ds()
-      .query(`SELECT count(*) FILTER (WHERE "status" = 'dropped') AS dropped, count(*) FILTER (WHERE "status" = 'taken') AS taken FROM "data_pool_queue" WHERE "run_id" = $1`, [rt.config.runId]);
+      .query(
+        `SELECT count(*) FILTER (WHERE "status" = 'dropped') AS dropped, count(*) FILTER (WHERE "status" = 'taken') AS taken FROM "data_pool_queue" WHERE "run_id" = $1`,
+        [rt.config.runId],
+      );
     expect([Number(q.dropped), Number(q.taken)]).toEqual([3, 3]);
     await out.stop();
     await rt.stop();
@@ -177,13 +231,18 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await env.bus().publish([...rs.slice(0, 2).flatMap((r) => [r.started, ...r.calls, r.completed]), rs[2].started]);
     await until(
       '2 rollouts completed in the database',
-      async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "rollouts" WHERE "group_id" = $1 AND "status" = 'completed'`, [g]))[0].n) === 2,
+      async () =>
+        Number(
+          (await env.ds().query(`SELECT count(*) AS n FROM "rollouts" WHERE "group_id" = $1 AND "status" = 'completed'`, [g]))[0].n,
+        ) === 2,
     );
     await new Promise((r) => setTimeout(r, 500));
     expect(out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g)).toBeUndefined();
     const settled = await until(
       'settled after the timeout',
-      () => out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g) as EventEnvelope<'rollout_group.settled'> | undefined,
+      () =>
+        out.seen.find((e) => e.type === 'rollout_group.settled' && e.payload.groupId === g) as
+          EventEnvelope<'rollout_group.settled'> | undefined,
       30_000,
     );
     expect(settled.payload).toMatchObject({ status: 'ready', reason: 'timeout: settled with 2 of 3 rollouts' });
@@ -200,21 +259,33 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await env.bus().publish(rs.map((r) => r.started));
     // all four queued before anything completes: on Kafka the starts sit on different partitions, and a
     // completion ingested before position 0's start would find position 1 at the head (nothing out of order)
-    await until('four queue rows', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "data_pool_queue" WHERE "run_id" = $1`, [rt.config.runId]))[0].n) === 4);
+    await until(
+      'four queue rows',
+      async () =>
+        Number((await env.ds().query(`SELECT count(*) AS n FROM "data_pool_queue" WHERE "run_id" = $1`, [rt.config.runId]))[0].n) === 4,
+    );
     await env.bus().publish(rs.slice(1).flatMap((r) => [...r.calls, r.completed]));
     const taken = async () =>
-      (await env.ds().query(`SELECT "rollout_id" FROM "data_pool_queue" WHERE "run_id" = $1 AND "status" = 'taken' ORDER BY "batch_id"`, [rt.config.runId])).map(
-        (r: { rollout_id: string }) => r.rollout_id,
-      );
+      (
+        await env
+          .ds()
+          .query(`SELECT "rollout_id" FROM "data_pool_queue" WHERE "run_id" = $1 AND "status" = 'taken' ORDER BY "batch_id"`, [
+            rt.config.runId,
+          ])
+      ).map((r: { rollout_id: string }) => r.rollout_id);
     await until('position 1 taken (inside the window [0, 1])', async () => (await taken()).length === 1);
     await new Promise((r) => setTimeout(r, 800));
     await rt.settle();
     expect(await taken()).toEqual([rs[1].started.payload.rolloutId]); // 2 and 3 are completed but blocked
-    const [blocked]: { n: string }[] = await env.ds().query(`SELECT count(*) AS n FROM "data_pool_queue" WHERE "run_id" = $1 AND "status" = 'completed'`, [rt.config.runId]);
+    const [blocked]: { n: string }[] = await env
+      .ds()
+      .query(`SELECT count(*) AS n FROM "data_pool_queue" WHERE "run_id" = $1 AND "status" = 'completed'`, [rt.config.runId]);
     expect(Number(blocked.n)).toBe(2);
     await env.bus().publish([...rs[0].calls, rs[0].completed]);
     await until('all four taken', async () => (await taken()).length === 4);
-    const stats: { stats: { outOfOrder: { max: number } } }[] = await env.ds().query(`SELECT "stats" FROM "data_pool_batch_stats" WHERE "run_id" = $1 ORDER BY "step"`, [rt.config.runId]);
+    const stats: { stats: { outOfOrder: { max: number } } }[] = await env
+      .ds()
+      .query(`SELECT "stats" FROM "data_pool_batch_stats" WHERE "run_id" = $1 ORDER BY "step"`, [rt.config.runId]);
     expect(stats[0].stats.outOfOrder.max).toBe(1); // position 1 taken with the head (0) unconsumed
     await rt.stop();
   });
@@ -228,11 +299,20 @@ export function describePoolBehaviour(env: PoolEnv): void {
     });
     await rt.start();
     const runId = rt.config.runId;
-    const rs = [0, 1, 2, 3].map((i) => rollout({ rolloutId: `${uid('g')}-r`, groupId: uid('g'), groupSize: 1, reward: 1, queuePosition: i }));
+    const rs = [0, 1, 2, 3].map((i) =>
+      rollout({ rolloutId: `${uid('g')}-r`, groupId: uid('g'), groupSize: 1, reward: 1, queuePosition: i }),
+    );
     await env.bus().publish(rs.map((r) => r.started));
-    await until('four queue rows', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "data_pool_queue" WHERE "run_id" = $1`, [runId]))[0].n) === 4);
+    await until(
+      'four queue rows',
+      async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "data_pool_queue" WHERE "run_id" = $1`, [runId]))[0].n) === 4,
+    );
     const statusOf = async (i: number) =>
-      ((await env.ds().query(`SELECT "status" FROM "data_pool_queue" WHERE "rollout_id" = $1`, [rs[i].started.payload.rolloutId])) as { status: string }[])[0]?.status;
+      (
+        (await env.ds().query(`SELECT "status" FROM "data_pool_queue" WHERE "rollout_id" = $1`, [rs[i].started.payload.rolloutId])) as {
+          status: string;
+        }[]
+      )[0]?.status;
     // Two batches in order, 300 ms apart: the controller learns the usual step interval.
     await env.bus().publish([...rs[0].calls, rs[0].completed]);
     await until('position 0 taken', async () => (await statusOf(0)) === 'taken');
@@ -246,20 +326,31 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.settle();
     expect(await statusOf(3)).toBe('completed'); // blocked: the trainer has not asked for more (batch 1 unacknowledged)
     // The trainer acknowledges batch 1 and waits: after a notch or two of patience W covers position 3.
-    const [b1]: { batch_id: string; step: number }[] = await env.ds().query(`SELECT "batch_id", "step" FROM "data_pool_batch_stats" WHERE "run_id" = $1 AND "step" = 1`, [runId]);
+    const [b1]: { batch_id: string; step: number }[] = await env
+      .ds()
+      .query(`SELECT "batch_id", "step" FROM "data_pool_batch_stats" WHERE "run_id" = $1 AND "step" = 1`, [runId]);
     const base = sampleEventOf('train_batch.trained', b1.batch_id, b1.step) as EventEnvelope<'train_batch.trained'>;
-    await env
-      .bus()
-      .publish([
-        createEvent(
-          'train_batch.trained',
-          { ...base.payload, batchId: b1.batch_id, batchStep: b1.step, runId, policyVersion: 2, trajectoryIds: [rs[1].started.payload.rolloutId], groupIds: [], checkpointed: false },
-          { key: b1.batch_id, producer: 'trainer' },
-        ),
-      ]);
+    await env.bus().publish([
+      createEvent(
+        'train_batch.trained',
+        {
+          ...base.payload,
+          batchId: b1.batch_id,
+          batchStep: b1.step,
+          runId,
+          policyVersion: 2,
+          trajectoryIds: [rs[1].started.payload.rolloutId],
+          groupIds: [],
+          checkpointed: false,
+        },
+        { key: b1.batch_id, producer: 'trainer' },
+      ),
+    ]);
     await until('position 3 taken while the head (2) still runs', async () => (await statusOf(3)) === 'taken', 10_000);
     expect(await statusOf(2)).toBe('pending');
-    const [stats]: { stats: { outOfOrder: { max: number }; trainerWaitMs: number } }[] = await env.ds().query(`SELECT "stats" FROM "data_pool_batch_stats" WHERE "run_id" = $1 AND "step" = 2`, [runId]);
+    const [stats]: { stats: { outOfOrder: { max: number }; trainerWaitMs: number } }[] = await env
+      .ds()
+      .query(`SELECT "stats" FROM "data_pool_batch_stats" WHERE "run_id" = $1 AND "step" = 2`, [runId]);
     expect(stats.stats.outOfOrder.max).toBe(1);
     expect(stats.stats.trainerWaitMs).toBeGreaterThan(0);
     await rt.stop();
@@ -280,11 +371,19 @@ export function describePoolBehaviour(env: PoolEnv): void {
     expect(kafkaBytes).toBeGreaterThan(raw);
     const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 1, window: 1 }, filters: { dropZeroVariance: false } });
     await rt.start();
-    await env.bus().publish([started({ rolloutId: r, groupId: g, groupSize: 1 }), ...calls.v2, completed({ rolloutId: r, groupId: g, reward: 1, numCalls: 100 })]);
+    await env
+      .bus()
+      .publish([
+        started({ rolloutId: r, groupId: g, groupSize: 1 }),
+        ...calls.v2,
+        completed({ rolloutId: r, groupId: g, reward: 1, numCalls: 100 }),
+      ]);
     const [batch] = await until(
       'batch',
       async () => {
-        const rows: { id: string }[] = await env.ds().query(`SELECT "id" FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]);
+        const rows: { id: string }[] = await env
+          .ds()
+          .query(`SELECT "id" FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]);
         return rows.length ? rows : null;
       },
       120_000,
@@ -304,7 +403,11 @@ export function describePoolBehaviour(env: PoolEnv): void {
     // the tree a trainer reads back equals the packer's tree over the fully materialised samples
     const event = await until('train_batch.created', async () => {
       const seen = await collect(env.bus(), TOPICS.trainBatches, uid('obs'));
-      const e = await until('event', () => seen.seen.find((x) => x.type === 'train_batch.created' && x.payload.batchId === batch.id), 30_000).catch(() => null);
+      const e = await until(
+        'event',
+        () => seen.seen.find((x) => x.type === 'train_batch.created' && x.payload.batchId === batch.id),
+        30_000,
+      ).catch(() => null);
       await seen.stop();
       return e as EventEnvelope<'train_batch.created'> | null;
     });
@@ -319,10 +422,16 @@ export function describePoolBehaviour(env: PoolEnv): void {
     expect(tree.samples.map((s) => Array.from(s.outputNodes))).toEqual(pack.outputNodes.map((o) => Array.from(o)));
     expect(tree.samples.every((s) => s.advantage === 0)).toBe(true); // a group of one: zero variance, kept
     // corrupt blob: refused with a typed error, marked, re-cut under a new batch id
-    await env.ds().query(`UPDATE "train_batch_blobs" SET "blob" = overlay("blob" placing '\\xff'::bytea from 200 for 1) WHERE "batch_id" = $1`, [batch.id]);
+    await env
+      .ds()
+      .query(`UPDATE "train_batch_blobs" SET "blob" = overlay("blob" placing '\\xff'::bytea from 200 for 1) WHERE "batch_id" = $1`, [
+        batch.id,
+      ]);
     await expect(readTrainBatch(event, env.ds())).rejects.toBeInstanceOf(BatchChecksumError);
     const recut = await until('re-cut', async () => {
-      const rows: { id: string }[] = await env.ds().query(`SELECT "id" FROM "train_batches" WHERE "id" LIKE $1 AND "id" <> $2`, [`${rt.config.runId}:%`, batch.id]);
+      const rows: { id: string }[] = await env
+        .ds()
+        .query(`SELECT "id" FROM "train_batches" WHERE "id" LIKE $1 AND "id" <> $2`, [`${rt.config.runId}:%`, batch.id]);
       return rows[0];
     });
     expect(recut.id).toBe(`${rt.config.runId}:batch:1`);
@@ -336,11 +445,26 @@ export function describePoolBehaviour(env: PoolEnv): void {
     const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 1, window: 1 }, filters: { dropZeroVariance: false } });
     await rt.start();
     const ev = started({ rolloutId: `${g}-eval`, groupId: `${g}-evalg`, groupSize: 1, purpose: 'eval' });
-    await env.bus().publish([started({ rolloutId: r, groupId: g, groupSize: 1 }), ev, ...calls.v1Events, ...calls.v1Events, completed({ rolloutId: r, groupId: g, reward: 1, numCalls: 3 })]);
-    await until('batch', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]))[0].n) === 1);
+    await env
+      .bus()
+      .publish([
+        started({ rolloutId: r, groupId: g, groupSize: 1 }),
+        ev,
+        ...calls.v1Events,
+        ...calls.v1Events,
+        completed({ rolloutId: r, groupId: g, reward: 1, numCalls: 3 }),
+      ]);
+    await until(
+      'batch',
+      async () =>
+        Number((await env.ds().query(`SELECT count(*) AS n FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]))[0].n) === 1,
+    );
     const rows: { prompt_prefix_tokens: number; n: number }[] = await env
       .ds()
-      .query(`SELECT "prompt_prefix_tokens", octet_length("prompt_ids") / 4 AS n FROM "llm_calls" WHERE "rollout_id" = $1 ORDER BY "turn_index"`, [r]);
+      .query(
+        `SELECT "prompt_prefix_tokens", octet_length("prompt_ids") / 4 AS n FROM "llm_calls" WHERE "rollout_id" = $1 ORDER BY "turn_index"`,
+        [r],
+      );
     expect(rows.map((x) => [x.prompt_prefix_tokens, Number(x.n)])).toEqual([
       [0, 5],
       [8, 4],
@@ -357,19 +481,37 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await rt.start();
     const runId = rt.config.runId;
     // six single-rollout groups at positions 0..5: batches 0..5, one rollout each
-    const rs = [0, 1, 2, 3, 4, 5].map((i) => rollout({ rolloutId: `${uid('g')}-r`, groupId: uid('g'), groupSize: 1, reward: 1, queuePosition: i }));
+    const rs = [0, 1, 2, 3, 4, 5].map((i) =>
+      rollout({ rolloutId: `${uid('g')}-r`, groupId: uid('g'), groupSize: 1, reward: 1, queuePosition: i }),
+    );
     await env.bus().publish(rs.flatMap((r) => [r.started, ...r.calls, r.completed]));
-    await until('6 batches', async () => Number((await env.ds().query(`SELECT count(*) AS n FROM "data_pool_batch_stats" WHERE "run_id" = $1`, [runId]))[0].n) === 6);
+    await until(
+      '6 batches',
+      async () =>
+        Number((await env.ds().query(`SELECT count(*) AS n FROM "data_pool_batch_stats" WHERE "run_id" = $1`, [runId]))[0].n) === 6,
+    );
     const batches: { batch_id: string; step: number; rollout_id: string }[] = await env
       .ds()
-      .query(`SELECT s."batch_id", s."step", q."rollout_id" FROM "data_pool_batch_stats" s JOIN "data_pool_queue" q ON q."batch_id" = s."batch_id" WHERE s."run_id" = $1 ORDER BY s."step"`, [runId]);
+      .query(
+        `SELECT s."batch_id", s."step", q."rollout_id" FROM "data_pool_batch_stats" s JOIN "data_pool_queue" q ON q."batch_id" = s."batch_id" WHERE s."run_id" = $1 ORDER BY s."step"`,
+        [runId],
+      );
     expect(batches.map((b) => b.step)).toEqual([0, 1, 2, 3, 4, 5]);
     // the trainer acknowledges a batch (train_batch.trained) after training it; checkpointed = a full checkpoint was written right after it
     const trained = (b: (typeof batches)[number], policyVersion: number, checkpointed: boolean) => {
       const base = sampleEventOf('train_batch.trained', b.batch_id, b.step) as EventEnvelope<'train_batch.trained'>;
       return createEvent(
         'train_batch.trained',
-        { ...base.payload, batchId: b.batch_id, batchStep: b.step, runId, policyVersion, trajectoryIds: [b.rollout_id], groupIds: [], checkpointed },
+        {
+          ...base.payload,
+          batchId: b.batch_id,
+          batchStep: b.step,
+          runId,
+          policyVersion,
+          trajectoryIds: [b.rollout_id],
+          groupIds: [],
+          checkpointed,
+        },
         { key: b.batch_id, producer: 'trainer' },
       );
     };
@@ -378,9 +520,16 @@ export function describePoolBehaviour(env: PoolEnv): void {
       await until('acknowledgements ingested', async () => {
         const rows: { batch_id: string; trained_version: number | null; checkpointed: boolean }[] = await env
           .ds()
-          .query(`SELECT "batch_id", "trained_version", "checkpointed" FROM "data_pool_batch_stats" WHERE "batch_id" = ANY($1::varchar[])`, [events.map((e) => e.payload.batchId)]);
+          .query(
+            `SELECT "batch_id", "trained_version", "checkpointed" FROM "data_pool_batch_stats" WHERE "batch_id" = ANY($1::varchar[])`,
+            [events.map((e) => e.payload.batchId)],
+          );
         const of = new Map(rows.map((r) => [r.batch_id, r]));
-        return events.every((e) => of.get(e.payload.batchId)?.trained_version === e.payload.policyVersion && of.get(e.payload.batchId)?.checkpointed === e.payload.checkpointed);
+        return events.every(
+          (e) =>
+            of.get(e.payload.batchId)?.trained_version === e.payload.policyVersion &&
+            of.get(e.payload.batchId)?.checkpointed === e.payload.checkpointed,
+        );
       });
     };
     // publish every batch (versions 1..6, each a weights.published with its checkpoint) but a full checkpoint (resume point) only after batch 2
@@ -388,15 +537,22 @@ export function describePoolBehaviour(env: PoolEnv): void {
     await env.bus().publish(published);
     await acked(batches.map((b, i) => trained(b, i + 1, b.step === 2)));
     await until('weights ingested', async () => {
-      const rows: unknown[] = await env.ds().query(`SELECT 1 FROM "checkpoints" WHERE "id" = ANY($1::varchar[])`, [published.map((e) => e.payload.checkpointId)]);
+      const rows: unknown[] = await env
+        .ds()
+        .query(`SELECT 1 FROM "checkpoints" WHERE "id" = ANY($1::varchar[])`, [published.map((e) => e.payload.checkpointId)]);
       return rows.length === published.length;
     });
     const kept = async () => {
       // the trainer's batch log (BatchSource.since): batch stats not pruned, joined with their stored blob
       const log: { step: number }[] = await env
         .ds()
-        .query(`SELECT s."step" FROM "data_pool_batch_stats" s JOIN "train_batch_blobs" b ON b."batch_id" = s."batch_id" WHERE s."run_id" = $1 AND s."pruned_at" IS NULL ORDER BY s."step"`, [runId]);
-      const calls: { rollout_id: string }[] = await env.ds().query(`SELECT DISTINCT "rollout_id" FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[])`, [batches.map((b) => b.rollout_id)]);
+        .query(
+          `SELECT s."step" FROM "data_pool_batch_stats" s JOIN "train_batch_blobs" b ON b."batch_id" = s."batch_id" WHERE s."run_id" = $1 AND s."pruned_at" IS NULL ORDER BY s."step"`,
+          [runId],
+        );
+      const calls: { rollout_id: string }[] = await env
+        .ds()
+        .query(`SELECT DISTINCT "rollout_id" FROM "llm_calls" WHERE "rollout_id" = ANY($1::varchar[])`, [batches.map((b) => b.rollout_id)]);
       const withCalls = new Set(calls.map((c) => c.rollout_id));
       return { log: log.map((r) => r.step), calls: batches.filter((b) => withCalls.has(b.rollout_id)).map((b) => b.step) };
     };

@@ -1,9 +1,25 @@
-import { createEvent, createEventAt, type AnyEventEnvelope, type EventEnvelope, type LlmCallRecordedV1, type RolloutFinishReason } from '@anvil/contracts';
+import {
+  createEvent,
+  createEventAt,
+  type AnyEventEnvelope,
+  type EventEnvelope,
+  type LlmCallRecordedV1,
+  type RolloutFinishReason,
+} from '@anvil/contracts';
 
 let seq = 0;
 export const uid = (p: string) => `${p}-${process.pid}-${Date.now().toString(36)}-${(seq++).toString(36)}`;
 
-export function started(o: { rolloutId: string; groupId: string; taskId?: string; sampleIndex?: number; groupSize: number; queuePosition?: number; startedAt?: number; purpose?: 'train' | 'eval' }) {
+export function started(o: {
+  rolloutId: string;
+  groupId: string;
+  taskId?: string;
+  sampleIndex?: number;
+  groupSize: number;
+  queuePosition?: number;
+  startedAt?: number;
+  purpose?: 'train' | 'eval';
+}) {
   return createEvent(
     'rollout.started',
     {
@@ -104,9 +120,15 @@ export function trajectoryCalls(o: {
   }
   const v2 = v1.map((p) => {
     const { promptIds, ...rest } = p;
-    return createEvent('llm_call.recorded', { ...rest, promptLength: promptIds.length, promptDeltaIds: promptIds.slice(p.reusedPromptTokens) }, { key: o.rolloutId, producer: 'test', id: p.callId });
+    return createEvent(
+      'llm_call.recorded',
+      { ...rest, promptLength: promptIds.length, promptDeltaIds: promptIds.slice(p.reusedPromptTokens) },
+      { key: o.rolloutId, producer: 'test', id: p.callId },
+    );
   });
-  const v1Events = v1.map((p) => createEventAt('llm_call.recorded', 1, p, { key: o.rolloutId, producer: 'test', id: p.callId }) as unknown as AnyEventEnvelope);
+  const v1Events = v1.map(
+    (p) => createEventAt('llm_call.recorded', 1, p, { key: o.rolloutId, producer: 'test', id: p.callId }) as unknown as AnyEventEnvelope,
+  );
   return { v1: v1 as LlmCallRecordedV1[], v2: v2 as EventEnvelope<'llm_call.recorded'>[], v1Events };
 }
 
@@ -126,7 +148,16 @@ export function rollout(o: {
   /** rollout.completed's numCalls when it is not the number of calls made (a producer that miscounts). */
   numCalls?: number;
 }) {
-  const calls = trajectoryCalls({ rolloutId: o.rolloutId, groupId: o.groupId, calls: o.calls ?? 2, firstPrompt: 6, newTokens: 3, outputTokens: 2, version: o.version, truncated: o.truncated });
+  const calls = trajectoryCalls({
+    rolloutId: o.rolloutId,
+    groupId: o.groupId,
+    calls: o.calls ?? 2,
+    firstPrompt: 6,
+    newTokens: 3,
+    outputTokens: 2,
+    version: o.version,
+    truncated: o.truncated,
+  });
   return {
     started: started({ ...o }),
     calls: calls.v2,

@@ -40,7 +40,9 @@ export function describePoolFilters(env: PoolEnv): void {
     expect(readyOf(`${b}-r1`)?.payload.advantage).toBeCloseTo(grpo([1, 0], 0), 5);
     // nothing trains yet: 4 trajectories ready, the batch wants 5
     await new Promise((r) => setTimeout(r, 500));
-    expect(Number((await env.ds().query(`SELECT count(*) AS n FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]))[0].n)).toBe(0);
+    expect(
+      Number((await env.ds().query(`SELECT count(*) AS n FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]))[0].n),
+    ).toBe(0);
 
     // the rollout manager's retries: new rollouts of the same group and sample index (attempt 2)
     const retries = [
@@ -57,14 +59,18 @@ export function describePoolFilters(env: PoolEnv): void {
     expect(readyOf(`${b}-r2.retry1`)?.payload.advantage).toBeCloseTo(grpo([1, 0, 1], 1), 5);
     const reasons: { rollout_id: string; status: string; reason: string | null }[] = await env
       .ds()
-      .query(`SELECT "rollout_id", "status", "reason" FROM "data_pool_queue" WHERE "group_id" = ANY($1::varchar[]) ORDER BY "rollout_id"`, [[a, b]]);
+      .query(`SELECT "rollout_id", "status", "reason" FROM "data_pool_queue" WHERE "group_id" = ANY($1::varchar[]) ORDER BY "rollout_id"`, [
+        [a, b],
+      ]);
     const reasonOf = Object.fromEntries(reasons.map((r) => [r.rollout_id, `${r.status} ${r.reason ?? ''}`.trim()]));
     expect(reasonOf[`${a}-r2`]).toBe('dropped env_failure_retried: env_error on attempt 1 of at most 2');
     expect(reasonOf[`${a}-r2.retry1`]).toBe('dropped env_failure_exhausted: env_error on attempt 2 (maxEnvRetries 1)');
     expect(reasonOf[`${b}-r2`]).toBe('dropped env_failure_retried: env_error on attempt 1 of at most 2');
     // the retried rows left the Windowed FIFO: the five trainable trajectories make one batch
     const [batch] = await until('a batch', async () => {
-      const rows: { trajectory_ids: string[] }[] = await env.ds().query(`SELECT "trajectory_ids" FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]);
+      const rows: { trajectory_ids: string[] }[] = await env
+        .ds()
+        .query(`SELECT "trajectory_ids" FROM "train_batches" WHERE "id" LIKE $1`, [`${rt.config.runId}:%`]);
       return rows.length ? rows : null;
     });
     expect([...batch.trajectory_ids].sort()).toEqual([`${a}-r0`, `${a}-r1`, `${b}-r0`, `${b}-r1`, `${b}-r2.retry1`].sort());
@@ -98,7 +104,9 @@ export function describePoolFilters(env: PoolEnv): void {
         for (const [i, r] of [1, 0, 1].entries()) expect(ready.get(`${g}-r${i}`)?.advantage).toBeCloseTo(grpo([1, 0, 1], r), 5);
       }
       const [st] = await until('the batch', async () => {
-        const rows: { stats: { lossMasked: number; samples: number } }[] = await env.ds().query(`SELECT "stats" FROM "data_pool_batch_stats" WHERE "run_id" = $1`, [rt.config.runId]);
+        const rows: { stats: { lossMasked: number; samples: number } }[] = await env
+          .ds()
+          .query(`SELECT "stats" FROM "data_pool_batch_stats" WHERE "run_id" = $1`, [rt.config.runId]);
         return rows.length ? rows : null;
       });
       expect(st.stats).toMatchObject({ lossMasked: maskTruncated ? 1 : 0, samples: 6 });

@@ -19,7 +19,11 @@ export async function collect(bus: MessageBus, topic: string, group: string) {
   return { seen, stop: () => sub.stop() };
 }
 
-export async function until<T>(what: string, f: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 60_000): Promise<T> {
+export async function until<T>(
+  what: string,
+  f: () => Promise<T | null | undefined | false> | T | null | undefined | false,
+  timeoutMs = 60_000,
+): Promise<T> {
   const t0 = Date.now();
   for (;;) {
     const v = await f();

@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { ByteTokenizer, tinyChatFormat } from '@anvil/tokenizer';
-import { ChainAddConfigError, ChainAddEnvironment, CHAIN_ADD_SYSTEM, chainAddTask, demonstration, executeAdd, verifyChainAdd } from './index';
+import {
+  ChainAddConfigError,
+  ChainAddEnvironment,
+  CHAIN_ADD_SYSTEM,
+  chainAddTask,
+  demonstration,
+  executeAdd,
+  verifyChainAdd,
+} from './index';
 import type { ChatMessage, Transcript } from '../types';
 
 const transcript = (messages: ChatMessage[]): Transcript => {
@@ -62,7 +70,11 @@ describe('chain-add', () => {
 
   it('partial credit: 0.8 for the total, 0.2 spread over the correct calls in order', () => {
     // right answer, no tool calls
-    expect(verifyChainAdd(task, transcript([...task.messages, { role: 'assistant', content: '49' }]))).toMatchObject({ outcomeReward: 0.8, success: true, processRewards: [1] });
+    expect(verifyChainAdd(task, transcript([...task.messages, { role: 'assistant', content: '49' }]))).toMatchObject({
+      outcomeReward: 0.8,
+      success: true,
+      processRewards: [1],
+    });
     // first call right, second wrong, answer wrong
     const r = verifyChainAdd(
       task,
@@ -79,7 +91,10 @@ describe('chain-add', () => {
     expect(r.outcomeReward).toBeCloseTo(0.1, 12);
     expect(r.processRewards).toEqual([1, 0, 0]);
     // argument order does not matter; a wrong call does not advance the chain; trailing '.' and spaces accepted
-    const r2 = verifyChainAdd(task, transcript([...task.messages, call('c0', 7, 12), call('c1', 1, 2), call('c2', 30, 19), { role: 'assistant', content: ' 49.\n' }]));
+    const r2 = verifyChainAdd(
+      task,
+      transcript([...task.messages, call('c0', 7, 12), call('c1', 1, 2), call('c2', 30, 19), { role: 'assistant', content: ' 49.\n' }]),
+    );
     expect(r2).toMatchObject({ outcomeReward: 1, success: true, processRewards: [1, 0, 1, 1] });
     // calls out of order (skipping the running total) earn nothing
     const r3 = verifyChainAdd(task, transcript([...task.messages, call('c0', 7, 30), { role: 'assistant', content: 'forty-nine' }]));
@@ -89,10 +104,16 @@ describe('chain-add', () => {
     expect(r4.outcomeReward).toBeCloseTo(0.2, 12);
     expect(r4.success).toBe(false);
     // extra correct-looking calls beyond k-1 do not count twice
-    const r5 = verifyChainAdd(task, transcript([...task.messages, call('c0', 12, 7), call('c1', 19, 30), call('c2', 49, 0), { role: 'assistant', content: '49' }]));
+    const r5 = verifyChainAdd(
+      task,
+      transcript([...task.messages, call('c0', 12, 7), call('c1', 19, 30), call('c2', 49, 0), { role: 'assistant', content: '49' }]),
+    );
     expect(r5).toMatchObject({ outcomeReward: 1, processRewards: [1, 1, 0, 1] });
     // wrong tool name or non-integer args
-    const r6 = verifyChainAdd(task, transcript([...task.messages, call('c0', 12, 7, 'sum'), call('c1', 12.5, 7), { role: 'assistant', content: null }]));
+    const r6 = verifyChainAdd(
+      task,
+      transcript([...task.messages, call('c0', 12, 7, 'sum'), call('c1', 12.5, 7), { role: 'assistant', content: null }]),
+    );
     expect(r6).toMatchObject({ outcomeReward: 0, processRewards: [0, 0, 0] });
   });
 
@@ -130,7 +151,9 @@ describe('chain-add', () => {
     expect(() => new ChainAddEnvironment({ maxOperand: 0, evalFraction: 2 })).toThrow(/maxOperand.*evalFraction/);
     expect(() => new ChainAddEnvironment({ toolDelay: { kind: 'pareto', scaleMs: 1, alpha: -1, capMs: 10 } })).toThrow(/toolDelay.alpha/);
     // k=2 over 0..1: only 4 tasks exist in total
-    expect(() => new ChainAddEnvironment({ k: 2, maxOperand: 1, evalFraction: 0 }).generate({ seed: 1, count: 5, split: 'train' })).toThrow(/count: only 4/);
+    expect(() => new ChainAddEnvironment({ k: 2, maxOperand: 1, evalFraction: 0 }).generate({ seed: 1, count: 5, split: 'train' })).toThrow(
+      /count: only 4/,
+    );
   });
 
   it('episodes serve the tool with the heavy-tailed delay knob', async () => {
@@ -140,7 +163,11 @@ describe('chain-add', () => {
     expect(await ep.executeTool({ callIndex: 0, id: 'c', name: 'add', arguments: '{"a":12,"b":7}' })).toEqual({ content: '19' });
     expect(performance.now() - t0).toBeGreaterThanOrEqual(25);
     const ac = new AbortController();
-    const slow = new ChainAddEnvironment({ toolDelay: { kind: 'fixed', ms: 10_000 } }).reset(task, { rolloutId: 'r2', seed: 1, signal: ac.signal });
+    const slow = new ChainAddEnvironment({ toolDelay: { kind: 'fixed', ms: 10_000 } }).reset(task, {
+      rolloutId: 'r2',
+      seed: 1,
+      signal: ac.signal,
+    });
     const p = slow.executeTool({ callIndex: 0, id: 'c', name: 'add', arguments: '{"a":1,"b":2}' });
     ac.abort(new Error('timeout'));
     await expect(p).rejects.toThrow('timeout');
@@ -154,7 +181,10 @@ describe('chain-add', () => {
       expect(t.messages).toEqual([{ role: 'user', content: t.id.slice('chain-add:'.length) }]);
       expect(t.tools).toEqual([{ type: 'function', function: { name: 'add' } }]);
       const demo = demonstration(t);
-      expect(verifyChainAdd(t, { messages: demo, finalAnswer: demo[demo.length - 1].content })).toMatchObject({ success: true, outcomeReward: 1 });
+      expect(verifyChainAdd(t, { messages: demo, finalAnswer: demo[demo.length - 1].content })).toMatchObject({
+        success: true,
+        outcomeReward: 1,
+      });
     }
     expect(() => new ChainAddEnvironment({ prompt: 'short' as never })).toThrow(/prompt: must be 'full' or 'compact'/);
   });

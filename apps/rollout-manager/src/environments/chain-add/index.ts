@@ -26,7 +26,19 @@
  */
 import { seededRandom } from '@anvil/rl';
 import { delaySampler, sleep, validateToolDelay, type ToolDelay } from '../tool-delay';
-import type { ChatMessage, Environment, EnvTask, Episode, EpisodeContext, Split, ToolInvocation, ToolResult, ToolSpec, Transcript, VerifyResult } from '../types';
+import type {
+  ChatMessage,
+  Environment,
+  EnvTask,
+  Episode,
+  EpisodeContext,
+  Split,
+  ToolInvocation,
+  ToolResult,
+  ToolSpec,
+  Transcript,
+  VerifyResult,
+} from '../types';
 
 export const CHAIN_ADD_SYSTEM = 'Add the numbers with the add tool, one pair at a time, then give the total.';
 
@@ -59,7 +71,13 @@ export interface ChainAddConfig {
   toolDelay: ToolDelay;
 }
 
-export const CHAIN_ADD_DEFAULTS: ChainAddConfig = { prompt: 'full', k: { min: 2, max: 4 }, maxOperand: 99, evalFraction: 0.1, toolDelay: { kind: 'none' } };
+export const CHAIN_ADD_DEFAULTS: ChainAddConfig = {
+  prompt: 'full',
+  k: { min: 2, max: 4 },
+  maxOperand: 99,
+  evalFraction: 0.1,
+  toolDelay: { kind: 'none' },
+};
 
 export class ChainAddConfigError extends Error {
   override readonly name = 'ChainAddConfigError';
@@ -78,10 +96,14 @@ export function chainAddConfig(input: Partial<ChainAddConfig> = {}): ChainAddCon
   const cfg: ChainAddConfig = { ...CHAIN_ADD_DEFAULTS, ...input };
   const problems: string[] = [];
   const { min, max } = kRange(cfg.k);
-  if (!Number.isInteger(min) || !Number.isInteger(max) || min < 2 || max > 4 || min > max) problems.push(`k: must be an integer (or range) within 2..4, got ${JSON.stringify(cfg.k)}`);
-  if (!Number.isInteger(cfg.maxOperand) || cfg.maxOperand < 1 || cfg.maxOperand > 1_000_000) problems.push(`maxOperand: must be an integer in 1..1000000, got ${String(cfg.maxOperand)}`);
-  if (cfg.prompt !== 'full' && cfg.prompt !== 'compact') problems.push(`prompt: must be 'full' or 'compact', got ${JSON.stringify(cfg.prompt)}`);
-  if (typeof cfg.evalFraction !== 'number' || !(cfg.evalFraction >= 0 && cfg.evalFraction <= 1)) problems.push(`evalFraction: must be in 0..1, got ${String(cfg.evalFraction)}`);
+  if (!Number.isInteger(min) || !Number.isInteger(max) || min < 2 || max > 4 || min > max)
+    problems.push(`k: must be an integer (or range) within 2..4, got ${JSON.stringify(cfg.k)}`);
+  if (!Number.isInteger(cfg.maxOperand) || cfg.maxOperand < 1 || cfg.maxOperand > 1_000_000)
+    problems.push(`maxOperand: must be an integer in 1..1000000, got ${String(cfg.maxOperand)}`);
+  if (cfg.prompt !== 'full' && cfg.prompt !== 'compact')
+    problems.push(`prompt: must be 'full' or 'compact', got ${JSON.stringify(cfg.prompt)}`);
+  if (typeof cfg.evalFraction !== 'number' || !(cfg.evalFraction >= 0 && cfg.evalFraction <= 1))
+    problems.push(`evalFraction: must be in 0..1, got ${String(cfg.evalFraction)}`);
   try {
     validateToolDelay(cfg.toolDelay);
   } catch (err) {
@@ -102,7 +124,11 @@ function splitOf(operands: number[], evalFraction: number): Split {
   return (h % 10_000) / 10_000 < evalFraction ? 'eval' : 'train';
 }
 
-export function chainAddTask(operands: number[], evalFraction = CHAIN_ADD_DEFAULTS.evalFraction, prompt: ChainAddConfig['prompt'] = 'full'): EnvTask {
+export function chainAddTask(
+  operands: number[],
+  evalFraction = CHAIN_ADD_DEFAULTS.evalFraction,
+  prompt: ChainAddConfig['prompt'] = 'full',
+): EnvTask {
   const total = operands.reduce((a, b) => a + b, 0);
   const text = operands.join('+');
   return {
@@ -124,7 +150,8 @@ export function chainAddTask(operands: number[], evalFraction = CHAIN_ADD_DEFAUL
 
 function dataOf(task: EnvTask): ChainAddData {
   const ops = task.data.operands;
-  if (!Array.isArray(ops) || ops.length < 2 || !ops.every((o) => Number.isInteger(o))) throw new ChainAddConfigError(`task ${task.id}: data.operands must be ≥ 2 integers`);
+  if (!Array.isArray(ops) || ops.length < 2 || !ops.every((o) => Number.isInteger(o)))
+    throw new ChainAddConfigError(`task ${task.id}: data.operands must be ≥ 2 integers`);
   return { operands: ops as number[], total: (ops as number[]).reduce((a, b) => a + b, 0) };
 }
 
@@ -172,7 +199,8 @@ export function verifyChainAdd(task: EnvTask, transcript: Transcript): VerifyRes
     let all = true;
     for (const c of calls) {
       const args = c.function.name === 'add' ? addArgs(c.function.arguments) : null;
-      const ok = args !== null && next < k && ((args.a === acc && args.b === operands[next]) || (args.a === operands[next] && args.b === acc));
+      const ok =
+        args !== null && next < k && ((args.a === acc && args.b === operands[next]) || (args.a === operands[next] && args.b === acc));
       if (ok) {
         acc += operands[next];
         next++;
@@ -184,7 +212,12 @@ export function verifyChainAdd(task: EnvTask, transcript: Transcript): VerifyRes
   const answer = parseAnswer(transcript.finalAnswer);
   const success = answer === total;
   const outcomeReward = 0.8 * (success ? 1 : 0) + (0.2 * correct) / (k - 1);
-  return { outcomeReward, success, processRewards, detail: `answer ${answer ?? 'none'} (total ${total}), ${correct}/${k - 1} correct calls` };
+  return {
+    outcomeReward,
+    success,
+    processRewards,
+    detail: `answer ${answer ?? 'none'} (total ${total}), ${correct}/${k - 1} correct calls`,
+  };
 }
 
 /** The ideal message list for a task (opening messages included): the warm start's SFT data. */
@@ -194,7 +227,11 @@ export function chainAddDemonstration(task: EnvTask): ChatMessage[] {
   let acc = operands[0];
   for (let j = 1; j < operands.length; j++) {
     const id = `call_${j - 1}`;
-    out.push({ role: 'assistant', content: null, tool_calls: [{ id, type: 'function', function: { name: 'add', arguments: `{"a": ${acc}, "b": ${operands[j]}}` } }] });
+    out.push({
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id, type: 'function', function: { name: 'add', arguments: `{"a": ${acc}, "b": ${operands[j]}}` } }],
+    });
     acc += operands[j];
     out.push({ role: 'tool', tool_call_id: id, content: String(acc) });
   }
@@ -239,7 +276,10 @@ export class ChainAddEnvironment implements Environment<ChainAddConfig> {
       seen.add(task.id);
       out.push(task);
     }
-    if (out.length < count) throw new ChainAddConfigError(`count: only ${out.length} distinct ${split} tasks found for k ${min}..${max}, maxOperand ${this.config.maxOperand}; asked for ${count}`);
+    if (out.length < count)
+      throw new ChainAddConfigError(
+        `count: only ${out.length} distinct ${split} tasks found for k ${min}..${max}, maxOperand ${this.config.maxOperand}; asked for ${count}`,
+      );
     return out;
   }
 

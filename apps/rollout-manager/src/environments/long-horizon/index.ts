@@ -24,14 +24,22 @@ export const LONG_HORIZON_SYSTEM = 'Fetch facts with next, store each with memor
 
 export const NEXT_TOOL: ToolSpec = {
   type: 'function',
-  function: { name: 'next', description: 'Returns the next fact, or the question once all facts are out.', parameters: { type: 'object', properties: {} } },
+  function: {
+    name: 'next',
+    description: 'Returns the next fact, or the question once all facts are out.',
+    parameters: { type: 'object', properties: {} },
+  },
 };
 export const ENV_MEMORY_TOOL: ToolSpec = {
   type: 'function',
   function: {
     name: 'memory',
     description: 'Key-value memory: {"op":"set","key":k,"value":v}, {"op":"get","key":k}, {"op":"list"}.',
-    parameters: { type: 'object', properties: { op: { type: 'string', enum: ['get', 'set', 'list'] }, key: { type: 'string' }, value: { type: 'string' } }, required: ['op'] },
+    parameters: {
+      type: 'object',
+      properties: { op: { type: 'string', enum: ['get', 'set', 'list'] }, key: { type: 'string' }, value: { type: 'string' } },
+      required: ['op'],
+    },
   },
 };
 
@@ -45,7 +53,13 @@ export interface LongHorizonConfig {
   toolDelay: ToolDelay;
 }
 
-export const LONG_HORIZON_DEFAULTS: LongHorizonConfig = { facts: { min: 4, max: 12 }, questionKeys: 2, maxValue: 99, evalFraction: 0.1, toolDelay: { kind: 'none' } };
+export const LONG_HORIZON_DEFAULTS: LongHorizonConfig = {
+  facts: { min: 4, max: 12 },
+  questionKeys: 2,
+  maxValue: 99,
+  evalFraction: 0.1,
+  toolDelay: { kind: 'none' },
+};
 
 export class LongHorizonConfigError extends Error {
   override readonly name = 'LongHorizonConfigError';
@@ -63,10 +77,12 @@ export function longHorizonConfig(input: Partial<LongHorizonConfig> = {}): LongH
   const cfg = { ...LONG_HORIZON_DEFAULTS, ...input };
   const problems: string[] = [];
   const { min, max } = range(cfg.facts);
-  if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || max > 256 || min > max) problems.push(`facts: must be an integer (or range) within 1..256, got ${JSON.stringify(cfg.facts)}`);
+  if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || max > 256 || min > max)
+    problems.push(`facts: must be an integer (or range) within 1..256, got ${JSON.stringify(cfg.facts)}`);
   if (!Number.isInteger(cfg.questionKeys) || cfg.questionKeys < 1 || cfg.questionKeys > min)
     problems.push(`questionKeys: must be an integer in 1..${min} (the fewest facts), got ${String(cfg.questionKeys)}`);
-  if (!Number.isInteger(cfg.maxValue) || cfg.maxValue < 1) problems.push(`maxValue: must be a positive integer, got ${String(cfg.maxValue)}`);
+  if (!Number.isInteger(cfg.maxValue) || cfg.maxValue < 1)
+    problems.push(`maxValue: must be a positive integer, got ${String(cfg.maxValue)}`);
   if (!(cfg.evalFraction >= 0 && cfg.evalFraction <= 1)) problems.push(`evalFraction: must be in 0..1, got ${String(cfg.evalFraction)}`);
   try {
     validateToolDelay(cfg.toolDelay);
@@ -81,7 +97,8 @@ const key = (i: number) => `k${i + 1}`;
 
 function dataOf(task: EnvTask): Data {
   const d = task.data as Partial<Data>;
-  if (!Array.isArray(d.values) || !Array.isArray(d.question) || d.values.length === 0) throw new LongHorizonConfigError(`task ${task.id}: data.values and data.question are required`);
+  if (!Array.isArray(d.values) || !Array.isArray(d.question) || d.values.length === 0)
+    throw new LongHorizonConfigError(`task ${task.id}: data.values and data.question are required`);
   return { values: d.values, question: d.question, answer: d.question.reduce((s, i) => s + (d.values as number[])[i], 0) };
 }
 
@@ -226,7 +243,8 @@ export class LongHorizonEnvironment implements Environment<LongHorizonConfig> {
   }
 
   generate({ seed, count, split }: { seed: number; count: number; split: Split }): EnvTask[] {
-    if (!Number.isInteger(count) || count < 0) throw new LongHorizonConfigError(`count: must be a non-negative integer, got ${String(count)}`);
+    if (!Number.isInteger(count) || count < 0)
+      throw new LongHorizonConfigError(`count: must be a non-negative integer, got ${String(count)}`);
     const { min, max } = range(this.config.facts);
     const rand = seededRandom((seed ^ (split === 'eval' ? 0x1ee7 : 0)) >>> 0);
     const out: EnvTask[] = [];

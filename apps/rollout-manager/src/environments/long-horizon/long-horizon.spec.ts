@@ -17,7 +17,12 @@ describe('long-horizon', () => {
     for (let i = 0; i < demo.length; i++) {
       const m = demo[i];
       if (m.role !== 'assistant' || !m.tool_calls) continue;
-      const got = await ep.executeTool({ callIndex: 0, id: m.tool_calls[0].id, name: m.tool_calls[0].function.name, arguments: m.tool_calls[0].function.arguments });
+      const got = await ep.executeTool({
+        callIndex: 0,
+        id: m.tool_calls[0].id,
+        name: m.tool_calls[0].function.name,
+        arguments: m.tool_calls[0].function.arguments,
+      });
       expect(got.content).toBe(demo[i + 1].content);
     }
     expect(demo.at(-1)).toEqual({ role: 'assistant', content: '80' });
@@ -29,7 +34,11 @@ describe('long-horizon', () => {
   it('partial credit for stored facts, none for a wrong answer; errors cost the process reward', () => {
     const msgs: ChatMessage[] = [
       ...task.messages,
-      { role: 'assistant', content: null, tool_calls: [{ id: 'a', type: 'function', function: { name: 'memory', arguments: '{"op":"set","key":"k1","value":"57"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'a', type: 'function', function: { name: 'memory', arguments: '{"op":"set","key":"k1","value":"57"}' } }],
+      },
       { role: 'tool', tool_call_id: 'a', content: 'ok' },
       { role: 'assistant', content: null, tool_calls: [{ id: 'b', type: 'function', function: { name: 'memory', arguments: 'nope' } }] },
       { role: 'tool', tool_call_id: 'b', content: 'error: arguments must be JSON' },
@@ -56,8 +65,12 @@ describe('long-horizon', () => {
     const env = new LongHorizonEnvironment();
     const e1 = env.reset(task, { rolloutId: 'r1', seed: 1 });
     const e2 = env.reset(task, { rolloutId: 'r2', seed: 2 });
-    expect((await e1.executeTool({ callIndex: 0, id: 'x', name: 'memory', arguments: '{"op":"set","key":"a","value":"1"}' })).content).toBe('ok');
+    expect((await e1.executeTool({ callIndex: 0, id: 'x', name: 'memory', arguments: '{"op":"set","key":"a","value":"1"}' })).content).toBe(
+      'ok',
+    );
     expect((await e1.executeTool({ callIndex: 0, id: 'x', name: 'memory', arguments: '{"op":"get","key":"a"}' })).content).toBe('1');
-    expect((await e2.executeTool({ callIndex: 0, id: 'x', name: 'memory', arguments: '{"op":"get","key":"a"}' })).content).toBe('not found');
+    expect((await e2.executeTool({ callIndex: 0, id: 'x', name: 'memory', arguments: '{"op":"get","key":"a"}' })).content).toBe(
+      'not found',
+    );
   });
 });

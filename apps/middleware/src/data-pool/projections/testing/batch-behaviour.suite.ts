@@ -66,18 +66,54 @@ export function describeBatchBehaviour(backend: string, dataSource: () => DataSo
       expect(changed).toBe(4 + 2);
       const rollouts = await ds.getRepository(Rollout).findBy({ id: In([...members.map((m) => m.rolloutId), other.rolloutId]) });
       const byId = new Map(rollouts.map((r) => [r.id, r]));
-      expect(byId.get(members[0].rolloutId)).toMatchObject({ status: 'completed', outcomeReward: 1, numCalls: 4, policyVersionAtStart: 7, startedEventId: batch[0].id, completedEventId: batch[5].id });
-      expect(byId.get(members[1].rolloutId)).toMatchObject({ status: 'completed', finishReason: 'env_error', error: 'tool crashed', outcomeReward: null });
+      expect(byId.get(members[0].rolloutId)).toMatchObject({
+        status: 'completed',
+        outcomeReward: 1,
+        numCalls: 4,
+        policyVersionAtStart: 7,
+        startedEventId: batch[0].id,
+        completedEventId: batch[5].id,
+      });
+      expect(byId.get(members[1].rolloutId)).toMatchObject({
+        status: 'completed',
+        finishReason: 'env_error',
+        error: 'tool crashed',
+        outcomeReward: null,
+      });
       expect(byId.get(members[2].rolloutId)?.status).toBe('running');
       expect(byId.get(other.rolloutId)?.status).toBe('running');
-      const rewards: { rollout_id: string; call_id: string | null; kind: string; value: number; label: string | null; ordinal: number; event_id: string }[] = await ds.query(
+      const rewards: {
+        rollout_id: string;
+        call_id: string | null;
+        kind: string;
+        value: number;
+        label: string | null;
+        ordinal: number;
+        event_id: string;
+      }[] = await ds.query(
         `SELECT "rollout_id", "call_id", "kind", "value", "label", "ordinal", "event_id" FROM "rewards" WHERE "rollout_id" = ANY($1::varchar[]) ORDER BY "rollout_id", "ordinal"`,
         [members.map((m) => m.rolloutId)],
       );
       expect(rewards.map((r) => ({ ...r, value: Number(r.value) }))).toEqual([
         { rollout_id: members[0].rolloutId, call_id: null, kind: 'outcome', value: 1, label: null, ordinal: 0, event_id: batch[5].id },
-        { rollout_id: members[0].rolloutId, call_id: process[0].callId, kind: 'process', value: 0.25, label: 'step', ordinal: 1, event_id: batch[5].id },
-        { rollout_id: members[0].rolloutId, call_id: process[1].callId, kind: 'process', value: -0.5, label: null, ordinal: 2, event_id: batch[5].id },
+        {
+          rollout_id: members[0].rolloutId,
+          call_id: process[0].callId,
+          kind: 'process',
+          value: 0.25,
+          label: 'step',
+          ordinal: 1,
+          event_id: batch[5].id,
+        },
+        {
+          rollout_id: members[0].rolloutId,
+          call_id: process[1].callId,
+          kind: 'process',
+          value: -0.5,
+          label: null,
+          ordinal: 2,
+          event_id: batch[5].id,
+        },
       ]);
       // redelivered, the whole run changes nothing
       expect(await ds.transaction((m) => store.applyEvents(batch.map(redeliver), m))).toBe(0);
@@ -89,7 +125,9 @@ export function describeBatchBehaviour(backend: string, dataSource: () => DataSo
       const known = newRolloutIds();
       await store.applyEvents([rolloutStarted(known)], ds.manager);
       const stranger = newRolloutIds();
-      await expect(ds.transaction((m) => store.applyEvents([rolloutCompleted(known), rolloutCompleted(stranger)], m))).rejects.toThrow(stranger.rolloutId);
+      await expect(ds.transaction((m) => store.applyEvents([rolloutCompleted(known), rolloutCompleted(stranger)], m))).rejects.toThrow(
+        stranger.rolloutId,
+      );
       expect((await ds.getRepository(Rollout).findOneByOrFail({ id: known.rolloutId })).status).toBe('running');
     });
 

@@ -1,11 +1,35 @@
 import { describe, expect, it } from 'vitest';
 import type { DataSource, EntityManager } from 'typeorm';
-import { Checkpoint, LlmCall, PolicyActivation, PolicyVersion, ProcessedEvent, ProcessedEventStore, Reward, Rollout, Task, TaskSet, TrainBatch, Trajectory } from '@anvil/persistence';
+import {
+  Checkpoint,
+  LlmCall,
+  PolicyActivation,
+  PolicyVersion,
+  ProcessedEvent,
+  ProcessedEventStore,
+  Reward,
+  Rollout,
+  Task,
+  TaskSet,
+  TrainBatch,
+  Trajectory,
+} from '@anvil/persistence';
 import { DataPoolStore } from '../data-pool-store';
 import { UnknownRolloutError } from '../errors';
 import { EventStore } from '../event-store';
 import { TaskStore } from '../task-store';
-import { llmCall, newRolloutIds, policyVersionActivated, redeliver, rolloutCompleted, rolloutStarted, trainBatchCreated, trajectoryReady, uid, weightsPublished } from '@anvil/contracts/testing';
+import {
+  llmCall,
+  newRolloutIds,
+  policyVersionActivated,
+  redeliver,
+  rolloutCompleted,
+  rolloutStarted,
+  trainBatchCreated,
+  trajectoryReady,
+  uid,
+  weightsPublished,
+} from '@anvil/contracts/testing';
 
 const bytesOf = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
@@ -35,7 +59,13 @@ export function describeStoreBehaviour(backend: string, dataSource: () => DataSo
   describe(`stores on ${backend}`, () => {
     const stores = () => {
       const ds = dataSource();
-      return { ds, events: new EventStore(ds), pool: new DataPoolStore(ds), processed: new ProcessedEventStore(ds), tasks: new TaskStore(ds) };
+      return {
+        ds,
+        events: new EventStore(ds),
+        pool: new DataPoolStore(ds),
+        processed: new ProcessedEventStore(ds),
+        tasks: new TaskStore(ds),
+      };
     };
 
     it('stores an llm call once however often it is delivered, with every field intact', async () => {
@@ -181,7 +211,9 @@ export function describeStoreBehaviour(backend: string, dataSource: () => DataSo
       const batch = trainBatchCreated([first.payload.trajectoryId, third.payload.trajectoryId]);
       expect(await events.applyEvent(batch)).toBe(true);
       expect(mine(await pool.unscheduledTrajectories())).toEqual([second.payload.trajectoryId]);
-      const scheduled = await ds.getRepository(Trajectory).findOneOrFail({ where: { id: first.payload.trajectoryId }, relations: { trainBatch: true } });
+      const scheduled = await ds
+        .getRepository(Trajectory)
+        .findOneOrFail({ where: { id: first.payload.trajectoryId }, relations: { trainBatch: true } });
       expect(scheduled.status).toBe('scheduled');
       expect(scheduled.trainBatch?.id).toBe(batch.payload.batchId);
       expect(scheduled.trainBatch?.numSamples).toBe(2);
@@ -303,7 +335,10 @@ export function describeStoreBehaviour(backend: string, dataSource: () => DataSo
         { id: ids.taskId, spec: { prompt: 'add 2 and 2', answer: 4 } },
         { id: `${ids.taskId}-b`, spec: { prompt: 'nested', tools: [{ name: 'calc' }] } },
       ]);
-      expect(await ds.manager.findOneByOrFail(TaskSet, { id: ids.taskSetId })).toMatchObject({ name: 'gsm-tools v2', config: { split: 'train', n: 2 } });
+      expect(await ds.manager.findOneByOrFail(TaskSet, { id: ids.taskSetId })).toMatchObject({
+        name: 'gsm-tools v2',
+        config: { split: 'train', n: 2 },
+      });
       expect((await tasks.tasksOfSet(ids.taskSetId)).map((t) => [t.id, t.spec])).toEqual([
         [ids.taskId, { prompt: 'add 2 and 2', answer: 4 }],
         [`${ids.taskId}-b`, { prompt: 'nested', tools: [{ name: 'calc' }] }],
