@@ -27,10 +27,19 @@ export default [
         {
           enforceBuildableLibDependency: false,
           allow: [],
+          // Benches and tests load some libraries lazily in one file and statically in another.
+          checkDynamicDependenciesExceptions: ['@anvil/.*'],
           depConstraints: [
-            // Apps never import apps: an app may depend on libraries only.
+            // Each service (apps/<service>, tag type:app) is deployable on its own (src/main.ts) and
+            // composable through its public entry point (src/index.ts, `@anvil/<service>`). Nx forbids
+            // any import of a project of type "application", which would also forbid the hosts that
+            // compose them; so the services are Nx library projects and these tags say who may import
+            // what. Apps never import apps: an app may depend on libraries only.
             { sourceTag: 'type:app', onlyDependOnLibsWithTags: ['type:lib'] },
             { sourceTag: 'type:lib', onlyDependOnLibsWithTags: ['type:lib'] },
+            // Hosts (the anvil CLI, tests, benches and tools) compose services through their entry
+            // points; a relative import into another project's src/ is refused by the rule itself.
+            { sourceTag: 'type:host', onlyDependOnLibsWithTags: ['type:lib', 'type:app', 'type:host'] },
             // Pure algorithms and contracts: only other pure libs, and no framework imports.
             { sourceTag: 'scope:pure', onlyDependOnLibsWithTags: ['scope:pure'], bannedExternalImports: FRAMEWORK_IMPORTS },
           ],

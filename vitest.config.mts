@@ -8,6 +8,10 @@ const root = fileURLToPath(new URL('.', import.meta.url));
 // Test support (each project's src/testing/, excluded from builds) under `@anvil/<project>/testing`;
 // listed first, since an alias also matches the paths below it.
 const alias = {
+  '@anvil/messaging/testing': `${root}libs/messaging/src/testing/index.ts`,
+  '@anvil/persistence/testing': `${root}libs/persistence/src/testing/index.ts`,
+  '@anvil/tokenizer/testing': `${root}libs/tokenizer/src/testing/index.ts`,
+  '@anvil/middleware/testing': `${root}apps/middleware/src/testing/index.ts`,
   '@anvil/contracts/testing': `${root}libs/contracts/src/testing/index.ts`,
   '@anvil/gateway/testing': `${root}apps/gateway/src/testing/index.ts`,
   '@anvil/inference-proxy/testing': `${root}apps/inference-proxy/src/testing/index.ts`,
@@ -22,7 +26,13 @@ const alias = {
   '@anvil/testing': `${root}libs/testing/src/index.ts`,
   '@anvil/inference-client': `${root}libs/inference-client/src/index.ts`,
   '@anvil/tokenizer': `${root}libs/tokenizer/src/index.ts`,
+  '@anvil/infra': `${root}tools/infra/lib.mjs`,
   '@anvil/train-batch': `${root}libs/train-batch/src/index.ts`,
+  '@anvil/gateway': `${root}apps/gateway/src/index.ts`,
+  '@anvil/inference-proxy': `${root}apps/inference-proxy/src/index.ts`,
+  '@anvil/middleware': `${root}apps/middleware/src/index.ts`,
+  '@anvil/rollout-manager': `${root}apps/rollout-manager/src/index.ts`,
+  '@anvil/trainer': `${root}apps/trainer/src/index.ts`,
 };
 const shared = { resolve: { alias } };
 

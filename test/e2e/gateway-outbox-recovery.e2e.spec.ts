@@ -5,10 +5,7 @@ import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import { createBus, type MessageBus, type Subscription } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
 import { createScratchDatabase, startService, waitFor, type ScratchDatabase, type ServiceProcess } from '@anvil/testing';
-import { storedCapture, type CaptureState } from '../../apps/gateway/src/capture/capture-store';
-import { OutboxRelay } from '../../apps/gateway/src/capture/outbox-relay';
-import { RecordCommitter, type CommitRequest } from '../../apps/gateway/src/capture/record-committer';
-import { SqlClient } from '../../apps/gateway/src/db/sql-client';
+import { storedCapture, type CaptureState, OutboxRelay, RecordCommitter, type CommitRequest, SqlClient } from '@anvil/gateway/testing';
 
 /**
  * "A crash after answering loses no record", with the built gateway as a process on

@@ -3,9 +3,7 @@ import type { DataSource } from 'typeorm';
 import { TOPICS, type EventEnvelope } from '@anvil/contracts';
 import { createBus, type MessageBus, type Subscription } from '@anvil/messaging';
 import { createDataSource } from '@anvil/persistence';
-import { startService, waitFor, type ServiceProcess } from '@anvil/testing';
-import type { FixtureServer } from '../../tools/bench/fixtures/fixture-model';
-import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';
+import { startService, waitFor, type ServiceProcess, type FixtureServer, startVllmFixture } from '@anvil/testing';
 
 /**
  * Graceful shutdown of the built gateway: SIGTERM while calls are in flight, on the

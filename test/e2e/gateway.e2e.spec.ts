@@ -6,9 +6,15 @@ import type { DataSource } from 'typeorm';
 import { PromptChain, TOPICS, type EventEnvelope, type LlmCallRecordedV1 } from '@anvil/contracts';
 import { createBus, type MessageBus, type Subscription } from '@anvil/messaging';
 import { createDataSource } from '@anvil/persistence';
-import { repoRoot, startService, waitFor, type ServiceProcess } from '@anvil/testing';
-import { fixtureGenerate, type FixtureServer } from '../../tools/bench/fixtures/fixture-model';
-import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';
+import {
+  repoRoot,
+  startService,
+  waitFor,
+  type ServiceProcess,
+  fixtureGenerate,
+  type FixtureServer,
+  startVllmFixture,
+} from '@anvil/testing';
 
 /**
  * The built gateway, inference-proxy (vLLM backend) and middleware as separate processes in front

@@ -2,9 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEvent, TOPICS, type AnyEventEnvelope } from '@anvil/contracts';
 import { InferenceProxyClient } from '@anvil/inference-client';
 import { createBus, type MessageBus, type Subscription } from '@anvil/messaging';
-import { startService, waitFor, type ServiceProcess } from '@anvil/testing';
-import type { FixtureServer } from '../../tools/bench/fixtures/fixture-model';
-import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';
+import { startService, waitFor, type ServiceProcess, type FixtureServer, startVllmFixture } from '@anvil/testing';
 
 /**
  * The built inference-proxy as its own process (INFERENCE_BACKEND=vllm) in front of two vLLM

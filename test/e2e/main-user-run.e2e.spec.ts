@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Model } from '@anvil/engine';
 import { loadChatFormat } from '@anvil/tokenizer';
-import { QWEN3_DIR } from '../../libs/tokenizer/src/testing/qwen3';
+import { QWEN3_DIR } from '@anvil/tokenizer/testing';
 
 /**
  * A user's own run through the main job's one command, `npm run main -- --config run.json`, in

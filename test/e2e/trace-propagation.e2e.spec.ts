@@ -4,8 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { encodeEvent, TOPICS } from '@anvil/contracts';
 import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import { createBus } from '@anvil/messaging';
-import { startService, waitFor } from '@anvil/testing';
-import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';
+import { startService, waitFor, startVllmFixture } from '@anvil/testing';
 
 /**
  * One trace follows a trajectory across services: an llm-call event published with a W3C

@@ -11,7 +11,7 @@ import { createDataSource, runMigrations } from '@anvil/persistence';
 import { seededRandom } from '@anvil/rl';
 import { createScratchDatabase, startService, waitFor, type ScratchDatabase, type ServiceProcess } from '@anvil/testing';
 import { PrefixTreeBuilder, writeTrainBatchBlob, type SampleMeta } from '@anvil/train-batch';
-import type { TrainerState } from '../../apps/trainer/src/checkpoints/checkpoint-store';
+import type { TrainerState } from '@anvil/trainer';
 
 /**
  * The built trainer as its own process on the real Kafka broker and PostgreSQL server. This test

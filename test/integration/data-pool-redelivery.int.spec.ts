@@ -6,8 +6,8 @@ import { TOPICS } from '@anvil/contracts';
 import { createBus, type MessageBus } from '@anvil/messaging';
 import { createDataSource, LlmCall, runMigrations } from '@anvil/persistence';
 import { waitFor } from '@anvil/testing';
-import { createDatabase } from '../../tools/infra/lib.mjs';
-import { DataPoolIngestion } from '../../apps/middleware/src/data-pool/ingestion';
+import { createDatabase } from '@anvil/infra';
+import { DataPoolIngestion } from '@anvil/middleware';
 import { llmCall, newRolloutIds } from '@anvil/contracts/testing';
 
 /**

@@ -6,11 +6,8 @@ import { TOPICS, type EventEnvelope } from '@anvil/contracts';
 import { createBus, type MessageBus } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
 import { createScratchDatabase, type ScratchDatabase } from '@anvil/testing';
-import { describePoolBadInput } from '../../apps/middleware/src/data-pool/testing/pool-bad-input.suite';
-import { describePoolBehaviour } from '../../apps/middleware/src/data-pool/testing/pool-behaviour.suite';
-import { describePoolFilters } from '../../apps/middleware/src/data-pool/testing/pool-filters.suite';
-import { rollout, uid } from '../../apps/middleware/src/data-pool/testing/pool-events';
-import { DataPoolRuntime } from '../../apps/middleware/src/runtime';
+import { describePoolBadInput, describePoolBehaviour, describePoolFilters, rollout, uid } from '@anvil/middleware/testing';
+import { DataPoolRuntime } from '@anvil/middleware';
 
 /** The Data Pool on the real Kafka broker and PostgreSQL server. */
 const brokers = process.env.KAFKA_BROKERS!;

@@ -3,12 +3,9 @@ import { TOPICS, type AnyEventEnvelope } from '@anvil/contracts';
 import { LlmCall, ProcessedEvent } from '@anvil/persistence';
 import { createSharedInfra, hostedServiceContext, startHostedService, type HostedService, type SharedInfra } from '@anvil/service-kit';
 import { waitFor } from '@anvil/testing';
-import { GatewayModule } from '../../apps/gateway/src/app.module';
-import { gatewayEnv } from '../../apps/gateway/src/config';
-import { InferenceProxyModule } from '../../apps/inference-proxy/src/app.module';
-import { inferenceProxyEnv } from '../../apps/inference-proxy/src/config';
-import { MiddlewareModule } from '../../apps/middleware/src/app.module';
-import { middlewareEnv } from '../../apps/middleware/src/config';
+import { GatewayModule, gatewayEnv } from '@anvil/gateway';
+import { InferenceProxyModule, inferenceProxyEnv } from '@anvil/inference-proxy';
+import { MiddlewareModule, middlewareEnv } from '@anvil/middleware';
 
 /**
  * The one-process deployment: gateway, inference-proxy (embedded engine, built-in tiny

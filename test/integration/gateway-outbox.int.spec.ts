@@ -6,10 +6,15 @@ import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import { createBus, stderrLogger, type KafkaConsumerTuning, type MessageBus } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
 import { createScratchDatabase, waitFor, type ScratchDatabase } from '@anvil/testing';
-import { CaptureStore, storedCapture, type CaptureState } from '../../apps/gateway/src/capture/capture-store';
-import { OutboxRelay } from '../../apps/gateway/src/capture/outbox-relay';
-import { RecordCommitter, type CommitRequest } from '../../apps/gateway/src/capture/record-committer';
-import { SqlClient } from '../../apps/gateway/src/db/sql-client';
+import {
+  CaptureStore,
+  storedCapture,
+  type CaptureState,
+  OutboxRelay,
+  RecordCommitter,
+  type CommitRequest,
+  SqlClient,
+} from '@anvil/gateway/testing';
 
 /**
  * The gateway's outbox on the real server and broker: a call is answered once its statement

@@ -1,10 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { fixtureGenerate, type FixtureServer } from '../../tools/bench/fixtures/fixture-model';
-import { startSglangFixture } from '../../tools/bench/fixtures/sglang-fixture';
-import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';
-import { BackendUnavailableError, type InferenceBackend, type SamplingParams } from '../../apps/inference-proxy/src/backends/backend';
-import { SglangBackend } from '../../apps/inference-proxy/src/backends/sglang-backend';
-import { VllmBackend } from '../../apps/inference-proxy/src/backends/vllm-backend';
+import { fixtureGenerate, type FixtureServer, startSglangFixture, startVllmFixture } from '@anvil/testing';
+import { BackendUnavailableError, type InferenceBackend, type SamplingParams, SglangBackend, VllmBackend } from '@anvil/inference-proxy';
 
 /** The real vLLM and SGLang clients against the engines' protocol fixtures (local HTTP servers, no Kafka). */
 const sampling = (over: Partial<SamplingParams> = {}): SamplingParams => ({

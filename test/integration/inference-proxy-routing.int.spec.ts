@@ -2,15 +2,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createEvent, type GenerateRequest, type AnyEventEnvelope } from '@anvil/contracts';
 import { MemoryBus } from '@anvil/messaging';
 import { createLogger } from '@anvil/observability';
-import { fixtureGenerate, type FixtureServer } from '../../tools/bench/fixtures/fixture-model';
-import { startSglangFixture } from '../../tools/bench/fixtures/sglang-fixture';
-import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';
-import type { InferenceBackend } from '../../apps/inference-proxy/src/backends/backend';
-import { SglangBackend } from '../../apps/inference-proxy/src/backends/sglang-backend';
-import { VllmBackend } from '../../apps/inference-proxy/src/backends/vllm-backend';
-import type { InferenceRuntime } from '../../apps/inference-proxy/src/runtime';
-import { testRuntime } from '@anvil/inference-proxy/testing';
-import { WeightsPublishedHandler } from '../../apps/inference-proxy/src/weights/weights-published-handler';
+import { fixtureGenerate, type FixtureServer, startSglangFixture, startVllmFixture } from '@anvil/testing';
+import { type InferenceBackend, SglangBackend, VllmBackend, type InferenceRuntime } from '@anvil/inference-proxy';
+import { testRuntime, WeightsPublishedHandler } from '@anvil/inference-proxy/testing';
 
 /**
  * The router, fail-over and weight-swap policies driving the real vLLM / SGLang clients

@@ -5,11 +5,8 @@ import { createEvent, TOPICS, type AnyEventEnvelope } from '@anvil/contracts';
 import { InferenceProxyClient, InferenceProxyError } from '@anvil/inference-client';
 import { createBus, type MessageBus, type Subscription } from '@anvil/messaging';
 import { createLogger, ServiceMetrics, type Telemetry } from '@anvil/observability';
-import { waitFor } from '@anvil/testing';
-import { InferenceProxyModule } from '../../apps/inference-proxy/src/app.module';
-import { inferenceProxyEnv } from '../../apps/inference-proxy/src/config';
-import { fixtureGenerate, type FixtureServer } from '../../tools/bench/fixtures/fixture-model';
-import { startVllmFixture } from '../../tools/bench/fixtures/vllm-fixture';
+import { waitFor, fixtureGenerate, type FixtureServer, startVllmFixture } from '@anvil/testing';
+import { InferenceProxyModule, inferenceProxyEnv } from '@anvil/inference-proxy';
 
 /**
  * The inference-proxy's Nest app in-process on the real Kafka broker and PostgreSQL, in front of

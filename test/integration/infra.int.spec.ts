@@ -4,11 +4,11 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '@anvil/config';
-import { gatewayEnv } from '../../apps/gateway/src/config';
-import { inferenceProxyEnv } from '../../apps/inference-proxy/src/config';
-import { middlewareEnv } from '../../apps/middleware/src/config';
-import { rolloutManagerEnv } from '../../apps/rollout-manager/src/config';
-import { trainerEnv } from '../../apps/trainer/src/config';
+import { gatewayEnv } from '@anvil/gateway';
+import { inferenceProxyEnv } from '@anvil/inference-proxy';
+import { middlewareEnv } from '@anvil/middleware';
+import { rolloutManagerEnv } from '@anvil/rollout-manager';
+import { trainerEnv } from '@anvil/trainer';
 import { parseRunConfig } from '../../tools/embedded/run-config';
 import { APPS as STACK_APPS, knobEnvs, serviceEnv, type RunWiring } from '../../tools/stack/service-env';
 

@@ -2,7 +2,7 @@ import { TOPICS } from '@anvil/contracts';
 import { createBus, stderrLogger, type KafkaConsumerTuning, type MessageBus } from '@anvil/messaging';
 import { Kafka, logLevel, type Admin } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { describeBusConformance } from '../../libs/messaging/src/testing/bus-conformance';
+import { describeBusConformance } from '@anvil/messaging/testing';
 import { sequencedRolloutStarted } from '@anvil/contracts/testing';
 
 // Real broker: `node tools/infra/kafka.mjs start` prints KAFKA_BROKERS (the test runner does it).

@@ -2,12 +2,9 @@ import type { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDataSource, LlmCall, MIGRATIONS, runMigrations } from '@anvil/persistence';
 import { createScratchDatabase, type ScratchDatabase } from '@anvil/testing';
-import { describeMigrationBehaviour } from '../../libs/persistence/src/testing/migration-behaviour.suite';
-import { EventStore } from '../../apps/middleware/src/data-pool/projections';
+import { describeMigrationBehaviour } from '@anvil/persistence/testing';
+import { EventStore, describeStoreBehaviour, describeBatchBehaviour, describeIngestionBehaviour } from '@anvil/middleware/testing';
 import { llmCall, newRolloutIds, redeliver } from '@anvil/contracts/testing';
-import { describeStoreBehaviour } from '../../apps/middleware/src/data-pool/projections/testing/store-behaviour.suite';
-import { describeBatchBehaviour } from '../../apps/middleware/src/data-pool/projections/testing/batch-behaviour.suite';
-import { describeIngestionBehaviour } from '../../apps/middleware/src/data-pool/testing/ingestion-behaviour.suite';
 
 // Real server: `node tools/infra/postgres.mjs start` prints DATABASE_URL (the test runner does it).
 const serverUrl = process.env.DATABASE_URL;

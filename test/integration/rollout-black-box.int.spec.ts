@@ -4,9 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GatewayCall, GatewaySession } from '@anvil/persistence';
-import { RolloutRuntime, type RolloutOutcome } from '../../apps/rollout-manager/src/runtime';
-import { ChainAddEnvironment } from '../../apps/rollout-manager/src/environments/chain-add';
-import { TaskFileError } from '../../apps/rollout-manager/src/tasks/jsonl';
+import { RolloutRuntime, type RolloutOutcome, ChainAddEnvironment, TaskFileError } from '@anvil/rollout-manager';
 import { ADMIN_TOKEN, oraclePolicy, startRolloutStack, until, type RolloutStack } from './fixtures/rollout-stack';
 
 /**

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GatewaySession } from '@anvil/persistence';
-import { RolloutRuntime, type RolloutOutcome } from '../../apps/rollout-manager/src/runtime';
+import { RolloutRuntime, type RolloutOutcome } from '@anvil/rollout-manager';
 import { ADMIN_TOKEN, oraclePolicy, startRolloutStack, until, type RolloutStack } from './fixtures/rollout-stack';
 
 /**

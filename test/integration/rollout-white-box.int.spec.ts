@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEvent } from '@anvil/contracts';
 import { GatewaySession } from '@anvil/persistence';
-import { RolloutRuntime, type RolloutOutcome } from '../../apps/rollout-manager/src/runtime';
+import { RolloutRuntime, type RolloutOutcome } from '@anvil/rollout-manager';
 import { ADMIN_TOKEN, oraclePolicy, renderPrompt, startRolloutStack, until, type RolloutStack } from './fixtures/rollout-stack';
 
 /**

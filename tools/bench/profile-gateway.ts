@@ -14,8 +14,7 @@ import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { startService, waitFor, type ServiceProcess } from '@anvil/testing';
-import { spawnVllmFixture } from './fixtures/spawn-vllm-fixture';
+import { startService, waitFor, type ServiceProcess, spawnVllmFixture } from '@anvil/testing';
 
 const { values: args } = parseArgs({
   options: {

@@ -29,6 +29,43 @@ describe('Nx module boundaries', () => {
     ).toEqual([]);
   });
 
+  it("let a host (tests, benches, the CLI) import a service's public entry point", async () => {
+    const code = "import { GatewayModule } from '@anvil/gateway';\nexport const m = GatewayModule;\n";
+    expect(await boundaryErrors('test/integration/probe.int.spec.ts', code)).toEqual([]);
+    expect(await boundaryErrors('tools/bench/suites/probe.ts', code)).toEqual([]);
+  });
+
+  it("forbid a host reaching into a service's src/ by a relative path", async () => {
+    const code = "import { CallService } from '../../apps/gateway/src/chat/call-service';\nexport const c = CallService;\n";
+    const errors = await boundaryErrors('test/integration/probe.int.spec.ts', code);
+    expect(errors.join('\n')).toMatch(/relative or absolute path/);
+  });
+
+  it("forbid an app importing another app's public entry point", async () => {
+    const errors = await boundaryErrors(
+      'apps/gateway/src/probe.ts',
+      "import { TrainerRuntime } from '@anvil/trainer';\nexport const t = TrainerRuntime;\n",
+    );
+    expect(errors.join('\n')).toMatch(/type:lib/);
+  });
+
+  it('forbid a library importing a service', async () => {
+    // Nx names the circle first where the service already depends on the library; either refuses it.
+    const errors = await boundaryErrors(
+      'libs/service-kit/src/probe.ts',
+      "import { GatewayModule } from '@anvil/gateway';\nexport const m = GatewayModule;\n",
+    );
+    expect(errors.join('\n')).toMatch(/type:lib|Circular dependency/);
+  });
+
+  it('forbid a service importing a host (the test tooling)', async () => {
+    const errors = await boundaryErrors(
+      'apps/gateway/src/probe.ts',
+      "import { startStack } from '@anvil/infra';\nexport const s = startStack;\n",
+    );
+    expect(errors.join('\n')).toMatch(/type:lib|Circular dependency/);
+  });
+
   it('forbid an app importing another app', async () => {
     const errors = await boundaryErrors(
       'apps/gateway/src/probe.ts',

@@ -9,8 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Model, type Backend } from '@anvil/engine';
 import { lossConfig, prefixTreeOf, seededRandom } from '@anvil/rl';
-import { CheckpointStore } from '../../apps/trainer/src/checkpoints/checkpoint-store';
-import { trainOnTree, type TrainSettings } from '../../apps/trainer/src/training/train-step';
+import { CheckpointStore, trainOnTree, type TrainSettings } from '@anvil/trainer';
 
 /** Two groups of multi-turn trajectories (calls extend each other) with recorded behaviour log-probs. */
 function batch(seed: number) {

@@ -12,8 +12,13 @@ import { startEmbeddedLoop, type EmbeddedLoop, type LoopModel } from './host';
 import { Progress } from './progress';
 import { trainPass, type RunConfig } from './run-config';
 import { RunRecorder } from './run-recorder';
-import { taskSetSpecSchema, type TaskSetSpec, type TaskSetSpecInput } from '../../apps/rollout-manager/src/tasks/task-set';
-import type { RolloutOutcome, RolloutRuntime } from '../../apps/rollout-manager/src/runtime';
+import {
+  taskSetSpecSchema,
+  type TaskSetSpec,
+  type TaskSetSpecInput,
+  type RolloutOutcome,
+  type RolloutRuntime,
+} from '@anvil/rollout-manager';
 
 /** What loading a task set needs of the rollout-manager. */
 export type TaskSetLoader = Pick<RolloutRuntime, 'loadBuiltin' | 'loadTaskSet'>;

@@ -9,7 +9,7 @@ import { dirname, isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
 import { WEIGHT_SWAP_CHOICES } from '@anvil/contracts';
 import { lossConfig, LossConfigError } from '@anvil/rl';
-import { agentSpecSchema, contextSpecSchema, limitsSchema, verifierSpecSchema } from '../../apps/rollout-manager/src/tasks/task-set';
+import { agentSpecSchema, contextSpecSchema, limitsSchema, verifierSpecSchema } from '@anvil/rollout-manager';
 
 const positiveInt = () => z.number().int().positive();
 const nonNegInt = () => z.number().int().nonnegative();

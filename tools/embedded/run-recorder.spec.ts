@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { EvaluationCompletedV1 } from '@anvil/contracts';
-import type { TrainerStepEvent } from '../../apps/trainer/src/runtime';
+import type { TrainerStepEvent } from '@anvil/trainer';
 import { RunRecorder } from './run-recorder';
 
 /** A step as it arrives over HTTP: JSON turned the trainer's NaN into null. */

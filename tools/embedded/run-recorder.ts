@@ -5,7 +5,7 @@
  * distributed run and an embedded one are read the same way.
  */
 import type { EvaluationCompletedV1 } from '@anvil/contracts';
-import type { TrainerStepEvent } from '../../apps/trainer/src/runtime';
+import type { TrainerStepEvent } from '@anvil/trainer';
 import type { EvalRow, StepRow } from './rl-report';
 
 /** JSON has no NaN: the trainer's NaN (a skipped step's loss, a ratio with no tokens) arrives as null. */

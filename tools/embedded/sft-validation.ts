@@ -9,7 +9,7 @@
  */
 import { createGenerator, type Model } from '@anvil/engine';
 import { parseAssistantOutput, type ChatFormat } from '@anvil/tokenizer';
-import type { ChatMessage, Environment, EnvTask } from '../../apps/rollout-manager/src/environments/types';
+import type { ChatMessage, Environment, EnvTask } from '@anvil/rollout-manager';
 
 export interface PassRateOptions {
   temperature: number;

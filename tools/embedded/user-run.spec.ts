@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { normalizeConfig, toHfConfig } from '@anvil/engine';
-import { QWEN3_DIR } from '../../libs/tokenizer/src/testing/qwen3';
+import { QWEN3_DIR } from '@anvil/tokenizer/testing';
 import { runConfigInput } from './run-config';
 import { checkModelDir, checkTaskFile, runConfigProblems, servedModelName, taskSetOf } from './user-run';
 import { parseRunConfig } from './run-config';

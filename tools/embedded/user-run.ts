@@ -9,18 +9,21 @@ import { basename, delimiter, isAbsolute, join, resolve } from 'node:path';
 import type { z } from 'zod';
 import { parseHfConfig } from '@anvil/engine';
 import { loadChatFormat } from '@anvil/tokenizer';
-import { vocabularyMismatch } from '../../apps/gateway/src/models/inference-proxy-probe';
-import { AgentSpecError, checkAgentEnv } from '../../apps/rollout-manager/src/agents/black-box';
-import { BUILTIN_ENVIRONMENTS } from '../../apps/rollout-manager/src/environments/registry';
-import { parseTaskJsonl, TaskFileError, type StoredTask } from '../../apps/rollout-manager/src/tasks/jsonl';
+import { vocabularyMismatch } from '@anvil/gateway';
 import {
+  AgentSpecError,
+  checkAgentEnv,
+  BUILTIN_ENVIRONMENTS,
+  parseTaskJsonl,
+  TaskFileError,
+  type StoredTask,
   agentSpecSchema,
   verifierSpecSchema,
   type AgentSpec,
   type TaskSetSpecInput,
   type VerifierSpec,
-} from '../../apps/rollout-manager/src/tasks/task-set';
-import { BUILTIN_VERIFIERS } from '../../apps/rollout-manager/src/verifiers/verifiers';
+  BUILTIN_VERIFIERS,
+} from '@anvil/rollout-manager';
 import type { RlTaskSet } from './rl-phase';
 import { chainAddConfigOf, parseRunConfig, RunConfigError, runConfigInput, type RunConfig } from './run-config';
 

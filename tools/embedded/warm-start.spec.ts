@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Model } from '@anvil/engine';
 import { tinyChatFormat } from '@anvil/tokenizer';
-import { ChainAddEnvironment, demonstration } from '../../apps/rollout-manager/src/environments/chain-add';
+import { ChainAddEnvironment, chainAddDemonstration as demonstration } from '@anvil/rollout-manager';
 import { passRate } from './sft-validation';
 import { sftSamples, warmStart, warmStartKey, type WarmStartOptions } from './warm-start';
 

@@ -21,9 +21,8 @@ import { join, resolve } from 'node:path';
 import { getThreads, Model, setThreads, tinyConfig, type ModelConfig } from '@anvil/engine';
 import { packSamples, type PackSample } from '@anvil/rl';
 import { loadChatFormat, tinyChatFormat, type ChatFormat } from '@anvil/tokenizer';
-import { ChainAddEnvironment, type ChainAddConfig } from '../../apps/rollout-manager/src/environments/chain-add';
+import { ChainAddEnvironment, type ChainAddConfig, type ChatMessage, type EnvTask } from '@anvil/rollout-manager';
 import { passRate } from './sft-validation';
-import type { ChatMessage, EnvTask } from '../../apps/rollout-manager/src/environments/types';
 
 /** Bumped when the recipe below changes, so an old cache is never taken for a new recipe. */
 const RECIPE = 'sft-chain-add/3';

@@ -5,7 +5,7 @@
  */
 import { Agent, request } from 'undici';
 import type { EvaluationCompletedV1 } from '@anvil/contracts';
-import type { LoggedStep } from '../../apps/trainer/src/http/step-log';
+import type { LoggedStep } from '@anvil/trainer';
 
 /** An evaluation answers when its last rollout is scored: minutes for a large eval split, past undici's default 300 s header timeout. */
 const patient = new Agent({ headersTimeout: 0, bodyTimeout: 0 });

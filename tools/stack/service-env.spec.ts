@@ -3,11 +3,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '@anvil/config';
-import { gatewayEnv } from '../../apps/gateway/src/config';
-import { inferenceProxyEnv } from '../../apps/inference-proxy/src/config';
-import { middlewareEnv } from '../../apps/middleware/src/config';
-import { rolloutManagerEnv } from '../../apps/rollout-manager/src/config';
-import { lossConfigOf as trainerLossConfigOf, trainerEnv } from '../../apps/trainer/src/config';
+import { gatewayEnv } from '@anvil/gateway';
+import { inferenceProxyEnv } from '@anvil/inference-proxy';
+import { middlewareEnv } from '@anvil/middleware';
+import { rolloutManagerEnv } from '@anvil/rollout-manager';
+import { lossConfigOf as trainerLossConfigOf, trainerEnv } from '@anvil/trainer';
 import { lossConfigOf, parseRunConfig } from '../embedded/run-config';
 import { APPS, serviceEnv, START_WAVES, STOP_WAVES, type RunWiring } from './service-env';
 

@@ -1,2 +1,3 @@
 export * from './service-process';
 export * from './scratch-database';
+export * from './backend-fixtures';

@@ -21,9 +21,8 @@ import { encodeEvent, TOPICS, type AnyEventEnvelope } from '@anvil/contracts';
 import { createBus, type MessageBus } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
 import type { DataSource } from 'typeorm';
-import { DataPoolIngestion } from '../../../apps/middleware/src/data-pool/ingestion';
-import { completed, started, trajectoryCalls } from '../../../apps/middleware/src/data-pool/testing/pool-events';
-import { DataPoolRuntime } from '../../../apps/middleware/src/runtime';
+import { DataPoolIngestion, DataPoolRuntime } from '@anvil/middleware';
+import { completed, started, trajectoryCalls } from '@anvil/middleware/testing';
 import { percentile, printTable, sleep } from './bench-kit';
 
 process.env.KAFKA_PORT ??= '39092';

@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- gateway`: the built gateway + inference-proxy (vLLM backend) in front of the
- * vLLM protocol fixture (tools/bench/fixtures/vllm-fixture.ts, its own process, a fixed per-token
+ * vLLM protocol fixture (libs/testing/src/backend-fixtures/vllm-fixture.ts, its own process, a fixed per-token
  * latency so the backend time is constant), on the real Kafka broker and PostgreSQL.
  *  1. Added latency over calling the backend directly: the same generation sent straight to the
  *     fixture's /v1/completions (token ids, the request the proxy sends) vs a chat completion
@@ -22,9 +22,8 @@ import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createGenerator, Model, setThreads, type ModelConfigInput } from '@anvil/engine';
-import { repoRoot, startService, waitFor, type ServiceProcess } from '@anvil/testing';
+import { repoRoot, startService, waitFor, type ServiceProcess, spawnVllmFixture } from '@anvil/testing';
 import { tinyChatFormat } from '@anvil/tokenizer';
-import { spawnVllmFixture } from '../fixtures/spawn-vllm-fixture';
 import { percentile, printTable, sleep } from './bench-kit';
 
 process.env.KAFKA_PORT ??= '39192';

@@ -10,7 +10,7 @@ import { encodeEvent, TOPICS, type EventEnvelope } from '@anvil/contracts';
 import { sampleLlmCallEvent } from '@anvil/contracts/testing';
 import { createBus, type MessageBus } from '@anvil/messaging';
 import { createDataSource, runMigrations } from '@anvil/persistence';
-import { DataPoolIngestion } from '../../../apps/middleware/src/data-pool/ingestion';
+import { DataPoolIngestion } from '@anvil/middleware';
 import { percentile, printTable, sleep } from './bench-kit';
 
 process.env.KAFKA_PORT ??= '39092';

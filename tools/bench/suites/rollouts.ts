@@ -121,8 +121,7 @@ async function serveGateway(dbUrl: string, brokers: string, topicPrefix: string)
   const { createLogger, ServiceMetrics } = await import('@anvil/observability');
   const { createDataSource } = await import('@anvil/persistence');
   const { DATA_SOURCE, EVENT_BUS, OpsModule } = await import('@anvil/service-kit');
-  const { gatewayEnv } = await import('../../../apps/gateway/src/config');
-  const { GatewayApiModule } = await import('../../../apps/gateway/src/gateway-api.module');
+  const { gatewayEnv, GatewayApiModule } = await import('@anvil/gateway');
   const backend = await startBackend(LATENCY_MS);
   const ds = createDataSource({ url: dbUrl, poolSize: 20 });
   await ds.initialize();
@@ -190,7 +189,7 @@ async function main(): Promise<void> {
   const { createScratchDatabase } = await import('@anvil/testing');
   const { createBus } = await import('@anvil/messaging');
   const { createDataSource, runMigrations } = await import('@anvil/persistence');
-  const { RolloutRuntime } = await import('../../../apps/rollout-manager/src/runtime');
+  const { RolloutRuntime } = await import('@anvil/rollout-manager');
   const { printTable } = await import('./bench-kit');
   const root = join(__dirname, '..', '..', '..');
 

@@ -1,0 +1,27 @@
+/**
+ * The rollout-manager's public entry point (`@anvil/rollout-manager`): what hosts (the `anvil`
+ * CLI's in-process run and its configuration checks, tests, benches) may use. Everything else
+ * under src/ is the service's own.
+ */
+export { RolloutManagerModule } from './app.module';
+export { rolloutManagerEnv, type RolloutManagerConfig } from './config';
+export { RolloutRuntime, EvaluationError, type RolloutOutcome, type RolloutRuntimeOptions, type AdmissionBlock } from './runtime';
+export {
+  agentSpecSchema,
+  contextSpecSchema,
+  limitsSchema,
+  taskSetSpecSchema,
+  verifierSpecSchema,
+  type AgentSpec,
+  type ContextSpec,
+  type RolloutLimits,
+  type TaskSetSpec,
+  type TaskSetSpecInput,
+  type VerifierSpec,
+} from './tasks/task-set';
+export { parseTaskJsonl, TaskFileError, type StoredTask } from './tasks/jsonl';
+export type { ChatMessage, EnvTask, Environment, ToolSpec } from './environments/types';
+export { BUILTIN_ENVIRONMENTS, type EnvironmentFactory } from './environments/registry';
+export { ChainAddEnvironment, chainAddDemonstration, type ChainAddConfig } from './environments/chain-add';
+export { BUILTIN_VERIFIERS, type VerifierFn } from './verifiers/verifiers';
+export { AgentSpecError, checkAgentEnv } from './agents/black-box';
