@@ -45,6 +45,8 @@ const shape = {
   TRAINER_RUN_ID: z.string().min(1).max(128).default('default'),
   /** The starting weights: a Hugging Face model directory (config.json + safetensors). Unset: the built-in tiny model (random init, seed 0), the one the inference-proxy serves without EMBEDDED_CHECKPOINT_DIR. */
   TRAINER_INITIAL_CHECKPOINT_DIR: z.string().min(1).optional(),
+  /** Where the model's tokenizer files and chat template are, copied into every published version; unset: TRAINER_INITIAL_CHECKPOINT_DIR (a warm start of a user's model holds only weights). */
+  TRAINER_TOKENIZER_DIR: z.string().min(1).optional(),
   /** Where checkpoints (Hugging Face layout, one directory per published version) are written and published from. */
   CHECKPOINT_DIR: z.string({ error: 'is required (a writable directory)' }).min(1, 'is required (a writable directory)'),
   /** Weight-only versions kept on disk (the newest ones; resume points are counted apart). */

@@ -56,7 +56,7 @@ export async function startTrainer(
     store: new CheckpointStore(config.CHECKPOINT_DIR, {
       keepPublished: config.CHECKPOINT_KEEP_PUBLISHED,
       keepFull: config.CHECKPOINT_KEEP_FULL,
-      ...(dir ? { tokenizerDir: dir } : {}),
+      ...(config.TRAINER_TOKENIZER_DIR || dir ? { tokenizerDir: config.TRAINER_TOKENIZER_DIR ?? dir } : {}),
     }),
     batches: new PostgresBatchSource(deps.dataSource),
     logger: deps.logger,
