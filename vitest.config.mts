@@ -30,6 +30,7 @@ const alias = {
   '@anvil/model-import': `${root}libs/model-import/src/index.ts`,
   '@anvil/guided-decoding': `${root}libs/guided-decoding/src/index.ts`,
   '@anvil/sandbox': `${root}libs/sandbox/src/index.ts`,
+  '@anvil/cli': `${root}apps/anvil/src/index.ts`,
   '@anvil/train-batch': `${root}libs/train-batch/src/index.ts`,
   '@anvil/gateway': `${root}apps/gateway/src/index.ts`,
   '@anvil/inference-proxy': `${root}apps/inference-proxy/src/index.ts`,

@@ -10,7 +10,7 @@ import { createBus } from '@anvil/messaging';
 import { waitFor } from '@anvil/testing';
 
 /**
- * The distributed run, end to end, as a user starts it: `npm run stack -- up` on the real Kafka
+ * The distributed run, end to end, as a user starts it: `anvil stack up` on the real Kafka
  * broker and PostgreSQL server (the test's own, given with --brokers/--database), five built
  * services as five processes, a few training steps of the built-in task on the tiny model. Then it
  * reads what the run left where it should be: the trainer's weights.published (checkpoints on disk
@@ -46,8 +46,8 @@ const config = {
 function stackUp(configFile: string): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve) => {
     const args = [
-      'tsx',
-      'tools/stack/cli.ts',
+      'apps/anvil/bin/anvil.cjs',
+      'stack',
       'up',
       '--config',
       configFile,
@@ -57,7 +57,7 @@ function stackUp(configFile: string): Promise<{ code: number | null; out: string
       SERVER_URL!,
       '--no-build',
     ];
-    const child = spawn('npx', args, { cwd: process.cwd(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, args, { cwd: process.cwd(), stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -81,7 +81,7 @@ interface Summary {
 /** The Uint32 little-endian array a bytea token column holds. */
 const u32 = (b: Buffer) => Array.from({ length: b.length / 4 }, (_, i) => b.readUInt32LE(i * 4));
 
-describe('npm run stack -- up', () => {
+describe('anvil stack up', () => {
   it(
     'runs five services over Kafka and PostgreSQL: weights published and picked up, versions on tokens advancing, trajectories and batches stored',
     { timeout: 240_000 },

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
 /**
- * The learning test: `npm run main` (the embedded default, its own warm start included) on a fresh
+ * The learning test: `anvil train` (`npm run main`, the embedded default, its own warm start included) on a fresh
  * data directory must raise held-out success at the end of RL by 15 points over the warm start's (same
  * tasks, same sampler seeds), and keep the train/inference mismatch of the tokens the current version generated within bounds (a
  * peer's CI fails when the mean KL over its last steps exceeds 0.15; the embedded engine both
@@ -16,7 +16,7 @@ afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
 function runMain(configFile: string): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['tools/main.mjs', '--config', configFile], {
+    const child = spawn(process.execPath, ['apps/anvil/bin/anvil.cjs', 'train', '--config', configFile], {
       cwd: process.cwd(),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -27,7 +27,7 @@ function runMain(configFile: string): Promise<{ code: number | null; out: string
   });
 }
 
-describe('npm run main', () => {
+describe('anvil train (npm run main)', () => {
   it(
     'learns: held-out success after RL is above the warm start, the mismatch stays at the engine level, the report is written',
     { timeout: 2_700_000 },

@@ -8,7 +8,7 @@ import { loadChatFormat } from '@anvil/tokenizer';
 import { QWEN3_DIR } from '@anvil/tokenizer/testing';
 
 /**
- * A user's own run through the main job's one command, `npm run main -- --config run.json`, in
+ * A user's own run through the main job's one command, `anvil train --config run.json`, in
  * one process: a Hugging Face model directory the engine saved (a tiny Qwen2-architecture model,
  * random init, with the real Qwen3 tokenizer.json and its chat template from tokenizer_config.json),
  * a task JSONL, a black-box agent (examples/python-agent: a Python program on the official openai
@@ -26,7 +26,7 @@ const SERVED = 'tiny-qwen2';
 
 function runMain(configFile: string): Promise<{ code: number | null; out: string; err: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['tools/main.mjs', '--config', configFile], {
+    const child = spawn(process.execPath, ['apps/anvil/bin/anvil.cjs', 'train', '--config', configFile], {
       cwd: process.cwd(),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -80,7 +80,7 @@ process.stdin.on('end', () => {
   );
 }, 120_000);
 
-describe('npm run main -- --config run.json: a user run', () => {
+describe('anvil train --config run.json: a user run', () => {
   it(
     'trains a Hugging Face model directory on a task JSONL with a black-box agent and a command verifier, and reports',
     { timeout: 600_000 },

@@ -9,8 +9,7 @@ import { inferenceProxyEnv } from '@anvil/inference-proxy';
 import { middlewareEnv } from '@anvil/middleware';
 import { rolloutManagerEnv } from '@anvil/rollout-manager';
 import { trainerEnv } from '@anvil/trainer';
-import { parseRunConfig } from '../../tools/embedded/run-config';
-import { APPS as STACK_APPS, knobEnvs, serviceEnv, type RunWiring } from '../../tools/stack/service-env';
+import { APPS as STACK_APPS, knobEnvs, parseRunConfig, serviceEnv, type RunInfrastructure, type RunWiring } from '@anvil/cli';
 
 // Validates docker-compose.yml the way `docker compose config` does (no Docker engine needed):
 // tools/infra/compose.mjs uses the docker compose v2 plugin when present, else a compose-go build.
@@ -135,24 +134,22 @@ describe('docker-compose.yml', () => {
     }
   });
 
-  it('sets the knobs and the wiring `npm run stack -- up` sets for the default run configuration (tools/stack/service-env.ts)', () => {
+  it('sets the knobs and the wiring `anvil stack up` sets for the default run configuration (apps/anvil/src/config/service-settings.ts)', () => {
     const cfg = parseRunConfig({});
     const knobs = knobEnvs(cfg);
     const wiring: RunWiring = {
       runId: 'r',
-      kafkaBrokers: 'k:1',
-      databaseUrl: 'postgres://a@b/c',
-      topicPrefix: 'p.',
+      model: { checkpointDir: '/m', chatFormatDir: null, servedName: 'anvil-tiny' },
       adminToken: 'a'.repeat(48),
-      initialCheckpointDir: '/m',
       checkpointDir: '/c',
     };
+    const infra: RunInfrastructure = { kafkaBrokers: 'k:1', databaseUrl: 'postgres://a@b/c', topicPrefix: 'p.' };
     const urls = Object.fromEntries(STACK_APPS.map((a) => [a, 'http://h:1']));
     for (const app of STACK_APPS) {
       const env = project.services[app].environment ?? {};
       for (const [k, v] of Object.entries(knobs[app])) expect(env[k], `${app} ${k}`).toBe(v);
       // Every variable the stack hands the service, except the topic prefix (one compose deployment per broker).
-      const missing = Object.keys(serviceEnv(app, cfg, wiring, urls)).filter((k) => k !== 'KAFKA_TOPIC_PREFIX' && !(k in env));
+      const missing = Object.keys(serviceEnv(app, cfg, wiring, infra, urls)).filter((k) => k !== 'KAFKA_TOPIC_PREFIX' && !(k in env));
       expect(missing, app).toEqual([]);
     }
   });

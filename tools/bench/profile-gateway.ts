@@ -145,7 +145,7 @@ function summarize(file: string, top: number, window: [number, number]): void {
 }
 
 async function main() {
-  const { startStack, stopStack } = await import('../infra/lib.mjs');
+  const { startStack, stopStack } = await import('@anvil/infra');
   const profDir = mkdtempSync(join(tmpdir(), 'anvil-gw-prof-'));
   const services: ServiceProcess[] = [];
   let fixture: { child: ChildProcess; url: string } | undefined;

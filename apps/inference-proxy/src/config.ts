@@ -18,6 +18,8 @@ export const inferenceProxyEnv = z
     EMBEDDED_CHECKPOINT_DIR: z.string().optional(),
     /** embedded: sequences the engine decodes together at most (further requests wait for a slot). Match it to the rollouts in flight. */
     EMBEDDED_MAX_BATCH: positiveInt(32),
+    /** embedded: threads per engine call (OpenMP kernels and OpenBLAS); unset: the engine's default (ANVIL_ENGINE_THREADS, else 2). */
+    ENGINE_THREADS: z.coerce.number().int().positive().optional(),
     WEIGHT_SWAP_POLICY: z.enum(['drain-then-swap', 'abort-and-resume']).default('drain-then-swap'),
     /** drain-then-swap: generations still running after this are interrupted and resumed under the new weights (0 = wait forever). */
     WEIGHT_DRAIN_TIMEOUT_MS: nonNegativeInt(120_000),

@@ -5,6 +5,7 @@
  */
 export { RolloutManagerModule } from './app.module';
 export { rolloutManagerEnv, type RolloutManagerConfig } from './config';
+export { rolloutRuntimeConfigOf } from './runtime-config';
 export { RolloutRuntime, EvaluationError, type RolloutOutcome, type RolloutRuntimeOptions, type AdmissionBlock } from './runtime';
 export {
   agentSpecSchema,

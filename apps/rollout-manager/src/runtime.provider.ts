@@ -6,6 +6,7 @@ import type { Logger, ServiceMetrics } from '@anvil/observability';
 import { DATA_SOURCE, EVENT_BUS, LOGGER, METRICS, ReadinessRegistry } from '@anvil/service-kit';
 import type { RolloutManagerConfig } from './config';
 import { RolloutRuntime } from './runtime';
+import { rolloutRuntimeConfigOf } from './runtime-config';
 
 export const ROLLOUT_CONFIG = Symbol('ROLLOUT_CONFIG');
 export const ROLLOUT_RUNTIME = Symbol('ROLLOUT_RUNTIME');
@@ -21,18 +22,7 @@ export const runtimeProvider = {
       dataSource: ds,
       metrics,
       logger: logger.child({ component: 'rollouts' }),
-      config: {
-        model: config.GATEWAY_MODEL_NAME,
-        eta: config.MAX_STALENESS,
-        groupsPerStep: config.GROUPS_PER_STEP,
-        groupSize: config.GROUP_SIZE,
-        concurrency: config.MAX_CONCURRENT_ROLLOUTS,
-        initialPolicyVersion: config.INITIAL_POLICY_VERSION,
-        consumerGroup: config.ROLLOUT_CONSUMER_GROUP,
-        admissionPollMs: config.ADMISSION_POLL_MS,
-        requestTimeoutMs: config.GATEWAY_REQUEST_TIMEOUT_MS,
-        sessionLookahead: config.ROLLOUT_SESSION_LOOKAHEAD,
-      },
+      config: rolloutRuntimeConfigOf(config),
     }),
 };
 

@@ -3,7 +3,7 @@
  * run, tests, benches, the GPU checks) may use. Everything else under src/ is the service's own.
  */
 export { TrainerModule } from './app.module';
-export { trainerEnv, lossConfigOf, type TrainerConfig } from './config';
+export { trainerEnv, lossConfigOf, optimizerOf, trainerOptionsOf, type TrainerConfig } from './config';
 export { TrainerRuntime, type TrainerOptions, type TrainerStepEvent, type BatchSource } from './runtime';
 export { PostgresBatchSource } from './batches/batch-source';
 export { CheckpointStore, type TrainerState } from './checkpoints/checkpoint-store';

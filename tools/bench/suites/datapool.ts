@@ -216,10 +216,10 @@ async function ingestPhase(
 }
 
 async function main() {
-  const { startStack, stopStack } = await import('../../infra/lib.mjs');
+  const { startStack, stopStack } = await import('@anvil/infra');
   const stack = await startStack({ fresh: true });
   const ds = createDataSource({ url: stack.url, poolSize: 16 });
-  const { postgresStatus, kafkaStatus } = await import('../../infra/lib.mjs');
+  const { postgresStatus, kafkaStatus } = await import('@anvil/infra');
   const pgDataDir = postgresStatus({ port: Number(process.env.PG_PORT) }).dataDir;
   const kafkaPid = kafkaStatus({ port: Number(process.env.KAFKA_PORT) }).pid ?? undefined;
   const cpu = () => cpuSeconds(pgDataDir, kafkaPid);

@@ -1,6 +1,6 @@
 /**
- * `npm run bench -- e2e`: the whole asynchronous RL loop, end to end — the real embedded loop of
- * `npm run main` (tools/embedded/rl-phase.ts: rollout-manager, gateway, inference-proxy with the
+ * `npm run bench -- e2e`: the whole asynchronous RL loop, end to end — the real in-process loop of
+ * `anvil train` (its one run driver: rollout-manager, gateway, inference-proxy with the
  * embedded engine, Data Pool, trainer, on one in-process bus and PGlite), not a simulation — on a
  * heavy-tailed multi-turn workload: the built-in chain-add tool task with its tool-delay knob
  * (default Pareto per tool call: 1 s scale, alpha 1.5 (infinite variance), capped at a minute: tool calls from a second to a minute, the spread agent workloads have), from the main job's
@@ -38,10 +38,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { engineInfo, setThreads } from '@anvil/engine';
-import { runRlPhase } from '../../embedded/rl-phase';
-import { loadRunConfigOrExit, parseRunConfig, type RunConfig } from '../../embedded/run-config';
-import { startingModel } from '../../embedded/starting-model';
-import { taskSetOf } from '../../embedded/user-run';
+import { checkRunConfig, driveRun, parseRunConfig, startingModel, startInProcessServices, taskSetOf, type RunConfig } from '@anvil/cli';
 import { printTable } from './bench-kit';
 import {
   commonEvalVersion,
@@ -119,19 +116,25 @@ async function runOne(
   const wall = () => (performance.now() - t0) / 1000;
   const completions: [number, number | null][] = [];
   const runId = `bench-e2e-${label(v)}-s${seed}-${randomUUID().slice(0, 6)}`;
-  const r = await runRlPhase({
-    cfg,
-    runId,
-    model,
-    taskSet: taskSetOf(cfg),
-    wall,
-    log: (l) => console.log(`  ${l.trim()}`),
-    progress: false,
-    initialEval: baseline === null,
-    budgetExcludesEvals: true,
-    onRolloutCompleted: (o, t) => void completions.push([t, o.outcomeReward]),
-  });
-  if (!KEEP_RUNS) rmSync(r.runDir, { recursive: true, force: true });
+  const services = await startInProcessServices(cfg, { runId, model });
+  let r: Awaited<ReturnType<typeof driveRun>>;
+  try {
+    r = await driveRun({
+      cfg,
+      runId,
+      services,
+      taskSet: taskSetOf(cfg),
+      wall,
+      log: (l) => console.log(`  ${l.trim()}`),
+      progress: false,
+      initialEval: baseline === null,
+      budgetExcludesEvals: true,
+      onRolloutCompleted: (o, t) => void completions.push([t, o.outcomeReward]),
+    });
+  } finally {
+    await services.close();
+  }
+  if (!KEEP_RUNS) rmSync(services.runDir, { recursive: true, force: true });
   const clock = (t: number) => trainClock(t, r.trainStartedAtS, r.evalIntervals);
   // What the budget bought: train rollouts that finished while the loop trained (not during an
   // evaluation, which holds the trainer and admits no train rollout), and the steps that finished by its end.
@@ -207,7 +210,14 @@ const pct = (x: number | null | undefined) => (x === null || x === undefined || 
 
 async function main(): Promise<void> {
   const started = performance.now();
-  const base = loadRunConfigOrExit(process.argv.slice(2), env);
+  const argv = process.argv.slice(2);
+  const at = argv.indexOf('--config');
+  const checked = checkRunConfig({ file: at >= 0 ? argv[at + 1] : undefined, env });
+  if (!checked.cfg) {
+    console.error(`invalid run config:\n${checked.problems.map((p) => `  ${p}`).join('\n')}`);
+    process.exit(78);
+  }
+  const base = checked.cfg;
   setThreads(base.engineThreads);
   const info = engineInfo();
   console.log(

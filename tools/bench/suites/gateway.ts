@@ -331,7 +331,7 @@ async function main() {
   console.error('[bench] engine decode tokens/s (before any service runs)');
   const engine = await engineDecode();
 
-  const { startStack, stopStack } = await import('../../infra/lib.mjs');
+  const { startStack, stopStack } = await import('@anvil/infra');
   let fixture: { child: ChildProcess; url: string } | undefined;
   let nginx: { child: ChildProcess; url: string; dir: string } | undefined;
   const services: ServiceProcess[] = [];

@@ -129,7 +129,7 @@ async function runPhase(
 }
 
 async function brokerCeiling(recordSize: number, records: number): Promise<number> {
-  const { runProducerPerf } = await import('../../infra/lib.mjs');
+  const { runProducerPerf } = await import('@anvil/infra');
   const { code, output } = await runProducerPerf(
     [
       '--topic',
@@ -157,7 +157,7 @@ async function brokerCeiling(recordSize: number, records: number): Promise<numbe
 }
 
 async function main() {
-  const { startStack, stopStack } = await import('../../infra/lib.mjs');
+  const { startStack, stopStack } = await import('@anvil/infra');
   const stack = await startStack({ fresh: true });
   const ds = createDataSource({ url: stack.url, poolSize: 16 });
   const bus = createBus({

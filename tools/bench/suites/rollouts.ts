@@ -198,7 +198,7 @@ async function main(): Promise<void> {
   let stop: (() => Promise<unknown>) | null = null;
   if (!brokers || !serverUrl) {
     process.env.ANVIL_INFRA_QUIET ??= '1';
-    const { startStack, stopStack } = await import('../../infra/lib.mjs');
+    const { startStack, stopStack } = await import('@anvil/infra');
     const ports = { kafkaPort: Number(process.env.KAFKA_PORT ?? 39192), pgPort: Number(process.env.PG_PORT ?? 35532) };
     const s = await startStack(ports);
     brokers = s.brokers;

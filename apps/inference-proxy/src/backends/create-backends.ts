@@ -1,3 +1,4 @@
+import { setThreads } from '@anvil/engine';
 import type { InferenceProxyConfig } from '../config';
 import { replicaUrls } from '../config';
 import type { InferenceBackend } from './backend';
@@ -19,6 +20,7 @@ export async function createBackends(config: InferenceProxyConfig): Promise<Infe
       // Without EMBEDDED_CHECKPOINT_DIR the engine serves its built-in tiny random model (seed 0):
       // enough to boot and test the service; the replica id says so in logs and /replicas.
       const dir = config.EMBEDDED_CHECKPOINT_DIR || undefined;
+      if (config.ENGINE_THREADS) setThreads(config.ENGINE_THREADS);
       const generator = await createEngineGenerator(dir, { seed: 0, maxBatch: config.EMBEDDED_MAX_BATCH });
       return [
         dir

@@ -1,0 +1,8 @@
+import type { Command } from '../command';
+import { configCommand } from './config';
+import { stackCommand } from './stack';
+import { trainCommand } from './train';
+import { warmStartCommand } from './warm-start';
+
+/** Every `anvil` command, in the order `anvil --help` lists them. */
+export const COMMANDS: Command[] = [trainCommand, stackCommand, warmStartCommand, configCommand];

@@ -1,0 +1,210 @@
+/**
+ * The files a run configuration names (a Hugging Face model directory, a task JSONL, an agent's
+ * and a verifier's commands, a task environment), checked before anything starts with every
+ * problem listed at once, together with the knobs. The built-in model ('tiny') and task set
+ * ('chain-add') need no files.
+ */
+import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
+import { delimiter, isAbsolute, join, resolve } from 'node:path';
+import type { z } from 'zod';
+import { parseHfConfig } from '@anvil/engine';
+import { loadChatFormat } from '@anvil/tokenizer';
+import { vocabularyMismatch } from '@anvil/gateway';
+import {
+  AgentSpecError,
+  checkAgentEnv,
+  BUILTIN_ENVIRONMENTS,
+  parseTaskJsonl,
+  TaskFileError,
+  type StoredTask,
+  agentSpecSchema,
+  verifierSpecSchema,
+  type AgentSpec,
+  type VerifierSpec,
+  BUILTIN_VERIFIERS,
+} from '@anvil/rollout-manager';
+import { parseRunConfig, RunConfigError, runConfigInput, type RunConfig, type RunConfigSource } from './run-config';
+
+/** A task line's problems listed per file, at most this many (the count of the rest follows). */
+const MAX_LINE_PROBLEMS = 20;
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Problems with a Hugging Face model directory the embedded job would serve and train (none: it can). */
+export function checkModelDir(dir: string): string[] {
+  if (!existsSync(dir) || !statSync(dir).isDirectory())
+    return [`model: ${dir} is not a directory (give 'tiny' or a Hugging Face model directory)`];
+  const problems: string[] = [];
+  let vocab: number | null = null;
+  try {
+    const config = parseHfConfig(JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')));
+    vocab = config.vocabSize;
+  } catch (e) {
+    problems.push(`model: ${existsSync(join(dir, 'config.json')) ? (e as Error).message : `${dir}: no config.json`}`);
+  }
+  if (!existsSync(join(dir, 'model.safetensors')) && !existsSync(join(dir, 'model.safetensors.index.json')))
+    problems.push(`model: ${dir}: neither model.safetensors nor model.safetensors.index.json`);
+  try {
+    const format = loadChatFormat(dir);
+    const why = vocabularyMismatch(format.tokenizer.vocabSize, vocab);
+    if (why) problems.push(`model: config.json vocab_size ${vocab} does not fit the tokenizer's ${format.tokenizer.vocabSize} ids: ${why}`);
+  } catch (e) {
+    problems.push(`model: tokenizer or chat template: ${(e as Error).message}`);
+  }
+  return problems;
+}
+
+/** Whether argv[0] of a command can be started: an executable file (relative to cwd) or a name on PATH. */
+function commandProblem(what: string, argv0: string, cwd: string): string | null {
+  const executable = (p: string) => {
+    try {
+      accessSync(p, constants.X_OK);
+      return statSync(p).isFile();
+    } catch {
+      return false;
+    }
+  };
+  if (argv0.includes('/'))
+    return executable(isAbsolute(argv0) ? argv0 : resolve(cwd, argv0))
+      ? null
+      : `${what}: ${argv0} is not an executable file (relative to ${cwd})`;
+  const found = (process.env.PATH ?? '').split(delimiter).some((d) => d !== '' && executable(join(d, argv0)));
+  return found ? null : `${what}: ${argv0} is not on PATH`;
+}
+
+/** The parts of a run's task section the file checks need (taken from the raw config when a knob elsewhere is refused). */
+export interface TaskFields {
+  agent?: AgentSpec;
+  verifier?: VerifierSpec;
+  env?: string;
+  envConfig?: Record<string, unknown>;
+}
+
+/** The verifier a task is scored by: its own, the run's task.verifier, or its environment's. */
+function verifierOf(t: StoredTask, f: TaskFields): VerifierSpec | undefined {
+  return t.verifier ?? f.verifier ?? (f.env ? { kind: 'env' } : undefined);
+}
+
+/** Problems with a task JSONL under a run configuration (its lines, and a verifier for every task). */
+export function checkTaskFile(path: string, f: TaskFields): string[] {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    return [
+      `task.set: ${path}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? "no such file (give 'chain-add' or a task JSONL)" : (e as Error).message}`,
+    ];
+  }
+  let tasks: StoredTask[];
+  try {
+    tasks = parseTaskJsonl(text, path);
+  } catch (e) {
+    if (!(e instanceof TaskFileError)) throw e;
+    const shown = e.problems.slice(0, MAX_LINE_PROBLEMS).map((p) => `task.set: ${path} line ${p.line}: ${p.reason}`);
+    return e.problems.length > MAX_LINE_PROBLEMS
+      ? [...shown, `task.set: ${path}: ${e.problems.length - MAX_LINE_PROBLEMS} more bad line(s)`]
+      : shown;
+  }
+  const problems: string[] = [];
+  if (!tasks.some((t) => t.split === 'train')) problems.push(`task.set: ${path} has no train task (every line says split eval)`);
+  const unscored = tasks.filter((t) => verifierOf(t, f) === undefined).map((t) => t.id);
+  if (unscored.length)
+    problems.push(
+      `task.set: ${unscored.length} task(s) have no verifier (${unscored.slice(0, 5).join(', ')}${unscored.length > 5 ? ', ...' : ''}): give task.verifier, a verifier per line, or task.env`,
+    );
+  for (const t of tasks) {
+    const v = verifierOf(t, f);
+    if (v?.kind === 'function' && !(v.name in BUILTIN_VERIFIERS)) {
+      problems.push(
+        `task.set: task ${t.id}: verifier.name ${JSON.stringify(v.name)} is not a built-in verifier function (${Object.keys(BUILTIN_VERIFIERS).join(', ')})`,
+      );
+      break;
+    }
+    if (v?.kind === 'function' && v.name === 'final-answer' && t.data.answer === undefined) {
+      problems.push(`task.set: task ${t.id}: the final-answer verifier needs data.answer`);
+      break;
+    }
+    if (v?.kind === 'env' && t.verifier && !f.env) {
+      problems.push(`task.set: task ${t.id}: verifier kind env needs task.env`);
+      break;
+    }
+  }
+  return problems;
+}
+
+/**
+ * Every problem of a run configuration at once: its knobs (schema and ranges), then its files —
+ * the model directory, the task JSONL, the agent's and verifiers' commands, the task environment.
+ * Files are checked even when a knob is refused, as far as their own fields allow.
+ */
+export function runConfigProblems(raw: Record<string, unknown>): { cfg: RunConfig | null; problems: string[] } {
+  const problems: string[] = [];
+  let cfg: RunConfig | null = null;
+  try {
+    cfg = parseRunConfig(raw);
+  } catch (e) {
+    if (!(e instanceof RunConfigError)) throw e;
+    problems.push(...e.issues);
+  }
+  const rawTask = isObject(raw.task) ? raw.task : {};
+  const part = <T>(schema: z.ZodType<T>, v: unknown): T | undefined => {
+    const r = schema.safeParse(v);
+    return r.success ? r.data : undefined;
+  };
+  const f: TaskFields = cfg
+    ? cfg.task
+    : {
+        agent: part(agentSpecSchema, rawTask.agent),
+        verifier: part(verifierSpecSchema, rawTask.verifier),
+        env: typeof rawTask.env === 'string' ? rawTask.env : undefined,
+        envConfig: isObject(rawTask.envConfig) ? rawTask.envConfig : undefined,
+      };
+  const model = raw.model;
+  if (typeof model === 'string' && model !== 'tiny' && model !== '') problems.push(...checkModelDir(model));
+  if (typeof rawTask.set === 'string' && rawTask.set !== 'chain-add' && rawTask.set !== '') problems.push(...checkTaskFile(rawTask.set, f));
+  if (f.agent?.kind === 'black-box') {
+    try {
+      checkAgentEnv(f.agent.env);
+    } catch (e) {
+      if (!(e instanceof AgentSpecError)) throw e;
+      problems.push(`task.${e.message}`);
+    }
+    const cwd = f.agent.cwd ?? process.cwd();
+    if (!existsSync(cwd)) problems.push(`task.agent.cwd: ${cwd} does not exist`);
+    else {
+      const p = commandProblem('task.agent.command', f.agent.command[0], cwd);
+      if (p) problems.push(p);
+    }
+  }
+  if (f.verifier?.kind === 'command') {
+    const p = commandProblem('task.verifier.command', f.verifier.command[0], process.cwd());
+    if (p) problems.push(p);
+  }
+  if (f.verifier?.kind === 'function' && !(f.verifier.name in BUILTIN_VERIFIERS))
+    problems.push(
+      `task.verifier.name: ${JSON.stringify(f.verifier.name)} is not a built-in verifier function (${Object.keys(BUILTIN_VERIFIERS).join(', ')})`,
+    );
+  if (f.env !== undefined) {
+    const factory = BUILTIN_ENVIRONMENTS[f.env];
+    if (!factory)
+      problems.push(`task.env: unknown environment ${JSON.stringify(f.env)} (known: ${Object.keys(BUILTIN_ENVIRONMENTS).join(', ')})`);
+    else {
+      try {
+        factory(f.envConfig ?? {});
+      } catch (e) {
+        problems.push(`task.envConfig: ${(e as Error).message}`);
+      }
+    }
+  }
+  return { cfg, problems };
+}
+
+/** A run configuration whose knobs and files all check out (cfg), or every problem at once. */
+export function checkRunConfig(src: RunConfigSource): { cfg: RunConfig | null; problems: string[] } {
+  try {
+    return runConfigProblems(runConfigInput(src));
+  } catch (e) {
+    if (!(e instanceof RunConfigError)) throw e;
+    return { cfg: null, problems: e.issues.length ? e.issues : [e.message] };
+  }
+}
