@@ -7,5 +7,9 @@ const { join } = require('node:path');
 const root = join(__dirname, '..', '..', '..');
 // The @anvil/* path aliases come from the repository's tsconfig, wherever the command is run from.
 process.env.TSX_TSCONFIG_PATH ??= join(root, 'tsconfig.json');
-require('tsx/cjs');
-require(join(root, 'apps', 'anvil', 'src', 'main.ts')).runCli(process.argv.slice(2));
+// tsx's loader, as `node --import tsx` would load it: its CommonJS and ESM hooks both (the services
+// load some modules with a dynamic import(), the ESM loader's path).
+const { pathToFileURL } = require('node:url');
+import(pathToFileURL(require.resolve('tsx')).href).then(() =>
+  require(join(root, 'apps', 'anvil', 'src', 'main.ts')).runCli(process.argv.slice(2)),
+);
