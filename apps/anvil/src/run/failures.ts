@@ -18,6 +18,9 @@ export interface RunFailure {
   firstError: string | null;
 }
 
+/** The share of finished groups scoring alike past which a stall is put down to zero variance. */
+const ZERO_VARIANCE_SHARE = 0.9;
+
 /** Rollouts that must all have failed (and none succeeded) before the run gives up early: two groups' worth, at least 8. */
 export const allFailedThreshold = (groupSize: number) => Math.max(8, 2 * groupSize);
 
@@ -76,12 +79,15 @@ export class RolloutFailures {
       };
     const complete = [...this.groupRewards.values()].filter((r) => r.length >= this.groupSize);
     const flat = complete.filter((r) => r.every((x) => x === r[0]));
-    if (complete.length > 0 && flat.length === complete.length) {
+    // Nearly every group scoring alike starves the batches as surely as all of them: a batch needs
+    // scheduler.groupsPerBatch groups with a signal.
+    if (complete.length > 0 && flat.length >= ZERO_VARIANCE_SHARE * complete.length) {
       const levels = [...new Set(flat.map((r) => r[0]))].sort((a, b) => a - b);
       const allZero = levels.every((l) => l <= 0);
+      const shown = levels.length > 6 ? [...levels.slice(0, 3), NaN, ...levels.slice(-2)] : levels;
       return {
         cause: 'zero-variance',
-        message: `every finished group got equal rewards (${flat.length} groups, rewards ${levels.map((l) => l.toFixed(2)).join(', ')}), and such groups carry no signal and are dropped: ${summary}`,
+        message: `${flat.length === complete.length ? 'every' : `${flat.length} of ${complete.length}`} finished group${flat.length === 1 ? '' : 's'} got equal rewards (rewards ${shown.map((l) => (Number.isNaN(l) ? '...' : l.toFixed(2))).join(', ')}): such groups carry no signal and are dropped: ${summary}`,
         advice: allZero
           ? 'the model solves none of these tasks: give easier tasks (chain-add: task.kMax, task.maxOperand), a warm start (warmStart.enabled), more room to answer (rollouts.maxTokensPerCall, task.limits.maxSteps), a higher rollouts.temperature, or check the verifier against a known-good answer'
           : 'the model scores every sample of a task alike: give harder or more varied tasks, a larger rollouts.groupSize, a higher rollouts.temperature, a verifier with partial credit, or set scheduler.dropZeroVariance false to train on them anyway',
