@@ -4,7 +4,7 @@ import type { DataSource } from 'typeorm';
 import { InferenceProxyClient } from '@anvil/inference-client';
 import type { MessageBus } from '@anvil/messaging';
 import type { Logger, ServiceMetrics } from '@anvil/observability';
-import { DATA_SOURCE, ERROR_FILTER_OPTIONS, EVENT_BUS, LOGGER, METRICS, OpenAiErrorFilter } from '@anvil/service-kit';
+import { DATA_SOURCE, ERROR_FILTER_OPTIONS, EVENT_BUS, LOGGER, METRICS } from '@anvil/service-kit';
 import { SessionAuthenticator } from './auth/session-auth';
 import { CallRecorder } from './capture/call-recorder';
 import { CaptureStore } from './capture/capture-store';
@@ -13,14 +13,19 @@ import { RecordCommitter } from './capture/record-committer';
 import { CallService } from './chat/call-service';
 import type { GatewayConfig } from './config';
 import { AdminController } from './http/admin.controller';
+import { AnthropicController } from './http/anthropic.controller';
+import { CallEndpoint } from './http/call-endpoint';
+import { GatewayErrorFilter } from './http/gateway-error.filter';
 import { HttpSetup } from './http/http-setup';
 import { OpenAiController } from './http/openai.controller';
+import { ResponsesController } from './http/responses.controller';
 import { gatewayErrorOptions } from './http/http-errors';
 import { GatewayLifecycle } from './lifecycle/gateway-lifecycle';
 import { InFlightCalls } from './lifecycle/in-flight';
 import { GatewayMetrics } from './metrics';
 import { InferenceProxyProbe, type VocabularyMismatchError } from './models/inference-proxy-probe';
 import { ModelRegistry } from './models/model-registry';
+import { ResponseStore } from './responses/response-store';
 import { SqlClient } from './db/sql-client';
 import { PolicyVersionConsumer } from './sessions/policy-version.consumer';
 import { PolicyVersionStore } from './sessions/policy-version-store';
@@ -29,6 +34,7 @@ import { SessionLookups } from './sessions/session-lookups';
 import { SessionStore } from './sessions/session-store';
 import { StalenessGate } from './sessions/staleness-gate';
 import {
+  CALL_ENDPOINT,
   CALL_SERVICE,
   CAPTURE_STORE,
   GATEWAY_CONFIG,
@@ -39,6 +45,7 @@ import {
   MODEL_REGISTRY,
   OUTBOX_RELAY,
   POLICY_VERSIONS,
+  RESPONSE_STORE,
   SESSION_AUTH,
   SESSION_STORE,
   SQL_CLIENT,
@@ -63,7 +70,7 @@ export class GatewayApiModule {
   ): DynamicModule {
     return {
       module: GatewayApiModule,
-      controllers: [AdminController, OpenAiController],
+      controllers: [AdminController, OpenAiController, ResponsesController, AnthropicController],
       providers: [
         { provide: GATEWAY_CONFIG, useValue: config },
         { provide: MODEL_REGISTRY, useFactory: () => opts.registry ?? ModelRegistry.fromConfig(config) },
@@ -166,8 +173,15 @@ export class GatewayApiModule {
             });
           },
         },
+        {
+          provide: CALL_ENDPOINT,
+          inject: [CALL_SERVICE, IN_FLIGHT, GATEWAY_METRICS, LOGGER],
+          useFactory: (calls: CallService, inFlight: InFlightCalls, metrics: GatewayMetrics, logger: Logger) =>
+            new CallEndpoint(calls, inFlight, metrics, gatewayErrorOptions(config.MAX_REQUEST_BYTES), logger),
+        },
+        { provide: RESPONSE_STORE, inject: [SQL_CLIENT], useFactory: (sql: SqlClient) => new ResponseStore(sql) },
         { provide: ERROR_FILTER_OPTIONS, useValue: gatewayErrorOptions(config.MAX_REQUEST_BYTES) },
-        { provide: APP_FILTER, useClass: OpenAiErrorFilter },
+        { provide: APP_FILTER, useClass: GatewayErrorFilter },
         HttpSetup,
         GatewayLifecycle,
         PolicyVersionConsumer,

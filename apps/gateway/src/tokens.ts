@@ -12,3 +12,5 @@ export const SQL_CLIENT = Symbol('SQL_CLIENT');
 export const OUTBOX_RELAY = Symbol('OUTBOX_RELAY');
 export const CAPTURE_STORE = Symbol('CAPTURE_STORE');
 export const INFERENCE_PROBE = Symbol('INFERENCE_PROBE');
+export const CALL_ENDPOINT = Symbol('CALL_ENDPOINT');
+export const RESPONSE_STORE = Symbol('RESPONSE_STORE');

@@ -22,7 +22,7 @@ import { runGeneration, type GenerationResult } from '../generation/generation-r
 import type { SessionAuthenticator } from '../auth/session-auth';
 import { GatewayError } from '../errors';
 import type { GatewayMetrics } from '../metrics';
-import type { ModelRegistry, ServedModel } from '../models/model-registry';
+import { servedModelFor, type ModelRegistry, type ServedModel } from '../models/model-registry';
 import { buildAssistantReply, type AssistantReply } from '../openai/assistant-reply';
 import {
   chatRequestSchema,
@@ -41,6 +41,8 @@ export interface ChatInput {
   messages: ChatMessage[];
   tools: ToolDefinition[] | null;
   toolChoice: ChatRequest['tool_choice'];
+  /** false: a reply with several tool calls is returned as text (parallel_tool_calls, disable_parallel_tool_use). */
+  parallelToolCalls: boolean;
   extra: Record<string, unknown>;
   fingerprints: string[];
 }
@@ -61,6 +63,11 @@ export interface ChoiceResult {
 export interface CallRequest {
   kind: 'chat' | 'completion';
   body: unknown;
+  /**
+   * A chat request an adapter (the Responses and Messages APIs) has already validated and mapped
+   * onto the chat form: used instead of parsing `body`, so every API takes the same path from here.
+   */
+  chat?: ChatRequest;
   authorization: string | undefined;
   /** The per-session URL's path segment, when the request came that way. */
   sessionKey: string | undefined;
@@ -117,7 +124,7 @@ export class CallService {
       if (!parsed.success) throw describeSchemaError(parsed.error);
       return this.prepareCompletion(session, parsed.data, req.receivedAt);
     }
-    const parsed = chatRequestSchema.safeParse(req.body);
+    const parsed = req.chat ? ({ success: true, data: req.chat } as const) : chatRequestSchema.safeParse(req.body);
     // The request's fingerprints go with the session lookup (one database round trip finds the
     // session and the call this one extends); a bad request still answers 401 first when the
     // key is bad.
@@ -139,16 +146,8 @@ export class CallService {
     return this.prepareChat(session, parsed.data, req.receivedAt, input, match);
   }
 
-  private servedModel(session: GatewaySession, name: string): ServedModel {
-    const model = this.d.registry.get(name);
-    if (!model) throw GatewayError.modelNotFound(name);
-    if (name !== session.model)
-      throw GatewayError.invalid(`this session serves model \`${session.model}\`, not \`${name}\``, 'model', 'model_not_found');
-    return model;
-  }
-
   private common(session: GatewaySession, req: ChatRequest | CompletionRequest) {
-    const model = this.servedModel(session, req.model);
+    const model = servedModelFor(this.d.registry, session, req.model);
     const n = req.n ?? 1;
     if (n > this.d.config.GATEWAY_MAX_N) throw GatewayError.invalid(`n must be at most ${this.d.config.GATEWAY_MAX_N}`, 'n');
     const stop = req.stop === null || req.stop === undefined ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
@@ -192,7 +191,8 @@ export class CallService {
     if (toolChoice === 'required' && !tools) throw GatewayError.invalid('tool_choice "required" needs tools', 'tool_choice');
     const messages = toChatMessages(req.messages);
     const extra = req.chat_template_kwargs ?? {};
-    return { messages, tools, toolChoice, extra, fingerprints: fingerprintMessages(messages, tools, extra) };
+    const parallelToolCalls = req.parallel_tool_calls !== false;
+    return { messages, tools, toolChoice, parallelToolCalls, extra, fingerprints: fingerprintMessages(messages, tools, extra) };
   }
 
   private async prepareChat(
@@ -203,7 +203,7 @@ export class CallService {
     match?: CaptureRow | null,
   ): Promise<PreparedCall> {
     const { model, n, stop, sampling, contextLimit } = this.common(session, req);
-    const { messages, tools, toolChoice, extra, fingerprints } = input;
+    const { messages, tools, toolChoice, parallelToolCalls, extra, fingerprints } = input;
     let plan: PlannedPrompt;
     try {
       plan = await planPrompt({
@@ -251,6 +251,7 @@ export class CallService {
       topLogprobs: req.logprobs === true ? (req.top_logprobs ?? 0) : 0,
       tools,
       toolChoice,
+      parallelToolCalls,
       extra,
       messages,
       fingerprint: fingerprints[fingerprints.length - 1],
@@ -375,6 +376,7 @@ export class CallService {
             format: fmt,
             tools: call.tools,
             toolChoice: call.toolChoice,
+            parallelToolCalls: call.parallelToolCalls,
             promptOpensThink: plan.promptOpensThink,
             idSeed: call.callIds[i],
           })

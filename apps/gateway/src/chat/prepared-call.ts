@@ -33,6 +33,8 @@ export interface PreparedCall {
   /** Chat only. */
   tools: ToolDefinition[] | null;
   toolChoice: ChatRequest['tool_choice'];
+  /** Chat only: false when the request allows at most one tool call per reply (undefined: any number). */
+  parallelToolCalls?: boolean;
   extra: Record<string, unknown>;
   messages: ChatMessage[];
   /** Chat only: fingerprintMessages(messages, tools, extra).at(-1), which the reply's fingerprint extends. */

@@ -15,6 +15,8 @@ export interface GenerationResult {
   /** Decoded reply text (stop token ids left out, other special tokens kept), ending before a stop string. */
   text: string;
   stoppedByString: boolean;
+  /** The stop string that ended the generation (Anthropic's stop_sequence), when one did. */
+  stopString?: string;
   promptTokens: number;
   cachedPromptTokens: number;
   firstTokenAt: number | null;
@@ -133,6 +135,7 @@ export async function runGeneration(opts: {
     finishReason: 'stop',
     text: decoder.text.slice(0, stopAt),
     stoppedByString: true,
+    stopString: opts.stop.find((s) => decoder.text.startsWith(s, stopAt)),
     promptTokens: opts.request.promptIds.length,
     cachedPromptTokens: 0,
     firstTokenAt,

@@ -1,5 +1,7 @@
 import { loadChatFormat, tinyChatFormat, type ChatFormat } from '@anvil/tokenizer';
+import type { GatewaySession } from '@anvil/persistence';
 import type { GatewayConfig } from '../config';
+import { GatewayError } from '../errors';
 
 /** The model this gateway serves: its name, chat format and context size. */
 export interface ServedModel {
@@ -42,4 +44,13 @@ export class ModelRegistry {
   list(): ServedModel[] {
     return [...this.models.values()];
   }
+}
+
+/** The model a request names, which must be served and be its session's (404 model_not_found, 400 another session's model). */
+export function servedModelFor(registry: ModelRegistry, session: GatewaySession, name: string): ServedModel {
+  const model = registry.get(name);
+  if (!model) throw GatewayError.modelNotFound(name);
+  if (name !== session.model)
+    throw GatewayError.invalid(`this session serves model \`${session.model}\`, not \`${name}\``, 'model', 'model_not_found');
+  return model;
 }

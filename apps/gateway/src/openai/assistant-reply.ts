@@ -14,6 +14,8 @@ export interface ReplyOptions {
   format: ChatFormat;
   tools: ToolDefinition[] | null;
   toolChoice: ChatRequest['tool_choice'];
+  /** false: several tool calls in one reply are an issue (returned as text), as a malformed block is. */
+  parallelToolCalls?: boolean;
   /** The generation prompt ends inside an open <think> block. */
   promptOpensThink: boolean;
   /** Seeds deterministic tool-call ids (the call id). */
@@ -42,18 +44,22 @@ export function parsesToolCalls(o: Pick<ReplyOptions, 'format' | 'tools' | 'tool
  * as the model wrote it, with finish_reason "stop"/"length", and the issue is reported in the
  * `x-anvil-tool-call-issue` header. Keeping the exact text means the agent's echo re-renders to
  * the sampled ids, so the next turn still extends token-exactly; the record keeps what the model
- * did, and the reward can judge it.
+ * did, and the reward can judge it. With parallel tool calls off, a reply holding several calls is
+ * such a reply too: cutting it to its first call would answer what the model did not sample.
  */
 export function buildAssistantReply(text: string, o: ReplyOptions): AssistantReply {
   const reasoning = reasoningMode(text, o);
   const format = parsesToolCalls(o) ? o.format.toolCallFormat : 'none';
   let parsed = parseAssistantOutput(text, { format, tools: o.tools, reasoning, idSeed: o.idSeed });
   let toolCallIssue: string | null = null;
-  if (parsed.unknownTools.length > 0 || parsed.malformed) {
+  const tooMany = o.parallelToolCalls === false && parsed.toolCalls.length > 1;
+  if (parsed.unknownTools.length > 0 || parsed.malformed || tooMany) {
     toolCallIssue =
       parsed.unknownTools.length > 0
         ? `the model called tools that were not offered: ${parsed.unknownTools.join(', ')}`
-        : `malformed tool call: ${parsed.issues[0]?.message ?? 'unparseable block'}`;
+        : parsed.malformed
+          ? `malformed tool call: ${parsed.issues[0]?.message ?? 'unparseable block'}`
+          : `the model made ${parsed.toolCalls.length} tool calls where parallel tool calls are off`;
     parsed = parseAssistantOutput(text, { format: 'none', reasoning, idSeed: o.idSeed });
   }
   const message: ChatMessage = { role: 'assistant', content: parsed.content ?? (parsed.toolCalls.length > 0 ? null : '') };

@@ -4,7 +4,7 @@ import { GatewayError } from '../errors';
 
 /**
  * The OpenAI chat-completions request, as the official SDKs send it. Unknown fields
- * (presence_penalty, user, metadata, parallel_tool_calls, ...) are accepted and ignored, as
+ * (presence_penalty, user, metadata, ...) are accepted and ignored, as
  * vLLM does, so unmodified agents keep working; the fields Anvil acts on are validated.
  */
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
@@ -93,6 +93,8 @@ export const chatRequestSchema = z.looseObject({
   max_completion_tokens: z.number().int().positive().nullable().optional(),
   tools: z.array(toolSchema).max(128).nullable().optional(),
   tool_choice: toolChoiceSchema.nullable().optional(),
+  /** false: at most one tool call per reply (a reply with more is returned as text, see buildAssistantReply). */
+  parallel_tool_calls: z.boolean().nullable().optional(),
   logprobs: z.boolean().nullable().optional(),
   top_logprobs: z.number().int().min(0).max(20).nullable().optional(),
   /** vLLM's extension: template variables (enable_thinking, ...). */

@@ -34,6 +34,32 @@ export class SseStream {
     if (!this.closed) this.raw.end('data: [DONE]\n\n');
   }
 
+  /** A named event (`event: <name>`), as the Responses and Messages APIs stream them. */
+  event(name: string, data: unknown): void {
+    this.start();
+    if (!this.closed) this.raw.write(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);
+  }
+
+  /** Ends a stream of named events (those APIs send no [DONE]). */
+  end(): void {
+    this.start();
+    if (!this.closed) this.raw.end();
+  }
+
+  /**
+   * fail() for APIs with their own error bodies: before the first event, `status` with `body`
+   * as JSON; after it, the named events `last` (each [name, data]) end the stream.
+   */
+  failWith(status: number, headers: Record<string, string>, body: unknown, last: [string, unknown][]): void {
+    if (this.closed) return;
+    if (!this.started) {
+      this.raw.writeHead(status, { 'content-type': 'application/json', ...headers });
+      this.raw.end(JSON.stringify(body));
+      return;
+    }
+    this.raw.end(last.map(([name, data]) => `event: ${name}\ndata: ${JSON.stringify(data)}\n\n`).join(''));
+  }
+
   fail(error: ApiError): void {
     if (this.closed) return;
     if (!this.started) {

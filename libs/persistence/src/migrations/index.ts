@@ -10,6 +10,7 @@ import { RolloutManagerAgentPid1796600000100 } from './1796600000100-rollout-man
 import { RolloutManagerQueueSequence1796600000200 } from './1796600000200-rollout-manager-queue-sequence';
 import { DataPoolSettledAt1796700000000 } from './1796700000000-data-pool-settled-at';
 import { GatewaySessionWeightSwap1796800000000 } from './1796800000000-gateway-session-weight-swap';
+import { GatewayResponses1796900000000 } from './1796900000000-gateway-responses';
 
 /** Every migration, in order, registered explicitly (no globs: works from src and dist alike). */
 export const MIGRATIONS = [
@@ -25,4 +26,5 @@ export const MIGRATIONS = [
   RolloutManagerQueueSequence1796600000200,
   DataPoolSettledAt1796700000000,
   GatewaySessionWeightSwap1796800000000,
+  GatewayResponses1796900000000,
 ];

@@ -1,0 +1,61 @@
+import type { ChatFormMessage } from '../adapters/chat-form';
+import type { SqlClient } from '../db/sql-client';
+
+export interface StoredResponse {
+  id: string;
+  sessionId: string;
+  previousResponseId: string | null;
+  callId: string;
+  /** What this response added to its previous response's conversation: the request's input items, then the reply. */
+  conversation: ChatFormMessage[];
+  response: unknown;
+}
+
+/**
+ * The Responses API's stored responses (gateway_responses), in PostgreSQL like every other piece
+ * of session state, so any gateway instance continues a chain another one started. Every lookup
+ * is scoped to the session the request's key names: a response of another session is as absent
+ * as one that never existed.
+ */
+export class ResponseStore {
+  constructor(private readonly sql: SqlClient) {}
+
+  async save(r: StoredResponse): Promise<void> {
+    await this.sql.query(
+      'gw_response_insert',
+      `INSERT INTO gateway_responses (id, session_id, previous_response_id, call_id, conversation_json, response_json)
+       VALUES ($1, $2, $3, $4, $5, $6)`,
+      [r.id, r.sessionId, r.previousResponseId, r.callId, JSON.stringify(r.conversation), JSON.stringify(r.response)],
+    );
+  }
+
+  /** The response object as it was answered, or null. */
+  async get(sessionId: string, id: string): Promise<unknown> {
+    const rows = await this.sql.query<{ response_json: string }>(
+      'gw_response_get',
+      `SELECT response_json FROM gateway_responses WHERE id = $1 AND session_id = $2`,
+      [id, sessionId],
+    );
+    return rows.length > 0 ? (JSON.parse(rows[0].response_json) as unknown) : null;
+  }
+
+  /**
+   * The whole conversation through response `id` (its chain's conversations, oldest first): what
+   * a follow-up with previous_response_id continues. Null when the session has no such response.
+   */
+  async conversation(sessionId: string, id: string): Promise<ChatFormMessage[] | null> {
+    const rows = await this.sql.query<{ conversation_json: string }>(
+      'gw_response_chain',
+      `WITH RECURSIVE chain AS (
+         SELECT id, previous_response_id, conversation_json, 0 AS depth FROM gateway_responses WHERE id = $1 AND session_id = $2
+         UNION ALL
+         SELECT r.id, r.previous_response_id, r.conversation_json, c.depth + 1
+           FROM gateway_responses r JOIN chain c ON r.id = c.previous_response_id AND r.session_id = $2
+       )
+       SELECT conversation_json FROM chain ORDER BY depth DESC`,
+      [id, sessionId],
+    );
+    if (rows.length === 0) return null;
+    return rows.flatMap((r) => JSON.parse(r.conversation_json) as ChatFormMessage[]);
+  }
+}
