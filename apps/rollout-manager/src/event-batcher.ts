@@ -21,4 +21,17 @@ export class EventBatcher {
   publish(event: EventEnvelope): Promise<void> {
     return this.batches.push(event);
   }
+
+  /** Publishes until the event is durable (a few tries with backoff; then the error). */
+  async publishDurably(event: EventEnvelope): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.publish(event);
+        return;
+      } catch (err) {
+        if (attempt >= 5) throw err;
+        await new Promise((res) => setTimeout(res, 200 * 2 ** attempt));
+      }
+    }
+  }
 }

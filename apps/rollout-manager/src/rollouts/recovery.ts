@@ -1,17 +1,17 @@
 import type { Logger } from '@anvil/observability';
 import { killLeftoverAgent } from '../agents/black-box';
+import type { EventBatcher } from '../event-batcher';
 import { GatewayError, type GatewayClient } from '../gateway-client';
 import type { RolloutRow, RolloutStateStore } from '../state-store';
 import type { RolloutTaskStore } from '../tasks/task-store';
 import { completedEvent, startedEvent } from './events';
-import type { RolloutExecutor } from './executor';
 import type { GroupState, LoadedTaskSet } from './group-state';
 
 export interface RecoveryDeps {
   state: RolloutStateStore;
   tasks: RolloutTaskStore;
   gateway: GatewayClient;
-  executor: RolloutExecutor;
+  events: EventBatcher;
   logger: Logger;
   producer: string;
   version(): number;
@@ -61,8 +61,8 @@ export async function recoverGroups(d: RecoveryDeps): Promise<Recovered> {
       }
       const versionAtStart = m.policyVersionAtStart ?? d.version();
       // It may have started without its rollout.started reaching the bus: both go out (each once, by id).
-      await d.executor.publishDurably(startedEvent({ producer: d.producer, spec, group: row, rollout: m, versionAtStart }));
-      await d.executor.publishDurably(
+      await d.events.publishDurably(startedEvent({ producer: d.producer, spec, group: row, rollout: m, versionAtStart }));
+      await d.events.publishDurably(
         completedEvent({
           rolloutId: m.id,
           groupId: row.id,

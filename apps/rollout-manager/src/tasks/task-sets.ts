@@ -1,0 +1,96 @@
+import { checkAgentEnv } from '../agents/black-box';
+import { BUILTIN_ENVIRONMENTS, type EnvironmentFactory } from '../environments/registry';
+import type { Environment } from '../environments/types';
+import type { LoadedTaskSet } from '../rollouts/group-state';
+import { checkVerifier, type VerifierDeps, type VerifierFn } from '../verifiers/verifiers';
+import { parseTaskJsonl, type StoredTask } from './jsonl';
+import { taskSetSpecSchema, type TaskSetSpec, type TaskSetSpecInput } from './task-set';
+import type { RolloutTaskStore } from './task-store';
+
+/** A built-in environment's task set: its declaration and how many train and eval tasks its seeded generator makes. */
+export type BuiltinTaskSetInput = TaskSetSpecInput & { env: string; seed: number; trainCount: number; evalCount: number };
+
+/**
+ * The task sets this manager can run: loaded (checked whole, then stored in PostgreSQL) and
+ * looked up, each with its environment built once. Everything a rollout needs of its task set
+ * (the environment, the verifier's dependencies) comes from here.
+ */
+export class TaskSets {
+  private readonly loaded = new Map<string, LoadedTaskSet>();
+  private readonly envFactories: Record<string, EnvironmentFactory>;
+  private readonly verifierFns: Record<string, VerifierFn>;
+
+  constructor(
+    private readonly store: RolloutTaskStore,
+    environments?: Record<string, EnvironmentFactory>,
+    verifiers?: Record<string, VerifierFn>,
+  ) {
+    this.envFactories = { ...BUILTIN_ENVIRONMENTS, ...environments };
+    this.verifierFns = { ...verifiers };
+  }
+
+  /** Registers a task set and its tasks (idempotent by id). Unknown environment, agent env or verifier: refused before anything is written. */
+  async load(input: TaskSetSpecInput, tasks: StoredTask[]): Promise<{ taskSetId: string; tasks: number }> {
+    const spec = taskSetSpecSchema.parse(input);
+    const env = this.check(spec);
+    for (const t of tasks) {
+      const v = t.verifier ?? spec.verifier ?? (spec.env ? { kind: 'env' as const } : undefined);
+      if (!v) throw new Error(`task ${t.id}: verifier: none given and the task set has no environment`);
+      checkVerifier(v, spec.env, this.verifierDeps(spec, env));
+    }
+    const r = await this.store.load(spec, tasks);
+    this.loaded.set(spec.id, { spec, env });
+    return r;
+  }
+
+  /** Loads a JSONL task file (refused whole, every bad line named) into a task set. */
+  async loadJsonl(input: TaskSetSpecInput, text: string, source = '<jsonl>'): Promise<{ taskSetId: string; tasks: number }> {
+    return this.load(input, parseTaskJsonl(text, source));
+  }
+
+  /** A built-in environment's task set from code: `trainCount` train and `evalCount` eval tasks from its seeded generator. */
+  loadBuiltin(input: BuiltinTaskSetInput): Promise<{ taskSetId: string; tasks: number }> {
+    const spec = taskSetSpecSchema.parse(input);
+    const env = this.envFactory(input.env)(spec.envConfig);
+    const tasks = [
+      ...env.generate({ seed: input.seed, count: input.trainCount, split: 'train' }),
+      ...env.generate({ seed: input.seed, count: input.evalCount, split: 'eval' }),
+    ];
+    return this.load(input, tasks);
+  }
+
+  /** A task set by id: loaded by this process, or stored by an earlier one (checked again, its environment built). */
+  async get(taskSetId: string): Promise<LoadedTaskSet> {
+    let s = this.loaded.get(taskSetId);
+    if (!s) {
+      const stored = await this.store.spec(taskSetId);
+      if (!stored) throw new Error(`taskSetId: unknown task set ${JSON.stringify(taskSetId)}`);
+      const spec = taskSetSpecSchema.parse(stored);
+      s = { spec, env: this.check(spec) };
+      this.loaded.set(taskSetId, s);
+    }
+    return s;
+  }
+
+  /** A task set's stored tasks, both splits. */
+  tasks(taskSetId: string): Promise<StoredTask[]> {
+    return this.store.tasks(taskSetId);
+  }
+
+  verifierDeps(spec: TaskSetSpec, env: Environment | null): VerifierDeps {
+    return { environments: new Map(env && spec.env ? [[spec.env, env]] : []), functions: this.verifierFns };
+  }
+
+  private check(spec: TaskSetSpec): Environment | null {
+    const env = spec.env === null ? null : this.envFactory(spec.env)(spec.envConfig);
+    if (spec.agent.kind === 'black-box') checkAgentEnv(spec.agent.env);
+    if (spec.verifier) checkVerifier(spec.verifier, spec.env, this.verifierDeps(spec, env));
+    return env;
+  }
+
+  private envFactory(name: string): EnvironmentFactory {
+    const f = this.envFactories[name];
+    if (!f) throw new Error(`env: unknown environment ${JSON.stringify(name)} (known: ${Object.keys(this.envFactories).join(', ')})`);
+    return f;
+  }
+}
