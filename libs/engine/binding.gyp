@@ -15,6 +15,7 @@
         "native/swiglu.cc",
         "native/logprob.cc",
         "native/adamw.cc",
+        "native/lora.cc",
         "native/generate.cc"
       ],
       "include_dirs": [

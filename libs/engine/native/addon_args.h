@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "generate.h"
+#include "lora.h"
 #include "model.h"
 #ifdef ANVIL_WITH_CUDA
 #include "cuda/addon_exports.h"

@@ -1,7 +1,7 @@
 // Part of the Node-API binding (addon.cc), included by it alone: the binding is one
 // translation unit, so its internals keep internal linkage (the anonymous namespace).
 #pragma once
-#include "addon_workers.h"
+#include "addon_lora.h"
 
 namespace anvil {
 namespace {
@@ -28,6 +28,13 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("pushParams", &ModelWrap::PushParams),
                         InstanceMethod("pullParams", &ModelWrap::PullParams),
                         InstanceMethod("pullGrads", &ModelWrap::PullGrads),
+                        InstanceMethod("enableLora", &ModelWrap::EnableLora),
+                        InstanceMethod("disableLora", &ModelWrap::DisableLora),
+                        InstanceMethod("mergeLora", &ModelWrap::MergeLora),
+                        InstanceMethod("loraConfig", &ModelWrap::LoraConfigOf),
+                        InstanceMethod("loraLayout", &ModelWrap::LoraLayout),
+                        InstanceMethod("loraBuffers", &ModelWrap::LoraBuffers),
+                        InstanceMethod("copyMergedTensor", &ModelWrap::CopyMergedTensor),
                         InstanceMethod("dispose", &ModelWrap::Dispose)});
   }
 
@@ -64,36 +71,110 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return *model_;
   }
 
-  Napi::Value Layout(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    Model& m = model();
-    Napi::Array arr = Napi::Array::New(env, m.tensors.size());
-    for (size_t i = 0; i < m.tensors.size(); i++) {
-      const ParamTensor& t = m.tensors[i];
-      Napi::Object o = Napi::Object::New(env);
-      o.Set("name", t.name);
-      Napi::Array shape = Napi::Array::New(env, t.shape.size());
-      for (size_t k = 0; k < t.shape.size(); k++) shape.Set((uint32_t)k, (double)t.shape[k]);
-      o.Set("shape", shape);
-      o.Set("offset", (double)t.offset);
-      o.Set("numel", (double)t.numel);
-      arr.Set((uint32_t)i, o);
-    }
-    return arr;
-  }
-  // tensorBuffers(): {params: ArrayBuffer[], grads: ArrayBuffer[]}, one per tensor in layout order
-  Napi::Value TensorBuffers(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    Model& m = model();
-    Napi::Array params = Napi::Array::New(env, m.tensors.size()), grads = Napi::Array::New(env, m.tensors.size());
-    for (size_t i = 0; i < m.tensors.size(); i++) {
-      params.Set((uint32_t)i, tensor_buffer(env, m.params, m.tensors[i]));
-      grads.Set((uint32_t)i, tensor_buffer(env, m.grads, m.tensors[i]));
+  Napi::Value Layout(const Napi::CallbackInfo& info) { return layout_array(info.Env(), model().tensors); }
+
+  static Napi::Object buffers(Napi::Env env, const std::vector<ParamTensor>& tensors, const std::shared_ptr<FloatArena>& p,
+                              const std::shared_ptr<FloatArena>& g) {
+    Napi::Array params = Napi::Array::New(env, tensors.size());
+    Napi::Value grads = env.Null();
+    for (size_t i = 0; i < tensors.size(); i++) params.Set((uint32_t)i, tensor_buffer(env, p, tensors[i]));
+    if (g) {
+      Napi::Array ga = Napi::Array::New(env, tensors.size());
+      for (size_t i = 0; i < tensors.size(); i++) ga.Set((uint32_t)i, tensor_buffer(env, g, tensors[i]));
+      grads = ga;
     }
     Napi::Object o = Napi::Object::New(env);
     o.Set("params", params);
     o.Set("grads", grads);
     return o;
+  }
+  // tensorBuffers(): {params: ArrayBuffer[], grads: ArrayBuffer[] | null}, one per tensor in layout
+  // order; grads is null while LoRA adapters are on (the base is frozen and has none).
+  Napi::Value TensorBuffers(const Napi::CallbackInfo& info) {
+    Model& m = model();
+    return buffers(info.Env(), m.tensors, m.params, m.grads);
+  }
+
+  // ---- LoRA ----
+  // enableLora({rank, alpha, dropout, targets, seed}): Promise<void>. The config is checked here
+  // (a bad one throws and changes nothing); the adapters replace any the model had.
+  Napi::Value EnableLora(const Napi::CallbackInfo& info) {
+    Model& m = model();
+    const LoraConfig c = parse_lora_config(info[0], m.cfg);
+    return Queue(info.Env(), [c](Model& m) {
+      m.enable_lora(c);
+#ifdef ANVIL_WITH_CUDA
+      if (m.device) m.device->lora_changed();
+#endif
+      return 0.0;
+    });
+  }
+  // disableLora(): Promise<void>: drops the adapters (unmerged); the base gets fresh gradients.
+  Napi::Value DisableLora(const Napi::CallbackInfo& info) {
+    model();
+    return Queue(info.Env(), [](Model& m) {
+      m.disable_lora();
+#ifdef ANVIL_WITH_CUDA
+      if (m.device) m.device->lora_changed();
+#endif
+      return 0.0;
+    });
+  }
+  // mergeLora(): Promise<void>: W += (alpha / r) B A for every adapted projection, then drops them.
+  Napi::Value MergeLora(const Napi::CallbackInfo& info) {
+    Model& m = model();
+    if (!m.lora) throw Error("mergeLora: the model has no LoRA adapters");
+    return Queue(info.Env(), [](Model& m) {
+#ifdef ANVIL_WITH_CUDA
+      if (m.device) m.device->pull_params();  // the host arenas (base and adapters) are merged, then uploaded
+#endif
+      m.merge_lora();
+#ifdef ANVIL_WITH_CUDA
+      if (m.device) {
+        m.device->lora_changed();
+        m.device->push_params();
+      }
+#endif
+      return 0.0;
+    });
+  }
+  Napi::Value LoraConfigOf(const Napi::CallbackInfo& info) {
+    Model& m = model();
+    if (!m.lora) return info.Env().Null();
+    return lora_config_object(info.Env(), m.lora->cfg);
+  }
+  Napi::Value LoraLayout(const Napi::CallbackInfo& info) {
+    Model& m = model();
+    if (!m.lora) return info.Env().Null();
+    return layout_array(info.Env(), m.lora->tensors);
+  }
+  // loraBuffers(): {params, grads} ArrayBuffers per adapter tensor (PEFT order), or null without LoRA.
+  Napi::Value LoraBuffers(const Napi::CallbackInfo& info) {
+    Model& m = model();
+    if (!m.lora) return info.Env().Null();
+    return buffers(info.Env(), m.lora->tensors, m.lora->params, m.lora->grads);
+  }
+  // copyMergedTensor(i, out: Float32Array): out = base tensor i + (alpha / r) B A of the adapter on it
+  // (a plain copy when none adapts it): what a merged checkpoint holds, without touching the base.
+  // Reads the host arenas (the CUDA caller syncs them first); takes the model's lock.
+  Napi::Value CopyMergedTensor(const Napi::CallbackInfo& info) {
+    Model& m = model();
+    if (!info[0].IsNumber()) throw Error("copyMergedTensor(index, out): index must be a number");
+    const int64_t i = info[0].As<Napi::Number>().Int64Value();
+    if (i < 0 || i >= (int64_t)m.tensors.size()) throw Error("copyMergedTensor: tensor index out of range");
+    auto out = get_typed<float, napi_float32_array>(info[1], "copyMergedTensor: out");
+    const ParamTensor& t = m.tensors[(size_t)i];
+    if (out.ElementLength() != t.numel) throw Error("copyMergedTensor: out needs " + std::to_string(t.numel) + " elements");
+    std::lock_guard<std::mutex> lock(m.mu);
+    std::memcpy(out.Data(), m.params->data() + t.offset, t.numel * sizeof(float));
+    if (m.lora) {
+      const LoraState& st = *m.lora;
+      for (const LoraSite& s : st.sites)
+        if (m.site_tensor(s) == (int)i)
+          lora_merge_site(out.Data(), st.params->data() + s.a, st.params->data() + s.b, s.in, s.out, st.cfg.rank,
+                          st.cfg.scale());
+    }
+    return info.Env().Undefined();
   }
 
   Napi::Value InitRandom(const Napi::CallbackInfo& info) {
@@ -146,7 +227,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   }
 
   // forward(tokens: Int32Array, parents: Int32Array, logp: Float32Array, entropy: Float32Array,
-  //         maxTokens: number, maxBytes: number, logitsMode: 0 auto | 1 keep | 2 recompute): Promise<NativeHandle>
+  //         maxTokens: number, maxBytes: number, logitsMode: 0 auto | 1 keep | 2 recompute,
+  //         train?: boolean (apply LoRA dropout), dropoutSeed?: number (>= 0 fixes the masks)): Promise<NativeHandle>
   Napi::Value Forward(const Napi::CallbackInfo& info) {
     model();
     auto tokens = get_typed<int32_t, napi_int32_array>(info[0], "tokens");
@@ -164,7 +246,12 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     double max_bytes = info[5].IsNumber() ? info[5].As<Napi::Number>().DoubleValue() : 0;
     int logits_mode = info[6].IsNumber() ? info[6].As<Napi::Number>().Int32Value() : 0;
     if (logits_mode < 0 || logits_mode > 2) throw Error("forward: logits mode must be 0 (auto), 1 (keep) or 2 (recompute)");
-    auto* w = new ForwardWorker(info.Env(), model_, tokens, parents, logp, ent, max_tokens, max_bytes, logits_mode);
+    const bool train = info[7].ToBoolean();  // LoRA dropout on (a training forward)
+    const double seed = info[8].IsNumber() ? info[8].As<Napi::Number>().DoubleValue() : -1;  // < 0: a fresh draw
+    if (!(seed < 0) && (seed != std::floor(seed) || seed > 9007199254740991.0))
+      throw Error("forward: dropoutSeed must be a non-negative integer");
+    auto* w = new ForwardWorker(info.Env(), model_, tokens, parents, logp, ent, max_tokens, max_bytes, logits_mode, train,
+                                seed);
     w->Queue();
     return w->Promise();
   }
@@ -203,7 +290,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
         return 0.0;
       }
 #endif
-      std::memset(m.grads->data(), 0, m.grads->bytes());  // (not x * 0: that keeps NaN)
+      const Trainable t = trainable(m);
+      std::memset(t.grads->data(), 0, t.grads->bytes());  // (not x * 0: that keeps NaN)
       return 0.0;
     });
   }
@@ -212,7 +300,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 #ifdef ANVIL_WITH_CUDA
     if (m.device) return m.device->grad_norm();
 #endif
-    return std::sqrt(sum_squares(m.grads->data(), m.num_params));
+    const Trainable t = trainable(m);
+    return std::sqrt(sum_squares(t.grads->data(), t.n));
   }
 
   Napi::Value GradNorm(const Napi::CallbackInfo& info) {
@@ -233,12 +322,14 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 #endif
       double norm = grad_norm(m);
       if (!std::isfinite(norm)) throw Error("gradient norm is not finite (NaN or Inf in the gradients)");
-      if (norm > max_norm) scale_inplace(m.grads->data(), m.num_params, (float)(max_norm / (norm + 1e-6)));
+      const Trainable t = trainable(m);
+      if (norm > max_norm) scale_inplace(t.grads->data(), t.n, (float)(max_norm / (norm + 1e-6)));
       return norm;
     });
   }
 
   // adamwStep({lr, beta1, beta2, eps, weightDecay, decayMask: Uint8Array per tensor}): Promise<step>
+  // While LoRA is on it updates the adapters (decayMask: one entry per adapter tensor).
   Napi::Value AdamwStep(const Napi::CallbackInfo& info) {
     Model& m = model();
     if (!info[0].IsObject()) throw Error("adamwStep(options): options must be an object");
@@ -249,28 +340,34 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1)) throw Error("adamwStep: beta1 and beta2 must be in [0, 1)");
     if (!(eps >= 0) || !(wd >= 0)) throw Error("adamwStep: eps and weightDecay must be >= 0");
     auto mask = get_typed<uint8_t, napi_uint8_array>(o.Get("decayMask"), "adamwStep: decayMask");
-    if (mask.ElementLength() != m.tensors.size()) throw Error("adamwStep: decayMask needs one entry per tensor");
+    const size_t count = trainable(m).tensors->size();
+    if (mask.ElementLength() != count)
+      throw Error(std::string("adamwStep: decayMask needs one entry per ") + (m.lora ? "adapter tensor" : "tensor") + " (" +
+                  std::to_string(count) + ")");
     std::vector<uint8_t> decay(mask.Data(), mask.Data() + mask.ElementLength());
+    const bool lora = m.lora != nullptr;
     return Queue(info.Env(), [=](Model& m) {
+      if ((m.lora != nullptr) != lora) throw Error("adamwStep: LoRA adapters were enabled or dropped while the step was queued");
+      const Trainable tr = trainable(m);
 #ifdef ANVIL_WITH_CUDA
       if (m.device) {
-        m.step += 1;
-        m.device->adamw(decay, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, m.step);
-        return (double)m.step;
+        *tr.step += 1;
+        m.device->adamw(decay, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, *tr.step);
+        return (double)*tr.step;
       }
 #endif
-      if (!m.adam_m) {
-        m.adam_m = std::make_shared<FloatArena>(m.num_params);
-        m.adam_v = std::make_shared<FloatArena>(m.num_params);
+      if (!*tr.adam_m) {
+        *tr.adam_m = std::make_shared<FloatArena>(tr.n);
+        *tr.adam_v = std::make_shared<FloatArena>(tr.n);
       }
-      m.step += 1;
-      for (size_t i = 0; i < m.tensors.size(); i++) {
-        const ParamTensor& t = m.tensors[i];
-        adamw_update(m.params->data() + t.offset, m.grads->data() + t.offset, m.adam_m->data() + t.offset,
-                     m.adam_v->data() + t.offset, t.numel, (float)lr, (float)b1, (float)b2, (float)eps,
-                     decay[i] ? (float)wd : 0.0f, m.step);
+      *tr.step += 1;
+      for (size_t i = 0; i < tr.tensors->size(); i++) {
+        const ParamTensor& t = (*tr.tensors)[i];
+        adamw_update(tr.params->data() + t.offset, tr.grads->data() + t.offset, (*tr.adam_m)->data() + t.offset,
+                     (*tr.adam_v)->data() + t.offset, t.numel, (float)lr, (float)b1, (float)b2, (float)eps,
+                     decay[i] ? (float)wd : 0.0f, *tr.step);
       }
-      return (double)m.step;
+      return (double)*tr.step;
     });
   }
 
@@ -278,6 +375,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     Model& m = model();
     Napi::Object o = Napi::Object::New(info.Env());
     o.Set("numParams", (double)m.num_params);
+    o.Set("trainableParams", (double)trainable(m).n);
+    o.Set("adapterParams", m.lora ? (double)m.lora->num_params : 0.0);
 #ifdef ANVIL_WITH_CUDA
     if (m.device) {  // device bytes (the host mirror is not counted)
       o.Set("paramBytes", (double)m.device->param_bytes());
@@ -287,9 +386,10 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       return o;
     }
 #endif
-    o.Set("paramBytes", (double)m.params->bytes());
-    o.Set("gradBytes", (double)m.grads->bytes());
-    o.Set("optimizerBytes", m.adam_m ? (double)(m.adam_m->bytes() + m.adam_v->bytes()) : 0.0);
+    const Trainable t = trainable(m);
+    o.Set("paramBytes", (double)(m.params->bytes() + (m.lora ? m.lora->params->bytes() : 0)));
+    o.Set("gradBytes", (double)t.grads->bytes());  // the frozen base has none
+    o.Set("optimizerBytes", *t.adam_m ? (double)((*t.adam_m)->bytes() + (*t.adam_v)->bytes()) : 0.0);
     o.Set("cachedBytes", (double)m.cached_bytes());
     return o;
   }
@@ -300,45 +400,48 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     model().trim_cache();
     return info.Env().Undefined();
   }
-  Napi::Value StepCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), model().step); }
+  Napi::Value StepCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), *trainable(model()).step); }
 
-  // optimizerState(): {step, m: Float32Array [num_params] | null, v: ... } copies of AdamW's moments
-  // (null before the first step), for checkpoints that resume training exactly. Call between
-  // steps (the trainer never overlaps it with a queued step).
+  // optimizerState(): {step, m: Float32Array | null, v: ... } copies of AdamW's moments (one entry
+  // per trainable parameter: the base's, or the adapters' while LoRA is on; null before the first
+  // step), for checkpoints that resume training exactly. Call between steps (the trainer never
+  // overlaps it with a queued step).
   // On the CUDA backend the moments live on the device: they are copied through the host arenas
   // (allocated at the first call), under the model's lock, which no queued step holds between steps.
   Napi::Value OptimizerState(const Napi::CallbackInfo& info) {
     Model& m = model();
     Napi::Env env = info.Env();
     Napi::Object o = Napi::Object::New(env);
+    std::lock_guard<std::mutex> lock(m.mu);
+    const Trainable t = trainable(m);
 #ifdef ANVIL_WITH_CUDA
     if (m.device) {
-      std::lock_guard<std::mutex> lock(m.mu);
-      auto hm = m.adam_m ? m.adam_m : std::make_shared<FloatArena>(m.num_params);
-      auto hv = m.adam_v ? m.adam_v : std::make_shared<FloatArena>(m.num_params);
+      auto hm = *t.adam_m ? *t.adam_m : std::make_shared<FloatArena>(t.n);
+      auto hv = *t.adam_v ? *t.adam_v : std::make_shared<FloatArena>(t.n);
       if (m.device->pull_moments(hm->data(), hv->data())) {
-        m.adam_m = hm;
-        m.adam_v = hv;
+        *t.adam_m = hm;
+        *t.adam_v = hv;
       }
     }
 #endif
-    o.Set("step", (double)m.step);
-    if (!m.adam_m) {
+    o.Set("step", (double)*t.step);
+    if (!*t.adam_m) {
       o.Set("m", env.Null());
       o.Set("v", env.Null());
       return o;
     }
     auto copy = [&](const FloatArena& a) {
-      Napi::Float32Array out = Napi::Float32Array::New(env, m.num_params);
-      std::memcpy(out.Data(), a.data(), m.num_params * sizeof(float));
+      Napi::Float32Array out = Napi::Float32Array::New(env, t.n);
+      std::memcpy(out.Data(), a.data(), t.n * sizeof(float));
       return out;
     };
-    o.Set("m", copy(*m.adam_m));
-    o.Set("v", copy(*m.adam_v));
+    o.Set("m", copy(**t.adam_m));
+    o.Set("v", copy(**t.adam_v));
     return o;
   }
 
-  // setOptimizerState(step, m: Float32Array [num_params], v: Float32Array [num_params]): restores them.
+  // setOptimizerState(step, m: Float32Array, v: Float32Array): restores them (one entry per
+  // trainable parameter, as optimizerState() returns them).
   Napi::Value SetOptimizerState(const Napi::CallbackInfo& info) {
     Model& m = model();
     if (!info[0].IsNumber()) throw Error("setOptimizerState(step, m, v): step must be a number");
@@ -346,21 +449,22 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     if (!(step >= 0) || step != std::floor(step) || step > 2e9) throw Error("setOptimizerState: step must be an integer >= 0");
     auto mm = get_typed<float, napi_float32_array>(info[1], "setOptimizerState: m");
     auto vv = get_typed<float, napi_float32_array>(info[2], "setOptimizerState: v");
-    if (mm.ElementLength() != m.num_params || vv.ElementLength() != m.num_params)
-      throw Error("setOptimizerState: m and v need one entry per parameter");
-    if (!m.adam_m) {
-      m.adam_m = std::make_shared<FloatArena>(m.num_params);
-      m.adam_v = std::make_shared<FloatArena>(m.num_params);
+    std::lock_guard<std::mutex> lock(m.mu);
+    const Trainable t = trainable(m);
+    if (mm.ElementLength() != t.n || vv.ElementLength() != t.n)
+      throw Error(std::string("setOptimizerState: m and v need one entry per ") + (m.lora ? "adapter parameter" : "parameter") +
+                  " (" + std::to_string(t.n) + "), got " + std::to_string(mm.ElementLength()) + " and " +
+                  std::to_string(vv.ElementLength()));
+    if (!*t.adam_m) {
+      *t.adam_m = std::make_shared<FloatArena>(t.n);
+      *t.adam_v = std::make_shared<FloatArena>(t.n);
     }
-    std::memcpy(m.adam_m->data(), mm.Data(), m.num_params * sizeof(float));
-    std::memcpy(m.adam_v->data(), vv.Data(), m.num_params * sizeof(float));
+    std::memcpy((*t.adam_m)->data(), mm.Data(), t.n * sizeof(float));
+    std::memcpy((*t.adam_v)->data(), vv.Data(), t.n * sizeof(float));
 #ifdef ANVIL_WITH_CUDA
-    if (m.device) {
-      std::lock_guard<std::mutex> lock(m.mu);
-      m.device->push_moments(m.adam_m->data(), m.adam_v->data());
-    }
+    if (m.device) m.device->push_moments((*t.adam_m)->data(), (*t.adam_v)->data());
 #endif
-    m.step = (int)step;
+    *t.step = (int)step;
     return info.Env().Undefined();
   }
   Napi::Value Dispose(const Napi::CallbackInfo& info) {

@@ -10,9 +10,10 @@ namespace {
 class ForwardWorker : public PromiseWorker {
  public:
   ForwardWorker(Napi::Env env, std::shared_ptr<Model> model, Napi::Int32Array tokens, Napi::Int32Array parents,
-                Napi::Float32Array logp, Napi::Float32Array entropy, double max_tokens, double max_bytes, int logits_mode)
+                Napi::Float32Array logp, Napi::Float32Array entropy, double max_tokens, double max_bytes, int logits_mode,
+                bool train, double dropout_seed)
       : PromiseWorker(env), model_(std::move(model)), max_tokens_(max_tokens), max_bytes_(max_bytes),
-        logits_mode_(logits_mode) {
+        logits_mode_(logits_mode), train_(train), dropout_seed_(dropout_seed) {
     n_ = (int)tokens.ElementLength();
     tokens_ = tokens.Data();
     parents_ = parents.Data();
@@ -37,10 +38,15 @@ class ForwardWorker : public PromiseWorker {
         throw Error("token out of range: tokens[" + std::to_string(i) + "] = " + std::to_string(tokens_[i]) +
                     " (vocab size " + std::to_string(V) + ")");
     acts->tokens.assign(tokens_, tokens_ + n_);
+    std::lock_guard<std::mutex> lock(model_->mu);
+    // the adapters this forward runs with; a training forward draws fresh dropout masks
+    acts->lora = model_->lora;
+    acts->drop = train_ && acts->lora && acts->lora->cfg.dropout > 0.f;
+    if (acts->drop)
+      acts->dropout_seed = dropout_seed_ >= 0 ? (uint64_t)dropout_seed_ : acts->lora->next_dropout_seed();
 #ifdef ANVIL_WITH_CUDA
     if (model_->device) {
       cuda::ForwardBytes fb;
-      std::lock_guard<std::mutex> lock(model_->mu);
       acts->dev = model_->device->forward(acts->tree, tokens_, logp_, entropy_, (LogitsMode)logits_mode_, max_bytes_, &fb);
       acts->kept_bytes = fb.kept;
       acts->forward_scratch_bytes = fb.forward_scratch;
@@ -49,14 +55,13 @@ class ForwardWorker : public PromiseWorker {
       return;
     }
 #endif
-    acts->plan = plan_memory(model_->cfg, acts->tree, (LogitsMode)logits_mode_, max_bytes_);
+    acts->plan = plan_memory(model_->cfg, acts->tree, (LogitsMode)logits_mode_, max_bytes_, acts->lora.get(), acts->drop);
     if (max_bytes_ > 0) {
       const double need = (double)acts->plan.peak_bytes();
       if (need > max_bytes_)
         throw Error("pack needs " + std::to_string((int64_t)need) + " bytes of activations and scratch, over the limit maxBytes = " +
                     std::to_string((int64_t)max_bytes_));
     }
-    std::lock_guard<std::mutex> lock(model_->mu);
     model_forward(*acts, logp_, entropy_);
     acts_ = acts;
   }
@@ -78,6 +83,8 @@ class ForwardWorker : public PromiseWorker {
   float* entropy_;
   double max_tokens_, max_bytes_;
   int logits_mode_;
+  bool train_;
+  double dropout_seed_;
   std::vector<Napi::ObjectReference> refs_;
 };
 
@@ -106,6 +113,8 @@ class BackwardWorker : public PromiseWorker {
                     " is a root: it has no prediction (no log-prob, no entropy), so its coefficient must be 0");
     }
     std::lock_guard<std::mutex> lock(acts_->model->mu);
+    if (acts_->lora != acts_->model->lora)
+      throw Error("backward: the model's LoRA adapters were enabled, replaced or merged after this forward; run the forward again");
 #ifdef ANVIL_WITH_CUDA
     if (acts_->dev) {
       acts_->model->device->backward(*acts_->dev, dlogp_, dent_);

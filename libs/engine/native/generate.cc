@@ -14,6 +14,7 @@
 // (at most prompt length - 1 tokens: the last prompt token is always run, it yields the logits)
 // and prefills only the rest.
 #include "generate.h"
+#include "lora.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -376,6 +377,7 @@ void Generator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>& o
     rmsnorm_forward(ln.data(), rstd.data(), x.data(), w.ln1, N, C, cfg.eps);
     if (w.bqkv) bias_fill(qkv.data(), w.bqkv, N, QKV);
     linear(qkv.data(), ln.data(), w.wqkv, N, C, QKV, w.bqkv != nullptr);
+    if (m.lora) lora_apply(*m.lora, l, kLoraGroupQkv, qkv.data(), ln.data(), N);  // LoRA adapters, unmerged
     rope_forward(qkv.data(), row_pos.data(), cos_t_.data(), sin_t_.data(), N, H, KVH, D);
     for (int r = 0; r < N; r++) {
       KvCache& kv = seqs[row_seq[r]]->kv;
@@ -408,10 +410,13 @@ void Generator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>& o
       }
     }
     linear(x.data(), att.data(), w.wo, N, H * D, C, true);  // x = x + att @ Wo^T
+    if (m.lora) lora_apply(*m.lora, l, kLoraGroupO, x.data(), att.data(), N);
     rmsnorm_forward(ln.data(), rstd.data(), x.data(), w.ln2, N, C, cfg.eps);
     linear(gu.data(), ln.data(), w.wgu, N, C, 2 * F, false);
+    if (m.lora) lora_apply(*m.lora, l, kLoraGroupGu, gu.data(), ln.data(), N);
     swiglu_forward(h.data(), gu.data(), N, F);
     linear(x.data(), h.data(), w.wdown, N, F, C, true);  // x = x + h @ Wdown^T
+    if (m.lora) lora_apply(*m.lora, l, kLoraGroupDown, x.data(), h.data(), N);
   }
   for (int r = 0; r < N; r++) seqs[row_seq[r]]->kv.len = std::max(seqs[row_seq[r]]->kv.len, row_pos[r] + 1);
   // LM head for the last row of each sequence

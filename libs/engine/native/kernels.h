@@ -14,7 +14,7 @@ namespace anvil {
 // ---- matmul (OpenBLAS cblas_sgemm); weights are stored [out, in] as in PyTorch ----
 // out[N,O] = inp[N,I] @ w[O,I]^T (+ out if accumulate)
 void matmul_forward(float* out, const float* inp, const float* w, int N, int I, int O, bool accumulate);
-// dinp[N,I] (+)= dout[N,O] @ w[O,I];  dw[O,I] += dout^T @ inp.  dinp may be null.
+// dinp[N,I] (+)= dout[N,O] @ w[O,I];  dw[O,I] += dout^T @ inp.  dinp and dw may be null (dw: a frozen weight).
 void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int I, int O,
                      bool accumulate_dinp);
 // out[N,O] = bias[O] broadcast (so that a following accumulate-matmul adds x @ W^T)
@@ -31,7 +31,7 @@ void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, i
 // ---- RMSNorm: out = x / sqrt(mean(x^2) + eps) * w ----
 // out[N,C], rstd[N], inp[N,C], w[C]
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C, float eps);
-// dinp[N,C] += ..., dw[C] += ..., given dout[N,C]
+// dinp[N,C] += ..., dw[C] += ... (dw may be null: frozen), given dout[N,C]
 void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd, int N,
                       int C);
 
@@ -65,7 +65,7 @@ struct LogprobScratch {
 // kept [M, V] (or null): when given, the logits are written there instead of the scratch chunk.
 void logprob_forward(float* logp, float* entropy, float* lse, float* ent, const float* h, const float* w,
                      const int32_t* tokens, const TreeInfo& tree, int C, int V, LogprobScratch s, float* kept);
-// dh[N,C] += ..., dw[V,C] += ..., given per-node dlogp[N] and optional dentropy[N] (may be null)
+// dh[N,C] += ..., dw[V,C] += ... (dw may be null: frozen), given per-node dlogp[N] and optional dentropy[N] (may be null)
 void logprob_backward(float* dh, float* dw, const float* dlogp, const float* dentropy, const float* h, const float* w,
                       const float* lse, const float* ent, const int32_t* tokens, const TreeInfo& tree, int C, int V,
                       LogprobScratch s, const float* kept);

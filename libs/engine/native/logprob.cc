@@ -112,7 +112,7 @@ void logprob_backward(float* dh, float* dw, const float* dlogp, const float* den
       }
     }
     // dw[V,C] += g^T @ rows, then rows <- g @ w (the gradient of the gathered hidden rows)
-    matmul_backward(nullptr, dw, s.logits, s.rows, w, R, C, V, false);
+    if (dw) matmul_backward(nullptr, dw, s.logits, s.rows, w, R, C, V, false);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, C, V, 1.0f, s.logits, V, w, C, 0.0f, s.rows, C);
 #pragma omp parallel for num_threads(nthreads()) schedule(static)
     for (int r = 0; r < R; r++) axpy(dh + (size_t)nodes[a0 + r] * C, 1.0f, s.rows + (size_t)r * C, C);

@@ -21,8 +21,9 @@ void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, I, O, 1.0f, dout, O, w, I, accumulate_dinp ? 1.0f : 0.0f,
                 dinp, I);
   }
-  // dw[O,I] += dout[N,O]^T @ inp[N,I]
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, I, N, 1.0f, dout, O, inp, I, 1.0f, dw, I);
+  // dw[O,I] += dout[N,O]^T @ inp[N,I] (skipped for a frozen weight)
+  if (dw)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, I, N, 1.0f, dout, O, inp, I, 1.0f, dw, I);
 }
 
 void bias_fill(float* out, const float* bias, int N, int O) {

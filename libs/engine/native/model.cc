@@ -1,5 +1,7 @@
 #include "model.h"
 
+#include "lora.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -166,6 +168,46 @@ void Model::init_random(uint64_t seed, float std) {
   }
 }
 
+void Model::enable_lora(const LoraConfig& c) {
+  auto st = std::make_shared<LoraState>(cfg, c);  // validates the config first
+  st->init(c.seed);
+  lora = std::move(st);
+  grads.reset();  // the base is frozen: no gradients, no moments
+  adam_m.reset();
+  adam_v.reset();
+  step = 0;
+}
+
+void Model::disable_lora() {
+  if (!lora) return;
+  grads = std::make_shared<FloatArena>(num_params);
+  lora.reset();
+}
+
+float* Model::site_weight(float* base, const LoraSite& s) const {
+  const ParamPtrs P = ptrs(base);
+  const LayerPtrs& w = P.layers[s.layer];
+  float* block = s.target <= kLoraV ? w.wqkv : s.target == kLoraO ? w.wo : s.target <= kLoraUp ? w.wgu : w.wdown;
+  return block + (size_t)s.col * s.in;  // q/k/v and gate/up are row blocks of the fused weight
+}
+
+int Model::site_tensor(const LoraSite& s) const {
+  const std::string name = "model.layers." + std::to_string(s.layer) + (s.target <= kLoraO ? ".self_attn." : ".mlp.") +
+                           kLoraTargetNames[s.target] + ".weight";
+  for (size_t i = 0; i < tensors.size(); i++)
+    if (tensors[i].name == name) return (int)i;
+  throw Error("internal error: no base tensor " + name);
+}
+
+void Model::merge_lora() {
+  if (!lora) throw Error("mergeLora: the model has no LoRA adapters");
+  const LoraState& st = *lora;
+  const float* P = st.params->data();
+  for (const LoraSite& s : st.sites)
+    lora_merge_site(site_weight(params->data(), s), P + s.a, P + s.b, s.in, s.out, st.cfg.rank, st.cfg.scale());
+  disable_lora();
+}
+
 std::unique_ptr<FloatArena> Model::acquire(size_t n, bool zero) {
   std::unique_ptr<FloatArena> a;
   {
@@ -210,7 +252,8 @@ void Model::trim_cache() {
   pool_.clear();
 }
 
-MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree, LogitsMode mode, double max_bytes) {
+MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree, LogitsMode mode, double max_bytes, const LoraState* lora,
+                       bool drop) {
   const size_t N = tree.n, C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim;
   const size_t QKV = (H + 2 * KVH) * D, V = cfg.vocab, M = tree.internal.size();
   Bump b;
@@ -221,6 +264,10 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree, LogitsMode 
   }
   t(N * C); t(N); t(M); t(M);
   t((size_t)(tree.max_depth + 1) * (D / 2)); t((size_t)(tree.max_depth + 1) * (D / 2));
+  const size_t R = lora ? (size_t)lora->cfg.rank : 0;
+  const size_t xd = lora && drop ? N * (size_t)lora->max_in() + 16 : 0;  // dropped-out input of one site
+  if (lora)
+    for (size_t i = 0; i < lora->sites.size(); i++) t(N * R);  // u = A dropout(x) per site
   MemoryPlan plan;
   // LM-head chunk: about 8M logits (32 MiB) per chunk, at least 64 rows so the GEMM stays efficient
   size_t rows = std::max<size_t>(64, (size_t(8) << 20) / V);
@@ -228,8 +275,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree, LogitsMode 
   plan.lm_rows = (int)rows;
   const size_t lm = rows * C + rows * V + 32;
   // backward: dres, dln [N,C]; dqkv [N,QKV]; datt [N,HD]; dgu [N,2F]; dh [N,F]; + LM chunk
-  plan.bwd_scratch_floats = N * (2 * C + QKV + H * D + 3 * F) + 6 * 16 + lm;
-  plan.fwd_scratch_floats = lm;
+  // + LoRA: du [N, r], and with dropout the regenerated input and its gradient [N, max_in] each
+  plan.bwd_scratch_floats = N * (2 * C + QKV + H * D + 3 * F) + 6 * 16 + lm + (lora ? N * R + 16 + 2 * xd : 0);
+  plan.fwd_scratch_floats = std::max(lm, xd);  // the LM-head chunk comes after the layers' dropout scratch
   plan.kept_floats = b.used;
   const size_t logits = ((M * V) + 15) & ~size_t(15);
   if (mode == LogitsMode::Keep) {
@@ -282,6 +330,13 @@ void model_forward(Activations& a, float* logp, float* entropy) {
   a.cos_t = b.take((size_t)(tree.max_depth + 1) * half);
   a.sin_t = b.take((size_t)(tree.max_depth + 1) * half);
   a.logits = plan.keep_logits ? b.take((size_t)M * V) : nullptr;
+  const LoraState* lora = a.lora.get();
+  a.lora_u.clear();
+  if (lora)
+    for (size_t i = 0; i < lora->sites.size(); i++) a.lora_u.push_back(b.take((size_t)N * lora->cfg.rank));
+  // one scratch arena for the whole forward: the layers' LoRA dropout input, then the LM-head chunks
+  ScratchGuard scratch(m, plan.fwd_scratch_floats);
+  float* xd = scratch.a->data();
 
   // RoPE tables as transformers computes them: angle = float32(pos * inv_freq), then cos/sin.
   for (int pos = 0; pos <= tree.max_depth; pos++)
@@ -303,6 +358,10 @@ void model_forward(Activations& a, float* logp, float* entropy) {
     if (w.bqkv) bias_fill(la.qkv, w.bqkv, N, QKV);
     matmul_forward(la.qkv, la.ln1, w.wqkv, N, C, QKV, w.bqkv != nullptr);
     prof.mark("matmul_forward:wqkv");
+    if (lora) {
+      lora_layer_forward(*lora, l, kLoraGroupQkv, la.qkv, la.ln1, N, a.lora_u.data(), nullptr, a.drop, a.dropout_seed, xd);
+      prof.mark("lora_forward");
+    }
     rope_forward(la.qkv, tree.depth.data(), a.cos_t, a.sin_t, N, H, KVH, D);
     prof.mark("rope_forward");
     tree_attention_forward(la.att, la.lse, la.qkv, tree, H, KVH, D);
@@ -311,20 +370,32 @@ void model_forward(Activations& a, float* logp, float* entropy) {
     prof.mark("copy_parallel");
     matmul_forward(la.mid, la.att, w.wo, N, H * D, C, true);  // mid = x + att @ Wo^T
     prof.mark("matmul_forward:wo");
+    if (lora) {
+      lora_layer_forward(*lora, l, kLoraGroupO, la.mid, la.att, N, a.lora_u.data(), nullptr, a.drop, a.dropout_seed, xd);
+      prof.mark("lora_forward");
+    }
     rmsnorm_forward(la.ln2, la.rstd2, la.mid, w.ln2, N, C, cfg.eps);
     prof.mark("rmsnorm_forward");
     matmul_forward(la.gu, la.ln2, w.wgu, N, C, 2 * F, false);
     prof.mark("matmul_forward:wgu");
+    if (lora) {
+      lora_layer_forward(*lora, l, kLoraGroupGu, la.gu, la.ln2, N, a.lora_u.data(), nullptr, a.drop, a.dropout_seed, xd);
+      prof.mark("lora_forward");
+    }
     swiglu_forward(la.h, la.gu, N, F);
     prof.mark("swiglu_forward");
     copy_parallel(a.res[l + 1], la.mid, (size_t)N * C);
     prof.mark("copy_parallel");
     matmul_forward(a.res[l + 1], la.h, w.wdown, N, F, C, true);  // out = mid + h @ Wdown^T
     prof.mark("matmul_forward:wdown");
+    if (lora) {
+      lora_layer_forward(*lora, l, kLoraGroupDown, a.res[l + 1], la.h, N, a.lora_u.data(), nullptr, a.drop, a.dropout_seed,
+                         xd);
+      prof.mark("lora_forward");
+    }
   }
   rmsnorm_forward(a.lnf, a.rstdf, a.res[cfg.layers], P.normf, N, C, cfg.eps);
   prof.mark("rmsnorm_forward");
-  ScratchGuard scratch(m, plan.fwd_scratch_floats);
   Bump sb{scratch.a->data(), 0};
   LogprobScratch ls;
   ls.R = plan.lm_rows;
@@ -354,10 +425,21 @@ void model_backward(Activations& a, const float* dlogp, const float* dentropy) {
   ls.R = plan.lm_rows;
   ls.rows = b.take((size_t)ls.R * C);
   ls.logits = b.take((size_t)ls.R * V);
+  // LoRA: the adapters' rank-space gradient, and with dropout the regenerated input and its gradient
+  const LoraState* lora = a.lora.get();
+  if (a.lora != m.lora)
+    throw Error("backward: the model's LoRA adapters were enabled, replaced or merged after this forward; run the forward again");
+  float* du = lora ? b.take((size_t)N * lora->cfg.rank) : nullptr;
+  float* xd = lora && a.drop ? b.take((size_t)N * lora->max_in()) : nullptr;
+  float* dxd = lora && a.drop ? b.take((size_t)N * lora->max_in()) : nullptr;
+  if (b.used > plan.bwd_scratch_floats) throw Error("internal error: backward scratch exceeds its plan");
 
   prof.mark("alloc scratch");
   const ParamPtrs P = m.ptrs(m.params->data());
-  const ParamPtrs G = m.ptrs(m.grads->data());
+  // With LoRA the base is frozen: no base gradient is computed (null dw skips those GEMMs).
+  const bool frozen = lora != nullptr;
+  const ParamPtrs G = frozen ? ParamPtrs{nullptr, {}, nullptr, nullptr} : m.ptrs(m.grads->data());
+  const LayerPtrs none{};
   zero_parallel(dres, (size_t)N * C);  // accumulated into by the final rmsnorm backward
   zero_parallel(dln, (size_t)N * C);   // accumulated into by the LM-head backward
   // LM head: dln (as d lnf) starts at zero; only rows of nodes with children receive gradient
@@ -368,20 +450,33 @@ void model_backward(Activations& a, const float* dlogp, const float* dentropy) {
   prof.mark("rmsnorm_backward");
   for (int l = cfg.layers - 1; l >= 0; l--) {
     const LayerPtrs& w = P.layers[l];
-    const LayerPtrs& gw = G.layers[l];
+    const LayerPtrs& gw = frozen ? none : G.layers[l];
     LayerActs& la = a.layers[l];
+    const float* const* u = a.lora_u.data();
     // MLP: out = mid + (silu(gate) * up) @ Wdown^T, gate|up = ln2 @ Wgu^T, ln2 = rmsnorm(mid)
     matmul_backward(dh, gw.wdown, dres, la.h, w.wdown, N, F, C, false);
     prof.mark("matmul_backward:wdown");
+    if (lora) {
+      lora_layer_backward(*lora, l, kLoraGroupDown, dh, dres, la.h, N, u, a.drop, a.dropout_seed, xd, dxd, du);
+      prof.mark("lora_backward");
+    }
     swiglu_backward(dgu, dh, la.gu, N, F);
     prof.mark("swiglu_backward");
     matmul_backward(dln, gw.wgu, dgu, la.ln2, w.wgu, N, C, 2 * F, false);
     prof.mark("matmul_backward:wgu");
+    if (lora) {
+      lora_layer_backward(*lora, l, kLoraGroupGu, dln, dgu, la.ln2, N, u, a.drop, a.dropout_seed, xd, dxd, du);
+      prof.mark("lora_backward");
+    }
     rmsnorm_backward(dres, gw.ln2, dln, la.mid, w.ln2, la.rstd2, N, C);  // dres is now d mid
     prof.mark("rmsnorm_backward");
     // attention: mid = x + att @ Wo^T, att = attention(rope(q), rope(k), v), qkv = ln1 @ Wqkv^T (+ b)
     matmul_backward(datt, gw.wo, dres, la.att, w.wo, N, H * D, C, false);
     prof.mark("matmul_backward:wo");
+    if (lora) {
+      lora_layer_backward(*lora, l, kLoraGroupO, datt, dres, la.att, N, u, a.drop, a.dropout_seed, xd, dxd, du);
+      prof.mark("lora_backward");
+    }
     zero_parallel(dqkv, (size_t)N * QKV);
     prof.mark("zero_parallel");
     tree_attention_backward(dqkv, datt, la.att, la.lse, la.qkv, tree, H, KVH, D);
@@ -391,10 +486,14 @@ void model_backward(Activations& a, const float* dlogp, const float* dentropy) {
     if (gw.bqkv) bias_backward(gw.bqkv, dqkv, N, QKV);
     matmul_backward(dln, gw.wqkv, dqkv, la.ln1, w.wqkv, N, C, QKV, false);
     prof.mark("matmul_backward:wqkv");
+    if (lora) {
+      lora_layer_backward(*lora, l, kLoraGroupQkv, dln, dqkv, la.ln1, N, u, a.drop, a.dropout_seed, xd, dxd, du);
+      prof.mark("lora_backward");
+    }
     rmsnorm_backward(dres, gw.ln1, dln, a.res[l], w.ln1, la.rstd1, N, C);  // dres is now d x
     prof.mark("rmsnorm_backward");
   }
-  embedding_backward(G.wte, dres, a.tokens.data(), N, C);
+  if (!frozen) embedding_backward(G.wte, dres, a.tokens.data(), N, C);
   prof.mark("embedding_backward");
 }
 

@@ -20,6 +20,10 @@ class DeviceModel;
 struct DeviceActs;
 }  // namespace cuda
 
+class LoraState;  // lora.h
+struct LoraConfig;
+struct LoraSite;
+
 struct ModelConfig {
   int vocab = 0;       // V
   int hidden = 0;      // C
@@ -68,9 +72,13 @@ class Model {
   const ModelConfig cfg;
   std::vector<ParamTensor> tensors;
   size_t num_params = 0;
+  // grads is null while LoRA adapters are on: the base is frozen and has no gradient buffers.
   std::shared_ptr<FloatArena> params, grads;
   std::shared_ptr<FloatArena> adam_m, adam_v;  // allocated at the first optimizer step
   int step = 0;
+  // LoRA adapters (lora.h), or null. While set, forward/backward apply them, the backward
+  // computes gradients for the adapters only, and the optimizer calls work on the adapters.
+  std::shared_ptr<LoraState> lora;
   // CUDA build: the device copy that forward/backward/step run on (the arenas above are then the
   // host mirror that load/save use). Null in the CPU build.
   std::shared_ptr<cuda::DeviceModel> device;
@@ -80,6 +88,18 @@ class Model {
 
   ParamPtrs ptrs(float* base) const;
   void init_random(uint64_t seed, float std);
+
+  // Callers hold `mu`. enable_lora validates (throwing before any change), builds and initialises
+  // the adapters and frees the base gradients and AdamW moments; disable_lora drops the adapters
+  // and gives the base fresh gradients (and no moments: AdamW starts over).
+  void enable_lora(const LoraConfig& c);
+  void disable_lora();
+  // W += (alpha / r) B A for every adapted projection, then disable_lora().
+  void merge_lora();
+  // The base weight rows [O, I] an adapter site modifies, inside the arena `base` (params layout).
+  float* site_weight(float* base, const LoraSite& s) const;
+  // Index into `tensors` of the base weight a site modifies.
+  int site_tensor(const LoraSite& s) const;
 
   // Activation and scratch arenas are recycled through a small per-model cache: a fresh
   // multi-hundred-MB allocation is an mmap whose first touch page-faults every 4 KiB, which cost
@@ -116,7 +136,10 @@ struct MemoryPlan {
   size_t peak_bytes() const { return (kept_floats + std::max(fwd_scratch_floats, bwd_scratch_floats)) * sizeof(float); }
 };
 // max_bytes (0 = no limit) only steers LogitsMode::Auto; the caller enforces the limit itself.
-MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree, LogitsMode mode, double max_bytes);
+// lora (may be null) adds the adapters' kept [N, r] inputs and their scratch; drop: a training
+// forward with LoRA dropout (the dropped-out input is scratch).
+MemoryPlan plan_memory(const ModelConfig& cfg, const TreeInfo& tree, LogitsMode mode, double max_bytes,
+                       const LoraState* lora = nullptr, bool drop = false);
 
 struct LayerActs {
   float* ln1;    // [N, C]
@@ -149,6 +172,12 @@ struct Activations {
   float* ent_int = nullptr;  // [M] entropy of each internal node's distribution
   float* logits = nullptr;   // [M, V] kept logits, or null when the backward recomputes them
   MemoryPlan plan{};
+  // LoRA: the adapters this forward ran with (the backward refuses others), whether it dropped
+  // out their inputs (a training forward) and with which seed, and each site's u = A xd [N, r].
+  std::shared_ptr<LoraState> lora;
+  bool drop = false;
+  uint64_t dropout_seed = 0;
+  std::vector<float*> lora_u;
   float* cos_t = nullptr;    // [max_depth+1, D/2]
   float* sin_t = nullptr;
   size_t kept_bytes = 0;          // bytes of this arena

@@ -25,10 +25,10 @@ void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* in
   // xhat = x * rstd;  dxhat = dout * w
   // dinp += rstd * (dxhat - xhat * mean(dxhat * xhat));  dw += sum_n dout * xhat
   int nt = nthreads();
-  std::vector<float> dw_local((size_t)nt * C, 0.0f);  // per-thread partial dw, reduced below
+  std::vector<float> dw_local(dw ? (size_t)nt * C : 0, 0.0f);  // per-thread partial dw, reduced below
 #pragma omp parallel num_threads(nt)
   {
-    float* dwl = dw_local.data() + (size_t)omp_get_thread_num() * C;
+    float* dwl = dw ? dw_local.data() + (size_t)omp_get_thread_num() * C : nullptr;
 #pragma omp for schedule(static)
     for (int n = 0; n < N; n++) {
       const float* x = inp + (size_t)n * C;
@@ -39,15 +39,21 @@ void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* in
 #pragma omp simd reduction(+ : m)
       for (int c = 0; c < C; c++) m += dy[c] * w[c] * x[c] * r;
       m /= C;
+      if (dwl) {
 #pragma omp simd
-      for (int c = 0; c < C; c++) {
-        float xhat = x[c] * r;
-        dx[c] += r * (dy[c] * w[c] - xhat * m);
-        dwl[c] += dy[c] * xhat;
+        for (int c = 0; c < C; c++) {
+          float xhat = x[c] * r;
+          dx[c] += r * (dy[c] * w[c] - xhat * m);
+          dwl[c] += dy[c] * xhat;
+        }
+      } else {
+#pragma omp simd
+        for (int c = 0; c < C; c++) dx[c] += r * (dy[c] * w[c] - x[c] * r * m);
       }
     }
   }
-  for (int t = 0; t < nt; t++) axpy(dw, 1.0f, dw_local.data() + (size_t)t * C, C);
+  if (dw)
+    for (int t = 0; t < nt; t++) axpy(dw, 1.0f, dw_local.data() + (size_t)t * C, C);
 }
 
 }  // namespace anvil

@@ -1,6 +1,16 @@
 // @anvil/engine: the native CPU training engine for Llama/Qwen2-family models (see README.md).
 export * from './config';
 export * from './model';
+export * from './lora';
+export {
+  ADAPTER_CONFIG_FILE,
+  ADAPTER_OPTIMIZER_FILE,
+  ADAPTER_WEIGHTS_FILE,
+  LoraAdapterError,
+  readAdapter,
+  weightsFingerprint,
+  type ReadAdapter,
+} from './lora-adapter';
 export * from './generator';
 export * from './safetensors';
 export * from './checkpoint-digest';
@@ -13,6 +23,7 @@ export type {
   NativeGeneratorStats,
   NativeInfo,
   NativeKernelCheck,
+  NativeLoraConfig,
   NativeStepResult,
   NativeTreeInfo,
   SgemmMode,

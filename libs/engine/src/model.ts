@@ -4,7 +4,9 @@ import { existsSync, promises as fsp } from 'node:fs';
 import { basename, join } from 'node:path';
 import { ModelConfig, ModelConfigInput, normalizeConfig, parseHfConfig, ropeInvFreq, tinyConfig, toHfConfig } from './config';
 import { loadBackend, loadEngine, type Backend } from './loader';
-import type { NativeHandle, NativeModel } from './native';
+import { LoraConfig, LoraOptions, normalizeLoraOptions } from './lora';
+import { LoraAdapterError, readAdapter, weightsFingerprint, writeAdapter } from './lora-adapter';
+import type { NativeHandle, NativeModel, NativeTensorLayout } from './native';
 import { parseSafetensors, SafetensorsError, toFloat32, writeSafetensors } from './safetensors';
 
 /** A packed prefix tree: node i has token tokens[i] and parent parents[i] (-1 for a root, else < i). */
@@ -24,6 +26,16 @@ export interface ForwardOptions {
    * them when they take at most 256 MiB and still fit maxBytes.
    */
   logits?: 'auto' | 'keep' | 'recompute';
+  /**
+   * A training forward: LoRA dropout is applied to the adapters' inputs (its masks are regenerated
+   * by the backward). Default false: evaluation, deterministic. No effect without LoRA dropout.
+   */
+  train?: boolean;
+  /**
+   * Fixes the dropout masks of a training forward (a non-negative integer; tests and exact
+   * replays). Default: every training forward draws fresh masks from the adapters' seed.
+   */
+  dropoutSeed?: number;
 }
 
 /** Activations of one forward, kept for backward. Free with dispose(); GC frees it otherwise. */
@@ -66,16 +78,34 @@ export interface ForwardResult {
 }
 
 export interface TensorView {
-  /** transformers name, e.g. model.layers.0.self_attn.q_proj.weight */
+  /** transformers name, e.g. model.layers.0.self_attn.q_proj.weight (PEFT names for LoRA adapters) */
   name: string;
   shape: readonly number[];
   numel: number;
   /** The live parameter values (a view into the engine's arena, no copy). */
   data: Float32Array;
-  /** The live accumulated gradient. */
+  /**
+   * The live accumulated gradient. Reading it throws for a base tensor while LoRA adapters are on:
+   * the frozen base has no gradients (the adapters' are in model.loraTensors).
+   */
   grad: Float32Array;
   /** Whether AdamW applies weight decay to it. */
   decay: boolean;
+}
+
+/** A tensor view whose gradient array is looked up on each read (it changes when LoRA goes on or off). */
+class LiveTensor implements TensorView {
+  constructor(
+    readonly name: string,
+    readonly shape: readonly number[],
+    readonly numel: number,
+    public data: Float32Array,
+    private readonly gradOf: () => Float32Array,
+    public decay: boolean,
+  ) {}
+  get grad(): Float32Array {
+    return this.gradOf();
+  }
 }
 
 export interface OptimizerConfig {
@@ -93,6 +123,10 @@ export interface StepOptions extends Partial<Omit<OptimizerConfig, 'decay'>> {
 
 export interface MemoryReport {
   numParams: number;
+  /** Parameters with gradients and optimizer state: the LoRA adapters' while they are on, else numParams. */
+  trainableParams: number;
+  /** LoRA adapter parameters (0 without LoRA). */
+  adapterParams: number;
   paramBytes: number;
   gradBytes: number;
   /** AdamW m and v (allocated at the first step). */
@@ -126,6 +160,11 @@ export class Model {
   private readonly byName = new Map<string, TensorView>();
   private optimizer: OptimizerConfig = { ...DEFAULT_OPTIMIZER };
   private hfExtra: Record<string, unknown> = {};
+  private baseGrads: Float32Array[] | null = null;
+  private loraViews: TensorView[] = [];
+  private loraCfg: LoraConfig | null = null;
+  // The base's fingerprint, kept while LoRA is on (the base is frozen then); null = recompute.
+  private fingerprint: string | null = null;
 
   /** The backend this model runs on. */
   readonly backend: Backend;
@@ -149,18 +188,50 @@ export class Model {
       ropeAttentionScaling: 1,
     });
     const buffers = this.native.tensorBuffers();
+    this.baseGrads = buffers.grads?.map((b) => new Float32Array(b)) ?? null;
     this.tensors = this.native.layout().map((t, i) => {
-      const view: TensorView = {
-        name: t.name,
-        shape: Object.freeze([...t.shape]),
-        numel: t.numel,
-        data: new Float32Array(buffers.params[i]),
-        grad: new Float32Array(buffers.grads[i]),
-        decay: this.optimizer.decay(t),
+      const grad = () => {
+        if (!this.baseGrads)
+          throw new Error(`${t.name}: the base weights are frozen while LoRA adapters are on and have no gradient (see model.loraTensors)`);
+        return this.baseGrads[i];
       };
+      const view = new LiveTensor(
+        t.name,
+        Object.freeze([...t.shape]),
+        t.numel,
+        new Float32Array(buffers.params[i]),
+        grad,
+        this.optimizer.decay(t),
+      );
       this.byName.set(t.name, view);
       return view;
     });
+  }
+
+  /** Re-reads the gradient and adapter arenas after LoRA was enabled (with cfg), dropped or merged. */
+  private refreshViews(cfg: LoraConfig | null): void {
+    const native = this.nat();
+    this.baseGrads = native.tensorBuffers().grads?.map((b) => new Float32Array(b)) ?? null;
+    this.loraCfg = native.loraConfig() ? cfg : null;
+    const layout = native.loraLayout();
+    const bufs = native.loraBuffers();
+    this.loraViews =
+      layout && bufs
+        ? layout.map(
+            (t: NativeTensorLayout, i) =>
+              new LiveTensor(
+                t.name,
+                Object.freeze([...t.shape]),
+                t.numel,
+                new Float32Array(bufs.params[i]),
+                (
+                  (g) => () =>
+                    g
+                )(new Float32Array(bufs.grads[i])),
+                this.optimizer.decay(t),
+              ),
+          )
+        : [];
   }
 
   /** A randomly initialised model of any config (seeded: same seed, same weights). */
@@ -236,12 +307,27 @@ export class Model {
       throw new SafetensorsError(`${dir}: missing tensors: ${missing.slice(0, 8).join(', ')}${missing.length > 8 ? ', ...' : ''}`);
   }
 
-  /** Writes config.json + model.safetensors (f32), or shards + index when maxShardBytes is given. */
+  /**
+   * Writes config.json + model.safetensors (f32), or shards + index when maxShardBytes is given.
+   * With LoRA adapters on it writes the MERGED weights (W + (alpha / r) B A: what the model
+   * computes), leaving the model's base and adapters as they are; saveAdapter() writes the adapter.
+   */
   async save(dir: string, opts: { maxShardBytes?: number } = {}): Promise<void> {
-    await this.nat().pullParams(); // CUDA: bring the trained weights into the host arena
+    const native = this.nat();
+    await native.pullParams(); // CUDA: bring the trained weights (and adapters) into the host arenas
     await fsp.mkdir(dir, { recursive: true });
     await fsp.writeFile(join(dir, 'config.json'), JSON.stringify(toHfConfig(this.config, this.hfExtra), null, 2) + '\n');
-    const all = this.tensors.map((t) => ({ name: t.name, shape: t.shape, dtype: 'F32' as const, data: t.data }));
+    const lora = this.loraCfg;
+    const adapted = (name: string) =>
+      lora !== null && lora.targets.some((t) => name.endsWith(`.${t}.weight`)) && name.startsWith('model.layers.');
+    const all = this.tensors.map((t, i) => {
+      let data = t.data;
+      if (adapted(t.name)) {
+        data = new Float32Array(t.numel);
+        native.copyMergedTensor(i, data);
+      }
+      return { name: t.name, shape: t.shape, dtype: 'F32' as const, data };
+    });
     const meta = { format: 'pt' };
     if (!opts.maxShardBytes) {
       await writeSafetensors(join(dir, 'model.safetensors'), all, meta);
@@ -283,7 +369,112 @@ export class Model {
   }
 
   async syncToDevice(): Promise<void> {
+    this.fingerprint = null; // the caller may have written new base weights
     await this.nat().pushParams();
+  }
+
+  // ---------------- LoRA ----------------
+
+  /**
+   * Adds rank-r LoRA adapters to the chosen projections of every layer (replacing any the model
+   * had): A kaiming-uniform as PEFT initialises it, B zero, so the model's output is unchanged until
+   * the first step. The base is frozen from then on: its gradients and AdamW moments are freed,
+   * backward() computes the adapters' gradients only, and zeroGrad / gradNorm / clipGradNorm / step /
+   * optimizerState work on the adapters. A bad config throws LoraConfigError and changes nothing.
+   */
+  async enableLora(opts: LoraOptions): Promise<LoraConfig> {
+    const cfg = normalizeLoraOptions(opts, this.config);
+    await this.nat().enableLora({ ...cfg, targets: [...cfg.targets] });
+    this.refreshViews(cfg);
+    return this.lora as LoraConfig;
+  }
+
+  /** Drops the adapters without merging them; the base is trainable again (with fresh AdamW moments). */
+  async disableLora(): Promise<void> {
+    await this.nat().disableLora();
+    this.refreshViews(null);
+  }
+
+  /**
+   * Merges the adapters into the base (W += (alpha / r) B A) and drops them: the model then
+   * computes what it computed with them, as a plain model (what a server does to apply an adapter).
+   */
+  async mergeLora(): Promise<void> {
+    if (!this.loraCfg) throw new Error('mergeLora: the model has no LoRA adapters');
+    this.fingerprint = null;
+    await this.nat().mergeLora();
+    this.refreshViews(null);
+  }
+
+  /** The LoRA configuration while adapters are on, else null. */
+  get lora(): LoraConfig | null {
+    return this.loraCfg ? { ...this.loraCfg, targets: [...this.loraCfg.targets] } : null;
+  }
+
+  /** The adapter tensors (PEFT names: A [r, in] then B [out, r] per layer and target); empty without LoRA. */
+  get loraTensors(): readonly TensorView[] {
+    return this.loraViews;
+  }
+
+  /** What the optimizer updates: the LoRA adapters while they are on, else every tensor. */
+  get trainableTensors(): readonly TensorView[] {
+    return this.loraCfg ? this.loraViews : this.tensors;
+  }
+
+  /**
+   * "sha256:<hex>" of the base weights (names, shapes, float32 values): an adapter records the
+   * fingerprint of the base it was trained on, and loadAdapter() refuses another base.
+   */
+  async baseFingerprint(): Promise<string> {
+    if (this.fingerprint) return this.fingerprint;
+    await this.nat().pullParams();
+    const f = weightsFingerprint(this.tensors);
+    if (this.loraCfg) this.fingerprint = f; // frozen while the adapters are on
+    return f;
+  }
+
+  /**
+   * Writes the adapters in PEFT's layout (adapter_config.json, adapter_model.safetensors with the
+   * base's shape and fingerprint in its metadata) and, with optimizer, their AdamW moments and step
+   * (adapter_optimizer.safetensors) for an exact resume.
+   */
+  async saveAdapter(dir: string, opts: { optimizer?: boolean; baseModelNameOrPath?: string | null } = {}): Promise<void> {
+    const lora = this.loraCfg;
+    if (!lora) throw new Error('saveAdapter: the model has no LoRA adapters');
+    await this.nat().pullParams();
+    const baseFingerprint = await this.baseFingerprint();
+    await writeAdapter(dir, {
+      config: lora,
+      baseModelNameOrPath: opts.baseModelNameOrPath ?? null,
+      base: this.config,
+      baseFingerprint,
+      tensors: this.loraViews,
+      optimizer: opts.optimizer ? this.optimizerState() : undefined,
+    });
+  }
+
+  /**
+   * Loads a PEFT LoRA adapter directory onto this model's base (replacing any adapters). Everything
+   * is checked before anything changes: the config, every tensor's name and shape, the base shape
+   * and fingerprint the adapter records (an adapter of another base is refused; PEFT's own files
+   * record none and are checked by shape only) and, with optimizer, its saved AdamW state, which is
+   * then restored for an exact resume. Resolves with the adapter's configuration.
+   */
+  async loadAdapter(dir: string, opts: { optimizer?: boolean } = {}): Promise<LoraConfig> {
+    const read = await readAdapter(dir, this.config, { readOptimizer: opts.optimizer });
+    if (read.baseFingerprint !== null) {
+      const mine = await this.baseFingerprint();
+      if (read.baseFingerprint !== mine)
+        throw new LoraAdapterError(
+          `${dir}: the adapter was trained on another base model (base fingerprint ${read.baseFingerprint.slice(0, 19)}..., this model's is ${mine.slice(0, 19)}...)`,
+        );
+    }
+    await this.enableLora(read.config);
+    for (const t of this.loraViews) t.data.set(read.tensors.get(t.name) as Float32Array);
+    await this.nat().pushParams(); // CUDA: upload the adapters
+    if (read.optimizer?.m && read.optimizer.v)
+      this.setOptimizerState({ step: read.optimizer.step, m: read.optimizer.m, v: read.optimizer.v });
+    return this.lora as LoraConfig;
   }
 
   /** @internal The native model (the generator binds to it). */
@@ -322,7 +513,19 @@ export class Model {
     const entropy = new Float32Array(n);
     const mode = ({ auto: 0, keep: 1, recompute: 2 } as const)[opts.logits ?? 'auto'];
     if (mode === undefined) throw new TypeError(`forward: logits must be 'auto', 'keep' or 'recompute'`);
-    const h = await native.forward(tokens, parents, logp, entropy, opts.maxTokens ?? 0, opts.maxBytes ?? 0, mode);
+    if (opts.dropoutSeed !== undefined && (!Number.isSafeInteger(opts.dropoutSeed) || opts.dropoutSeed < 0))
+      throw new TypeError('forward: dropoutSeed must be a non-negative integer');
+    const h = await native.forward(
+      tokens,
+      parents,
+      logp,
+      entropy,
+      opts.maxTokens ?? 0,
+      opts.maxBytes ?? 0,
+      mode,
+      opts.train === true,
+      opts.dropoutSeed ?? -1,
+    );
     const hasLogp = new Uint8Array(n);
     for (let i = 0; i < n; i++) hasLogp[i] = parents[i] >= 0 ? 1 : 0;
     return { handle: new ForwardHandle(h, this), logp, entropy, hasLogp };
@@ -358,14 +561,19 @@ export class Model {
   /** Sets AdamW defaults (betas, eps, weight decay, which tensors decay). */
   configureOptimizer(cfg: Partial<OptimizerConfig>): void {
     this.optimizer = { ...this.optimizer, ...cfg };
-    for (const t of this.tensors) t.decay = this.optimizer.decay(t);
+    for (const t of [...this.tensors, ...this.loraViews]) t.decay = this.optimizer.decay(t);
   }
 
-  /** One AdamW step with learning rate opts.lr (other fields override the configured defaults for this step). */
+  /**
+   * One AdamW step with learning rate opts.lr (other fields override the configured defaults for
+   * this step), over the trainable tensors: the LoRA adapters while they are on, else every tensor.
+   */
   async step(opts: StepOptions): Promise<number> {
     const o = { ...this.optimizer, ...opts };
-    const decayMask = new Uint8Array(this.tensors.length);
-    this.tensors.forEach((t, i) => (decayMask[i] = t.decay ? 1 : 0));
+    const trainable = this.trainableTensors;
+    const decayMask = new Uint8Array(trainable.length);
+    trainable.forEach((t, i) => (decayMask[i] = t.decay ? 1 : 0));
+    if (!this.loraCfg) this.fingerprint = null; // the base changes
     return this.nat().adamwStep({
       lr: o.lr,
       beta1: o.beta1,
@@ -381,8 +589,9 @@ export class Model {
   }
 
   /**
-   * Copies of AdamW's moments (m, v: one float per parameter, in the arena's tensor order) and its
-   * step count, for checkpoints that resume training exactly; null moments before the first step.
+   * Copies of AdamW's moments (m, v: one float per trainable parameter, in the arena's tensor order:
+   * the LoRA adapters' while they are on) and its step count, for checkpoints that resume training
+   * exactly; null moments before the first step.
    * On the CUDA backend they are copied from the device (synchronously: call it between steps).
    */
   optimizerState(): { step: number; m: Float32Array | null; v: Float32Array | null } {
@@ -398,6 +607,8 @@ export class Model {
     const m = this.nat().memory();
     return {
       numParams: m.numParams,
+      trainableParams: m.trainableParams,
+      adapterParams: m.adapterParams,
       paramBytes: m.paramBytes,
       gradBytes: m.gradBytes,
       optimizerBytes: m.optimizerBytes,
