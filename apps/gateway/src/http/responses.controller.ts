@@ -6,7 +6,7 @@ import { bearer, type SessionAuthenticator } from '../auth/session-auth';
 import { GatewayError } from '../errors';
 import { describeSchemaError } from '../openai/chat-request';
 import type { ResponseStore } from '../responses/response-store';
-import { toChatForm, type ResponsesInput } from '../responses/responses-input';
+import { referencedItems, resolveReferences, toChatForm, type ResponsesInput } from '../responses/responses-input';
 import { responseEcho, responseIds, responseObject, type ResponseEcho } from '../responses/responses-output';
 import { responsesRequestSchema } from '../responses/responses-request';
 import { openResponsesStream, type ResponsesStream } from '../responses/responses-sse';
@@ -43,7 +43,10 @@ export class ResponsesController {
           const parsed = responsesRequestSchema.safeParse(req.body);
           if (!parsed.success) throw describeSchemaError(parsed.error);
           const r = parsed.data;
-          const history = r.previous_response_id ? await this.previous(r.previous_response_id, authorization, sessionKey) : [];
+          const sessionId = claimedSession(authorization, sessionKey);
+          const history = r.previous_response_id ? await this.previous(sessionId, r.previous_response_id, authorization, sessionKey) : [];
+          const refs = referencedItems(r.input);
+          if (refs.length > 0) r.input = resolveReferences(r.input, sessionId ? await this.store.outputItems(sessionId, refs) : new Map());
           input = toChatForm(r, history);
           echo = responseEcho(r);
         } catch (err) {
@@ -93,9 +96,12 @@ export class ResponsesController {
    * lookup); nothing read is answered before then, and when nothing is found the key is checked
    * first, so a bad key is told 401, never whether a response exists.
    */
-  private async previous(id: string, authorization: string | undefined, sessionKey: string | undefined): Promise<ChatFormMessage[]> {
-    const key = sessionKey ?? bearer(authorization);
-    const sessionId = key ? sessionIdOfKey(key) : null;
+  private async previous(
+    sessionId: string | null,
+    id: string,
+    authorization: string | undefined,
+    sessionKey: string | undefined,
+  ): Promise<ChatFormMessage[]> {
     const found = sessionId ? await this.store.conversation(sessionId, id) : null;
     if (found) return found;
     await this.auth.authenticate(authorization, sessionKey);
@@ -105,4 +111,10 @@ export class ResponsesController {
       'previous_response_not_found',
     );
   }
+}
+
+/** The session a request's key names (stored responses are read by it; the key itself is checked with the call). */
+function claimedSession(authorization: string | undefined, sessionKey: string | undefined): string | null {
+  const key = sessionKey ?? bearer(authorization);
+  return key ? sessionIdOfKey(key) : null;
 }

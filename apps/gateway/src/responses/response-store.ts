@@ -39,6 +39,23 @@ export class ResponseStore {
     return rows.length > 0 ? (JSON.parse(rows[0].response_json) as unknown) : null;
   }
 
+  /** The stored output items among `itemIds` (by id), for item_reference inputs; items of other sessions are not found. */
+  async outputItems(sessionId: string, itemIds: readonly string[]): Promise<Map<string, unknown>> {
+    const responseIds = [...new Set(itemIds.map(responseOfItem).filter((id): id is string => id !== null))];
+    const found = new Map<string, unknown>();
+    if (responseIds.length === 0) return found;
+    const rows = await this.sql.query<{ response_json: string }>(
+      'gw_response_items',
+      `SELECT response_json FROM gateway_responses WHERE id = ANY($1) AND session_id = $2`,
+      [responseIds, sessionId],
+    );
+    for (const r of rows) {
+      const response = JSON.parse(r.response_json) as { output?: { id?: unknown }[] };
+      for (const item of response.output ?? []) if (typeof item.id === 'string') found.set(item.id, item);
+    }
+    return found;
+  }
+
   /**
    * The whole conversation through response `id` (its chain's conversations, oldest first): what
    * a follow-up with previous_response_id continues. Null when the session has no such response.
@@ -58,4 +75,10 @@ export class ResponseStore {
     if (rows.length === 0) return null;
     return rows.flatMap((r) => JSON.parse(r.conversation_json) as ChatFormMessage[]);
   }
+}
+
+/** The response an output item belongs to: item ids carry their response's (msg_<hex>, rs_<hex>, fc_<hex>_<k> of resp_<hex>, responseIds). */
+export function responseOfItem(itemId: string): string | null {
+  const m = /^(?:msg|rs|fc)_([0-9a-f]{32})(?:_\d+)?$/.exec(itemId);
+  return m ? `resp_${m[1]}` : null;
 }

@@ -114,11 +114,7 @@ export function itemsToMessages(input: ResponsesRequest['input']): { messages: C
         return;
       }
       case 'item_reference':
-        throw GatewayError.invalid(
-          `${at}: item_reference is not supported: send the item itself, or continue with previous_response_id`,
-          `${at}.type`,
-          'unsupported_item_type',
-        );
+        throw GatewayError.invalid(`${at}: item_reference must be resolved first`, `${at}.type`);
       default:
         throw GatewayError.invalid(
           `${at}: item type \`${String(type).slice(0, 64)}\` is not supported; the gateway takes ${ITEM_TYPES} items`,
@@ -128,6 +124,36 @@ export function itemsToMessages(input: ResponsesRequest['input']): { messages: C
     }
   });
   return { messages, itemOf };
+}
+
+/** The ids an input's item_reference items name. */
+export function referencedItems(input: ResponsesRequest['input']): string[] {
+  if (typeof input === 'string') return [];
+  return input.flatMap((raw) => {
+    const item = raw as { type?: unknown; id?: unknown } | null;
+    return item && typeof item === 'object' && item.type === 'item_reference' && typeof item.id === 'string' ? [item.id] : [];
+  });
+}
+
+/**
+ * The input with every item_reference replaced by the stored output item it names (what the
+ * Vercel AI SDK sends for earlier assistant text when `store` is on); one naming no stored item
+ * of this session is refused.
+ */
+export function resolveReferences(input: ResponsesRequest['input'], stored: ReadonlyMap<string, unknown>): ResponsesRequest['input'] {
+  if (typeof input === 'string') return input;
+  return input.map((raw, i) => {
+    const item = raw as { type?: unknown; id?: unknown } | null;
+    if (!item || typeof item !== 'object' || item.type !== 'item_reference') return raw;
+    const found = typeof item.id === 'string' ? stored.get(item.id) : undefined;
+    if (found === undefined)
+      throw GatewayError.invalid(
+        `input[${i}]: item_reference \`${String(item.id).slice(0, 64)}\` names no stored output item of this session`,
+        `input[${i}].id`,
+        'item_not_found',
+      );
+    return found;
+  });
 }
 
 /** Function tools in the chat form; tools of other types (hosted: web_search, file_search, ...) are not offered, and returned by name. */
