@@ -84,6 +84,8 @@ try {
     'examples/python-agent/requirements.txt',
     '-r',
     'examples/llm-cli-agent/requirements.txt',
+    '-r',
+    'test/clients/requirements.txt',
   ]);
   env.PATH = `${join(venv, 'bin')}:${process.env.PATH ?? ''}`;
   const report = join(root, '.cache', 'vitest-report.json');
