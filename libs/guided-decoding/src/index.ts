@@ -1,0 +1,12 @@
+export { GrammarError } from './errors';
+export { compileGrammar, type GrammarNode, type CompileOptions } from './grammar';
+export { ANY_VALUE_DEPTH, MAX_UNROLL, type JsonSchema } from './nfa/json-schema';
+export type { Nfa } from './nfa/nfa';
+export { jsonText } from './json/json-text';
+export { toolCallGrammar, type ToolCallFrame, type ToolSpec } from './tool-call';
+export { ByteDfa, DEAD } from './automaton/byte-dfa';
+export { Vocabulary, type TokenSource } from './automaton/vocabulary';
+export { TokenAutomaton, FINISHED, popcount, type AllowedTokens } from './automaton/token-automaton';
+export { GrammarConstraint, ConstraintViolationError } from './constraint';
+export { ConstraintCompiler } from './compiler';
+export { toEbnf, nfaToEbnf } from './ebnf';
