@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '@anvil/config';
-import { dataPoolConfig } from './data-pool/pool';
+import { dataPoolConfig } from './data-pool/config';
 import { dataPoolOptionsOf, middlewareEnv } from './config';
 
 const base = { KAFKA_BROKERS: '127.0.0.1:19092', DATABASE_URL: 'postgres://anvil@127.0.0.1:15432/anvil' };

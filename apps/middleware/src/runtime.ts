@@ -4,14 +4,9 @@ import type { MessageBus, Subscription } from '@anvil/messaging';
 import { Outbox, runMigrations } from '@anvil/persistence';
 import type { Logger, ServiceMetrics } from '@anvil/observability';
 import { DataPoolIngestion } from './data-pool/ingestion';
-import {
-  DataPool,
-  dataPoolConfig,
-  NotSchedulerError,
-  type DataPoolConfig,
-  type DataPoolConfigInput,
-  type TickResult,
-} from './data-pool/pool';
+import { dataPoolConfig, type DataPoolConfig, type DataPoolConfigInput } from './data-pool/config';
+import { DataPool, type TickResult } from './data-pool/pool';
+import { NotSchedulerError } from './data-pool/scheduling/scheduler-lease';
 
 export interface DataPoolRuntimeOptions {
   bus: MessageBus;
@@ -27,8 +22,8 @@ export interface DataPoolRuntimeOptions {
   tickIntervalMs?: number;
   /**
    * Rounds asked for by events start at least this many ms apart (default 50). Under load every
-   * ingested event asks for one; back to back they kept the database busy with rounds that found
-   * nothing new (40 rounds/s in the embedded loop), while a batch cut 50 ms later changes nothing.
+   * ingested event asks for one; run back to back they would keep the database busy with rounds
+   * that find nothing new, while a batch cut 50 ms later changes nothing.
    */
   minRoundIntervalMs?: number;
   /** Prune the call tokens and blobs of batches behind the newest full checkpoint (the trainer's resume point) every this many ms (default 60 s; 0 = never). */

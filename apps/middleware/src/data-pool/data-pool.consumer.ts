@@ -5,7 +5,7 @@ import { runMigrations } from '@anvil/persistence';
 import type { Logger, ServiceMetrics } from '@anvil/observability';
 import { BackgroundStart, DATA_SOURCE, EVENT_BUS, LOGGER, METRICS, ReadinessRegistry } from '@anvil/service-kit';
 import { DataPoolRuntime } from '../runtime';
-import type { DataPoolConfigInput } from './pool';
+import type { DataPoolConfigInput } from './config';
 
 export const DATA_POOL_OPTIONS = Symbol('DATA_POOL_OPTIONS');
 export interface DataPoolOptions {

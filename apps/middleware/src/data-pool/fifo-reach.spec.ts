@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { seededRandom, WindowedFifo, type WindowConfig, type WindowedFifoState } from '@anvil/rl';
-import { fifoReach } from './pool';
+import { fifoReach } from './scheduling/fifo-view';
 
 type Entry = WindowedFifoState['entries'][number];
 

@@ -1,16 +1,8 @@
-import { In, IsNull, type DataSource, type EntityManager } from 'typeorm';
-import { llmCallV1ToV2, type AnyEventEnvelope, type EventEnvelope, type LlmCallRecordedV1, type TrainBatchV1 } from '@anvil/contracts';
-import {
-  Checkpoint,
-  PolicyActivation,
-  PolicyVersion,
-  TrainBatch,
-  Trajectory,
-  inTransaction,
-  insertIgnoringDuplicates,
-} from '@anvil/persistence';
-import { UnknownRolloutError } from './errors';
+import type { DataSource, EntityManager } from 'typeorm';
+import { llmCallV1ToV2, type AnyEventEnvelope, type EventEnvelope, type LlmCallRecordedV1 } from '@anvil/contracts';
+import { Checkpoint, PolicyActivation, PolicyVersion, Trajectory, inTransaction, insertIgnoringDuplicates } from '@anvil/persistence';
 import { insertLlmCalls, type LlmCallRow } from './llm-call-insert';
+import { completeRollouts, insertRolloutsStarted } from './rollout-rows';
 
 const at = (ms: number) => new Date(ms);
 
@@ -53,26 +45,6 @@ function llmCallRow(event: LlmCallEnvelope | LlmCallV1Envelope): LlmCallRow {
   };
 }
 
-/** A completion's reward rows: the outcome (ordinal 0) and its process rewards in order. */
-function rewardRows(p: EventEnvelope<'rollout.completed'>['payload']) {
-  return [
-    ...(p.outcomeReward === null ? [] : [{ kind: 'outcome' as const, callId: null, value: p.outcomeReward, label: null, ordinal: 0 }]),
-    ...p.processRewards.map((r, i) => ({
-      kind: 'process' as const,
-      callId: r.callId,
-      value: r.value,
-      label: r.label ?? null,
-      ordinal: i + 1,
-    })),
-  ];
-}
-
-/** The first event of each rollout, in order: what one statement applies where one at a time the first would win. */
-export function firstPerRollout<E extends { payload: { rolloutId: string } }>(events: readonly E[]): E[] {
-  const seen = new Set<string>();
-  return events.filter((e) => !seen.has(e.payload.rolloutId) && seen.add(e.payload.rolloutId) !== undefined);
-}
-
 /**
  * Writes events into the Data Pool tables, idempotently by event id: every method returns
  * true when the event changed the database and false for a redelivery (or a duplicate of
@@ -94,15 +66,16 @@ export class EventStore {
         return this.recordRolloutCompleted(event, manager);
       case 'trajectory.ready':
         return this.recordTrajectory(event, manager);
-      case 'train_batch.created':
-        return this.recordTrainBatch(event, manager);
       case 'weights.published':
         return this.recordWeightsPublished(event, manager);
       case 'policy_version.activated':
         return this.recordPolicyVersionActivated(event, manager);
-      // Read by the Data Pool runtime (groups, scheduling, retention), not projected here.
+      // Not projected here: the Data Pool runtime reads acknowledgements and settlements itself, and
+      // the batch cut writes what a train batch records (the batch log, its trajectories scheduled)
+      // in its own transaction, so the pool's batches coming back on the bus are not applied again.
       case 'rollout_group.settled':
       case 'train_batch.trained':
+      case 'train_batch.created':
       case 'evaluation.requested':
       case 'evaluation.completed':
         return Promise.resolve(false);
@@ -164,148 +137,22 @@ export class EventStore {
     return changed;
   }
 
-  /**
-   * recordRolloutStarted for a run of events in one statement; a rollout started twice keeps its
-   * first start. Returns how many rollouts were new.
-   */
-  async recordRolloutsStarted(events: readonly EventEnvelope<'rollout.started'>[], manager?: EntityManager): Promise<number> {
-    if (events.length === 1) return (await this.recordRolloutStarted(events[0], manager)) ? 1 : 0;
-    const first = firstPerRollout(events);
-    const ps = first.map((e) => e.payload);
-    const rows: unknown[] = await (manager ?? this.ds.manager).query(
-      `WITH "v" AS (SELECT * FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::int[], $5::varchar[], $6::int[], $7::varchar[], $8::text[], $9::int[], $10::timestamptz[], $11::varchar[])
-                    AS v("task_set_id", "task_id", "group_id", "group_size", "rollout_id", "sample_index", "agent_kind", "agent_name", "version", "started_at", "event_id")),
-            "ts" AS (INSERT INTO "task_sets" ("id", "name", "config") SELECT DISTINCT "task_set_id", "task_set_id", '{}'::jsonb FROM "v" ON CONFLICT DO NOTHING),
-            "t" AS (INSERT INTO "tasks" ("id", "task_set_id", "spec") SELECT DISTINCT ON ("task_id") "task_id", "task_set_id", '{}'::jsonb FROM "v" ON CONFLICT DO NOTHING),
-            "g" AS (INSERT INTO "rollout_groups" ("id", "task_id", "group_size") SELECT DISTINCT ON ("group_id") "group_id", "task_id", "group_size" FROM "v" ON CONFLICT DO NOTHING)
-       INSERT INTO "rollouts" ("id", "group_id", "task_id", "sample_index", "agent_kind", "agent_name", "policy_version_at_start", "status", "started_at", "started_event_id")
-       SELECT "rollout_id", "group_id", "task_id", "sample_index", "agent_kind", "agent_name", "version", 'running', "started_at", "event_id" FROM "v" ON CONFLICT DO NOTHING RETURNING 1`,
-      [
-        ps.map((p) => p.taskSetId),
-        ps.map((p) => p.taskId),
-        ps.map((p) => p.groupId),
-        ps.map((p) => p.groupSize),
-        ps.map((p) => p.rolloutId),
-        ps.map((p) => p.sampleIndex),
-        ps.map((p) => p.agent.kind),
-        ps.map((p) => p.agent.name),
-        ps.map((p) => p.policyVersionAtStart),
-        ps.map((p) => at(p.startedAt).toISOString()),
-        first.map((e) => e.id),
-      ],
-    );
-    return rows.length;
+  /** Creates the rollouts (and their group, task and task set placeholders); a rollout started twice keeps its first start. Returns how many were new. */
+  recordRolloutsStarted(events: readonly EventEnvelope<'rollout.started'>[], manager?: EntityManager): Promise<number> {
+    return insertRolloutsStarted(manager ?? this.ds.manager, events);
   }
 
-  /**
-   * recordRolloutCompleted for a run of events in one statement: the first completion of a
-   * rollout wins (here, and against one stored before), rewards go in with it, and a completion of
-   * a rollout never started raises UnknownRolloutError. Returns how many rollouts it completed.
-   */
-  async recordRolloutsCompleted(events: readonly EventEnvelope<'rollout.completed'>[], manager?: EntityManager): Promise<number> {
-    if (events.length === 1) return (await this.recordRolloutCompleted(events[0], manager)) ? 1 : 0;
-    const first = firstPerRollout(events);
-    const rewards = first.flatMap((e) => rewardRows(e.payload).map((r) => ({ rolloutId: e.payload.rolloutId, ...r })));
-    const ps = first.map((e) => e.payload);
-    const rows: { id: string; updated: boolean; known: boolean }[] = await (manager ?? this.ds.manager).query(
-      `WITH "v" AS (SELECT * FROM unnest($1::varchar[], $2::varchar[], $3::float8[], $4::int[], $5::text[], $6::timestamptz[], $7::varchar[])
-                    AS v("id", "finish_reason", "outcome_reward", "num_calls", "error", "completed_at", "event_id")),
-            "u" AS (UPDATE "rollouts" r SET "status" = 'completed', "finish_reason" = v."finish_reason", "outcome_reward" = v."outcome_reward", "num_calls" = v."num_calls",
-                           "error" = v."error", "completed_at" = v."completed_at", "completed_event_id" = v."event_id"
-                    FROM "v" WHERE r."id" = v."id" AND r."completed_event_id" IS NULL RETURNING r."id", v."event_id"),
-            "r" AS (INSERT INTO "rewards" ("rollout_id", "call_id", "kind", "value", "label", "event_id", "ordinal")
-                    SELECT "u"."id", x."call_id", x."kind", x."value", x."label", "u"."event_id", x."ordinal"
-                    FROM "u" JOIN unnest($8::varchar[], $9::varchar[], $10::varchar[], $11::float8[], $12::varchar[], $13::int[]) AS x("rollout_id", "call_id", "kind", "value", "label", "ordinal")
-                      ON x."rollout_id" = "u"."id"
-                    ON CONFLICT DO NOTHING)
-       SELECT v."id", EXISTS (SELECT 1 FROM "u" WHERE "u"."id" = v."id") AS "updated", EXISTS (SELECT 1 FROM "rollouts" WHERE "id" = v."id") AS "known" FROM "v"`,
-      [
-        ps.map((p) => p.rolloutId),
-        ps.map((p) => p.finishReason),
-        ps.map((p) => p.outcomeReward),
-        ps.map((p) => p.numCalls),
-        ps.map((p) => p.error),
-        ps.map((p) => at(p.completedAt).toISOString()),
-        first.map((e) => e.id),
-        rewards.map((r) => r.rolloutId),
-        rewards.map((r) => r.callId),
-        rewards.map((r) => r.kind),
-        rewards.map((r) => r.value),
-        rewards.map((r) => r.label),
-        rewards.map((r) => r.ordinal),
-      ],
-    );
-    const unknown = rows.find((r) => !r.updated && !r.known);
-    if (unknown) throw new UnknownRolloutError(unknown.id);
-    return rows.filter((r) => r.updated).length;
+  /** Completes the rollouts with their rewards (the first completion wins); a rollout never started raises UnknownRolloutError. Returns how many it completed. */
+  recordRolloutsCompleted(events: readonly EventEnvelope<'rollout.completed'>[], manager?: EntityManager): Promise<number> {
+    return completeRollouts(manager ?? this.ds.manager, events);
   }
 
-  /**
-   * Creates the rollout, and its group, task and task set if this is the first we hear of
-   * them (placeholders the rollout manager may fill in through TaskStore). One statement (the
-   * rows the foreign keys need are inserted by its CTEs, checked at its end): on PGlite every
-   * statement is a round trip to its thread, and this ran once per rollout as four.
-   */
   async recordRolloutStarted(event: EventEnvelope<'rollout.started'>, manager?: EntityManager): Promise<boolean> {
-    const p = event.payload;
-    const rows: unknown[] = await (manager ?? this.ds.manager).query(
-      `WITH "ts" AS (INSERT INTO "task_sets" ("id", "name", "config") VALUES ($1::varchar, $1::varchar, '{}'::jsonb) ON CONFLICT DO NOTHING),
-            "t" AS (INSERT INTO "tasks" ("id", "task_set_id", "spec") VALUES ($2::varchar, $1::varchar, '{}'::jsonb) ON CONFLICT DO NOTHING),
-            "g" AS (INSERT INTO "rollout_groups" ("id", "task_id", "group_size") VALUES ($3::varchar, $2::varchar, $4::int) ON CONFLICT DO NOTHING)
-       INSERT INTO "rollouts" ("id", "group_id", "task_id", "sample_index", "agent_kind", "agent_name", "policy_version_at_start", "status", "started_at", "started_event_id")
-       VALUES ($5::varchar, $3::varchar, $2::varchar, $6::int, $7::varchar, $8::text, $9::int, 'running', $10::timestamptz, $11::varchar) ON CONFLICT DO NOTHING RETURNING 1`,
-      [
-        p.taskSetId,
-        p.taskId,
-        p.groupId,
-        p.groupSize,
-        p.rolloutId,
-        p.sampleIndex,
-        p.agent.kind,
-        p.agent.name,
-        p.policyVersionAtStart,
-        at(p.startedAt).toISOString(),
-        event.id,
-      ],
-    );
-    return rows.length > 0;
+    return (await this.recordRolloutsStarted([event], manager)) > 0;
   }
 
-  /**
-   * Completes the rollout once (the first completion wins) and stores its rewards with it, in one
-   * statement (it ran once per rollout as two or three). The UPDATE's row lock makes a concurrent
-   * duplicate wait, then match nothing; the rewards are inserted only for a rollout completed here.
-   */
   async recordRolloutCompleted(event: EventEnvelope<'rollout.completed'>, manager?: EntityManager): Promise<boolean> {
-    const p = event.payload;
-    const rewards = rewardRows(p);
-    const rows: { updated: number; known: boolean }[] = await (manager ?? this.ds.manager).query(
-      `WITH "u" AS (UPDATE "rollouts" SET "status" = 'completed', "finish_reason" = $2::varchar, "outcome_reward" = $3::float8, "num_calls" = $4::int, "error" = $5::text,
-                           "completed_at" = $6::timestamptz, "completed_event_id" = $7::varchar
-                    WHERE "id" = $1::varchar AND "completed_event_id" IS NULL RETURNING "id"),
-            "r" AS (INSERT INTO "rewards" ("rollout_id", "call_id", "kind", "value", "label", "event_id", "ordinal")
-                    SELECT "u"."id", x."call_id", x."kind", x."value", x."label", $7::varchar, x."ordinal"
-                    FROM "u", unnest($8::varchar[], $9::varchar[], $10::float8[], $11::varchar[], $12::int[]) AS x("call_id", "kind", "value", "label", "ordinal")
-                    ON CONFLICT DO NOTHING)
-       SELECT (SELECT count(*) FROM "u")::int AS "updated", EXISTS (SELECT 1 FROM "rollouts" WHERE "id" = $1::varchar) AS "known"`,
-      [
-        p.rolloutId,
-        p.finishReason,
-        p.outcomeReward,
-        p.numCalls,
-        p.error,
-        at(p.completedAt).toISOString(),
-        event.id,
-        rewards.map((r) => r.callId),
-        rewards.map((r) => r.kind),
-        rewards.map((r) => r.value),
-        rewards.map((r) => r.label),
-        rewards.map((r) => r.ordinal),
-      ],
-    );
-    if (Number(rows[0].updated) > 0) return true;
-    if (!rows[0].known) throw new UnknownRolloutError(p.rolloutId);
-    return false;
+    return (await this.recordRolloutsCompleted([event], manager)) > 0;
   }
 
   async recordTrajectory(event: EventEnvelope<'trajectory.ready'>, manager?: EntityManager): Promise<boolean> {
@@ -330,39 +177,6 @@ export class EventStore {
       trainBatchId: null,
     });
     return inserted > 0;
-  }
-
-  /** Records the batch and marks its trajectories scheduled, in one transaction. */
-  recordTrainBatch(event: EventEnvelope<'train_batch.created'>, manager?: EntityManager): Promise<boolean> {
-    const p = event.payload;
-    return inTransaction(this.ds, manager, async (m) => {
-      // v1 inlines its samples; v2 (claim-check) counts them in its stats.
-      const numTokens =
-        event.version === 1
-          ? (p as unknown as TrainBatchV1).samples.reduce((sum, s) => sum + s.promptIds.length + s.outputIds.length, 0)
-          : p.stats.totalTokens;
-      const inserted = await insertIgnoringDuplicates(m, TrainBatch, {
-        id: p.batchId,
-        eventId: event.id,
-        step: p.step,
-        policyVersion: p.policyVersion,
-        trajectoryIds: p.trajectoryIds,
-        sampleIds: p.samples.map((s) => s.sampleId),
-        numSamples: p.samples.length,
-        numTokens: String(numTokens),
-        createdAt: at(p.createdAt),
-      });
-      if (inserted === 0) return false;
-      if (p.trajectoryIds.length > 0) {
-        await m
-          .createQueryBuilder()
-          .update(Trajectory)
-          .set({ status: 'scheduled', trainBatchId: p.batchId })
-          .where({ id: In(p.trajectoryIds), trainBatchId: IsNull() })
-          .execute();
-      }
-      return true;
-    });
   }
 
   /** Records the checkpoint and the policy version it defines. */

@@ -566,4 +566,63 @@ export function describePoolBehaviour(env: PoolEnv): void {
     expect(await kept()).toEqual({ log: [5], calls: [5] });
     await rt.stop();
   });
+
+  it('the cut records its batch (the batch log row, its trajectories scheduled) in its own transaction; a train_batch.created read back from the bus writes nothing', async () => {
+    const g = uid('g');
+    const group = uid('dp');
+    const rt = runtime(env, { batchTrajectories: 1, window: { inFlight: 1, window: 1 }, filters: { dropZeroVariance: false } }, group);
+    const seen = await collect(env.bus(), TOPICS.trainBatches, uid('obs'));
+    await rt.start();
+    const r = rollout({ rolloutId: `${g}-r`, groupId: g, groupSize: 1, reward: 1 });
+    const trajectoryId = r.started.payload.rolloutId;
+    await env.bus().publish([r.started, ...r.calls, r.completed]);
+    const event = (await until('train_batch.created', () =>
+      seen.seen.find((x) => x.type === 'train_batch.created' && x.payload.runId === rt.config.runId),
+    )) as EventEnvelope<'train_batch.created'>;
+    await seen.stop();
+    const p = event.payload;
+    const [logged]: {
+      event_id: string;
+      step: number;
+      trajectory_ids: string[];
+      sample_ids: string[];
+      num_samples: number;
+      num_tokens: string;
+    }[] = await env
+      .ds()
+      .query(
+        `SELECT "event_id", "step", "trajectory_ids", "sample_ids", "num_samples", "num_tokens" FROM "train_batches" WHERE "id" = $1`,
+        [p.batchId],
+      );
+    expect({ ...logged, num_tokens: Number(logged.num_tokens) }).toEqual({
+      event_id: event.id,
+      step: 0,
+      trajectory_ids: [trajectoryId],
+      sample_ids: p.samples.map((s) => s.sampleId),
+      num_samples: 2,
+      num_tokens: p.stats.totalTokens,
+    });
+    const trajectory = async () =>
+      ((await env.ds().query(`SELECT "status", "train_batch_id" FROM "trajectories" WHERE "id" = $1`, [trajectoryId])) as unknown[])[0];
+    expect(await trajectory()).toEqual({ status: 'scheduled', train_batch_id: p.batchId });
+    // a batch this pool did not cut, naming the same trajectory, reaches its consumer group: marked processed, nothing written
+    const foreign = createEvent(
+      'train_batch.created',
+      { ...p, batchId: `${p.batchId}-elsewhere`, step: p.step + 1 },
+      { key: rt.config.runId, producer: 'elsewhere' },
+    );
+    await env.bus().publish([foreign]);
+    await until(
+      'the foreign batch consumed',
+      async () =>
+        (
+          (await env
+            .ds()
+            .query(`SELECT 1 FROM "processed_events" WHERE "consumer" = $1 AND "event_id" = $2`, [group, foreign.id])) as unknown[]
+        ).length > 0,
+    );
+    expect(await env.ds().query(`SELECT 1 FROM "train_batches" WHERE "id" = $1`, [foreign.payload.batchId])).toHaveLength(0);
+    expect(await trajectory()).toEqual({ status: 'scheduled', train_batch_id: p.batchId });
+    await rt.stop();
+  });
 }

@@ -2,7 +2,7 @@ import type { DataSource } from 'typeorm';
 import type { AnyEventEnvelope } from '@anvil/contracts';
 import type { MessageBus } from '@anvil/messaging';
 import { DataPoolRuntime } from '../../runtime';
-import type { DataPoolConfigInput } from '../pool';
+import type { DataPoolConfigInput } from '../config';
 import { uid } from './pool-events';
 
 /** What the Data Pool suites run on: the in-process bus + PGlite (unit) or Kafka + PostgreSQL (integration). */
