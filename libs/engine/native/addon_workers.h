@@ -47,7 +47,8 @@ class ForwardWorker : public PromiseWorker {
 #ifdef ANVIL_WITH_CUDA
     if (model_->device) {
       cuda::ForwardBytes fb;
-      acts->dev = model_->device->forward(acts->tree, tokens_, logp_, entropy_, (LogitsMode)logits_mode_, max_bytes_, &fb);
+      acts->dev = model_->device->forward(acts->tree, tokens_, logp_, entropy_, (LogitsMode)logits_mode_, max_bytes_, &fb,
+                                          acts->lora.get(), acts->drop, acts->dropout_seed);
       acts->kept_bytes = fb.kept;
       acts->forward_scratch_bytes = fb.forward_scratch;
       acts->backward_scratch_bytes = fb.backward_scratch;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common.h"
+#include "lora_mask.h"
 #include "model.h"
 
 namespace anvil {
@@ -76,19 +77,6 @@ void validate_lora(const ModelConfig& model, const LoraConfig& cfg);
 // lora_dropout_threshold(p); kept values are scaled by 1 / (1 - p). n is the node's index in the
 // caller's pack (the CUDA path, which works in pre-order, maps rows back to it), so both backends
 // draw the same mask. No mask is stored: the backward regenerates it from the seed.
-#ifdef __CUDACC__
-#define ANVIL_HOST_DEVICE __host__ __device__
-#else
-#define ANVIL_HOST_DEVICE
-#endif
-ANVIL_HOST_DEVICE inline uint32_t lora_dropout_bits(uint64_t seed, uint64_t e) {
-  uint64_t z = seed + (e + 1) * 0x9e3779b97f4a7c15ULL;  // splitmix64 finaliser of a Weyl sequence
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return (uint32_t)(z >> 40);  // 24 uniform bits
-}
-inline uint32_t lora_dropout_threshold(float p) { return (uint32_t)((double)p * 16777216.0); }
 // xd[N,I] = dropout(x[N,I])
 void lora_dropout_forward(float* xd, const float* x, int N, int I, float p, uint64_t seed);
 // dx[N,I] += dropout(dxd[N,I]) with the same mask

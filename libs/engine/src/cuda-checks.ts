@@ -6,9 +6,11 @@
 //   - tree ≡ flat on the GPU (a prefix-merged pack gives the flat packs' log-probs and gradients)
 //   - a short training run whose losses track the CPU run's
 //   - AdamW's moments out of and back into a model (a trainer checkpoint) resume training
+//   - LoRA: forward with dropout, adapter gradients, training, merge, adapter resume (cuda-lora-checks.ts)
 import { buildPack, flatPack, mergeSampleValues, seededRandom, type Pack, type PackSample } from '@anvil/rl';
 import type { ModelConfigInput } from './config';
 import { loadBackend } from './loader';
+import { loraChecks } from './cuda-lora-checks';
 import { createGenerator } from './generator';
 import { Model } from './model';
 import type { NativeKernelCheck } from './native';
@@ -455,5 +457,6 @@ export async function modelChecks(): Promise<CudaCheck[]> {
   out.push(await trainingTracksCpu(CHECK_CONFIGS[0].cfg));
   out.push(await generationMatchesCpu(CHECK_CONFIGS[0].cfg));
   out.push(await optimizerStateResumes(CHECK_CONFIGS[0].cfg));
+  out.push(...(await loraChecks()));
   return out;
 }

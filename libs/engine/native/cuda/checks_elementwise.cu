@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "../kernels.h"
+#include "../lora.h"
 #include "../tree.h"
 #include "checks.cuh"
 #include "common.cuh"
@@ -570,6 +571,57 @@ void check_grad_utils(Rng& rng, Out& out) {
   }
 }
 
+// LoRA dropout: the GPU draws exactly the CPU's mask (same hash of node id and element), with the
+// rows in a permuted (pre-order-like) order mapped back to node ids.
+void check_lora_dropout(Rng& rng, Out& out) {
+  for (const float p : {0.1f, 0.5f}) {
+    const int N = 37, I = 96;
+    const uint64_t seed = 0x1234567ull + (uint64_t)(p * 100);
+    std::vector<int32_t> node(N);
+    std::iota(node.begin(), node.end(), 0);
+    std::shuffle(node.begin(), node.end(), rng.g);
+    const uint32_t thr = lora_dropout_threshold(p);
+    const float keep = 1.0f / (1.0f - p);
+    DeviceArena a;
+    const auto x16 = to_bf16(rng.normals((size_t)N * I, 1.0f));
+    const auto x = from_bf16(x16);
+    const int32_t* node_d = a.upload(node);
+    bf16* out_d = a.alloc<bf16>((size_t)N * I);
+    lora_dropout_forward(out_d, a.upload_bf16(x16), node_d, N, I, thr, keep, seed, 0);
+    finish("lora_dropout_forward");
+    // the CPU in node order: row node[r] of its input is the GPU's row r
+    std::vector<float> xn((size_t)N * I), ref((size_t)N * I), cpu((size_t)N * I);
+    for (int r = 0; r < N; r++) std::copy(x.begin() + (size_t)r * I, x.begin() + (size_t)(r + 1) * I, xn.begin() + (size_t)node[r] * I);
+    anvil::lora_dropout_forward(ref.data(), xn.data(), N, I, p, seed);
+    for (int r = 0; r < N; r++) std::copy(ref.begin() + (size_t)node[r] * I, ref.begin() + (size_t)(node[r] + 1) * I, cpu.begin() + (size_t)r * I);
+    out.push_back(compare(shape("lora_dropout_forward bf16 p=%.1f N=%d I=%d", p, N, I), download_bf16(out_d, (size_t)N * I), from_bf16(to_bf16(cpu)),
+                          0, 0, I));
+    // backward into fp32 and bf16 gradients
+    const auto dxd = rng.normals((size_t)N * I, 1.0f);
+    const auto dx0 = rng.normals((size_t)N * I, 1.0f);
+    std::vector<float> dxd_n((size_t)N * I), dx_n((size_t)N * I), want((size_t)N * I);
+    for (int r = 0; r < N; r++) {
+      std::copy(dxd.begin() + (size_t)r * I, dxd.begin() + (size_t)(r + 1) * I, dxd_n.begin() + (size_t)node[r] * I);
+      std::copy(dx0.begin() + (size_t)r * I, dx0.begin() + (size_t)(r + 1) * I, dx_n.begin() + (size_t)node[r] * I);
+    }
+    anvil::lora_dropout_backward(dx_n.data(), dxd_n.data(), N, I, p, seed);
+    for (int r = 0; r < N; r++) std::copy(dx_n.begin() + (size_t)node[r] * I, dx_n.begin() + (size_t)(node[r] + 1) * I, want.begin() + (size_t)r * I);
+    const float* dxd_d = a.upload(dxd);
+    float* dx_d = a.upload(dx0);
+    lora_dropout_backward(dx_d, dxd_d, node_d, N, I, thr, keep, seed, 0);
+    finish("lora_dropout_backward f32");
+    out.push_back(compare(shape("lora_dropout_backward f32 p=%.1f N=%d I=%d", p, N, I), download(dx_d, (size_t)N * I), want, 1e-6, 1e-6, I));
+    bf16* dx16_d = a.upload_bf16(to_bf16(dx0));
+    lora_dropout_backward(dx16_d, dxd_d, node_d, N, I, thr, keep, seed, 0);
+    finish("lora_dropout_backward bf16");
+    std::vector<float> want16((size_t)N * I);
+    const auto dx0r = from_bf16(to_bf16(dx0));
+    for (size_t e = 0; e < want16.size(); e++) want16[e] = dx0r[e] + (want[e] - dx0[e]);  // the rounded start plus the same update
+    out.push_back(compare(shape("lora_dropout_backward bf16 p=%.1f N=%d I=%d", p, N, I), download_bf16(dx16_d, (size_t)N * I), want16,
+                          1e-5 * max_abs(want16), kBf16Rtol, I));
+  }
+}
+
 }  // namespace
 
 std::vector<KernelCheck> check_elementwise_kernels(uint64_t seed) {
@@ -579,6 +631,7 @@ std::vector<KernelCheck> check_elementwise_kernels(uint64_t seed) {
       {"f32_to_bf16", check_f32_to_bf16}, {"gather/scatter_rows", check_rows}, {"embedding", check_embedding},
       {"rmsnorm", check_rmsnorm},         {"rope", check_rope},                {"swiglu", check_swiglu},
       {"logprob", check_logprob},         {"adamw", check_adamw},              {"sum_squares/scale", check_grad_utils},
+      {"lora_dropout", check_lora_dropout},
   };
   uint64_t k = 0;
   for (const Group& g : groups) {

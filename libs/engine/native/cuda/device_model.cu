@@ -14,6 +14,7 @@
 #include <cstdlib>
 
 #include "common.cuh"
+#include "device_lora.cuh"
 #include "gemm.h"
 #include "kernels.cuh"
 
@@ -121,6 +122,13 @@ struct DeviceActs {
   std::vector<LayerDev> layers;
   float *lnf, *rstdf, *lse_int, *ent_int, *logits, *logp, *ent;
   void* attn_ws;
+  // LoRA: the adapters this forward ran with, u = A dropout(x) [N, r] per site, and for a
+  // training forward with dropout its seed and each pre-order row's caller node index.
+  const LoraState* lora = nullptr;
+  bool drop = false;
+  uint64_t seed = 0;
+  std::vector<bf16*> lora_u;
+  int32_t* node = nullptr;
   ForwardBytes bytes;
 };
 
@@ -132,9 +140,10 @@ struct DeviceModel::Impl {
   size_t P = 0;
   float* p32 = nullptr;  // [P] fp32 master weights (host arena layout)
   bf16* p16 = nullptr;   // [P] bf16 copy used by the GEMMs
-  float* g32 = nullptr;  // [P] gradients
+  float* g32 = nullptr;  // [P] gradients (null while LoRA adapters are on: the base is frozen)
   float* m32 = nullptr;  // [P] AdamW moments, allocated at the first step
   float* v32 = nullptr;
+  DeviceLora lora;       // the adapters, while the host model has them
   double* acc = nullptr;  // one double for reductions
   float* scalar = nullptr;
   // clipGradNorm's scale, not yet applied: the next optimizer step folds it into its gradient
@@ -143,15 +152,19 @@ struct DeviceModel::Impl {
   bool clip_pending = false;
   void apply_pending_clip() {
     if (!clip_pending) return;
-    scale_inplace(g32, P, scalar, stream);
+    scale_inplace(tg(), tn(), scalar, stream);
     clip_pending = false;
   }
+  // the trainable parameters' gradients and count: the adapters' while LoRA is on, else the base's
+  float* tg() const { return lora.host ? lora.g32 : g32; }
+  size_t tn() const { return lora.host ? lora.n : P; }
 
   explicit Impl(Model& m) : host(m) {}
   ~Impl() {
     cudaSetDevice(dev);
     if (stream) cudaStreamSynchronize(stream);
     gemm.reset();
+    lora.release();
     for (void* p : {(void*)p32, (void*)p16, (void*)g32, (void*)m32, (void*)v32, (void*)acc, (void*)scalar})
       if (p) cudaFree(p);
     if (stream) cudaStreamDestroy(stream);
@@ -260,6 +273,7 @@ void DeviceModel::push_params() {
   m.use();
   ANVIL_CUDA(cudaMemcpyAsync(m.p32, m.host.params->data(), m.P * sizeof(float), cudaMemcpyHostToDevice, m.stream));
   f32_to_bf16(m.p16, m.p32, m.P, m.stream);
+  m.lora.push(m.stream);
   m.sync("push_params");
 }
 
@@ -267,6 +281,7 @@ void DeviceModel::pull_params() {
   Impl& m = *impl_;
   m.use();
   ANVIL_CUDA(cudaMemcpyAsync(m.host.params->data(), m.p32, m.P * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+  m.lora.pull(m.stream);
   m.sync("pull_params");
 }
 
@@ -274,13 +289,38 @@ void DeviceModel::pull_grads() {
   Impl& m = *impl_;
   m.use();
   m.apply_pending_clip();
-  ANVIL_CUDA(cudaMemcpyAsync(m.host.grads->data(), m.g32, m.P * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+  if (m.lora.host)
+    m.lora.pull_grads(m.stream);
+  else
+    ANVIL_CUDA(cudaMemcpyAsync(m.host.grads->data(), m.g32, m.P * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
   m.sync("pull_grads");
+}
+
+void DeviceModel::lora_changed() {
+  Impl& m = *impl_;
+  m.use();
+  m.sync("lora_changed");
+  m.lora.release();
+  m.clip_pending = false;
+  if (m.host.lora) {
+    // the base is frozen: no gradients, no moments (the host freed its mirrors of them too)
+    for (float** p : {&m.g32, &m.m32, &m.v32})
+      if (*p) {
+        cudaFree(*p);
+        *p = nullptr;
+      }
+    m.lora.attach(m.host.lora.get(), m.stream);
+  } else if (!m.g32) {
+    ANVIL_CUDA(cudaMalloc(&m.g32, m.P * sizeof(float)));
+    ANVIL_CUDA(cudaMemsetAsync(m.g32, 0, m.P * sizeof(float), m.stream));
+  }
+  m.sync("lora_changed");
 }
 
 std::shared_ptr<DeviceActs> DeviceModel::forward(const TreeInfo& tree, const int32_t* tokens, float* logp,
                                                  float* entropy, LogitsMode mode, double max_bytes,
-                                                 ForwardBytes* bytes_out) {
+                                                 ForwardBytes* bytes_out, const LoraState* lora, bool drop,
+                                                 uint64_t dropout_seed) {
   Impl& m = *impl_;
   m.use();
   const ModelConfig& cfg = m.host.cfg;
@@ -294,6 +334,12 @@ std::shared_ptr<DeviceActs> DeviceModel::forward(const TreeInfo& tree, const int
   a->N = N;
   a->M = M;
   a->max_depth = tree.max_depth;
+  if (lora != m.lora.host) throw Error("internal error: the device's LoRA adapters are not the host model's");
+  a->lora = lora;
+  a->drop = lora && drop;
+  a->seed = dropout_seed;
+  const int lr = lora ? lora->cfg.rank : 0, lsites = lora ? (int)lora->sites.size() : 0;
+  const size_t lmax_in = lora ? (size_t)lora->max_in() : 0;
 
   // Layout of the kept arena (dry run first, to check the limit before allocating).
   auto layout = [&](ByteBump& b) {
@@ -329,15 +375,24 @@ std::shared_ptr<DeviceActs> DeviceModel::forward(const TreeInfo& tree, const int
     a->ent = b.take<float>(N);
     a->attn_ws = b.take<char>(tree_attention_workspace_bytes(N, H));
     a->logits = a->keep_logits ? b.take<float>((size_t)M * V) : nullptr;
+    a->lora_u.assign(lsites, nullptr);
+    for (int i = 0; i < lsites; i++) a->lora_u[i] = b.take<bf16>((size_t)N * lr);
+    a->node = a->drop ? b.take<int32_t>(N) : nullptr;
   };
   // LM-head chunk rows: up to 1 GiB of logits per chunk, at least 64 rows.
   const size_t chunk_rows = std::min<size_t>(std::max<size_t>(M, 1), std::max<size_t>(64, (size_t(1) << 28) / V));
   a->R = (int)chunk_rows;
-  auto scratch_fwd = [&](bool keep) { return (chunk_rows * C + (keep ? 0 : chunk_rows * V)) * sizeof(float) + 512; };
+  // LoRA scratch: the dropped-out input [N, max_in] bf16 (forward and backward), du [N, r] bf16 and
+  // the dropped-out input's gradient [N, max_in] fp32 (backward)
+  const size_t lora_fwd = a->drop ? (size_t)N * lmax_in * 2 + 256 : 0;
+  const size_t lora_bwd = lora ? (size_t)N * lr * 2 + 256 + (a->drop ? (size_t)N * lmax_in * 6 + 512 : 0) : 0;
+  auto scratch_fwd = [&](bool keep) {
+    return (chunk_rows * C + (keep ? 0 : chunk_rows * V)) * sizeof(float) + 512 + lora_fwd;
+  };
   auto scratch_bwd = [&]() {
     return (size_t)N * (C * 4 /*dln f32*/ + C * 4 /*dres*/ + C * 2 /*dres16*/ + F * 4 /*dh*/ + 2 * F * 2 /*dgu16*/ +
                         HD * 2 /*datt16*/ + QKV * 4 /*dqkv32*/ + QKV * 2 /*dqkv16*/ + 8 /*dlogp, dent*/) +
-           chunk_rows * (2 * C + V) * sizeof(float) + 16 * 256;
+           chunk_rows * (2 * C + V) * sizeof(float) + 16 * 256 + lora_bwd;
   };
   ByteBump dry;
   a->keep_logits = false;
@@ -408,6 +463,9 @@ std::shared_ptr<DeviceActs> DeviceModel::forward(const TreeInfo& tree, const int
   ANVIL_CUDA(cudaMemcpyAsync(a->cos_t, tables.data(), sizeof(float) * P * half, cudaMemcpyHostToDevice, s));
   ANVIL_CUDA(cudaMemcpyAsync(a->sin_t, tables.data() + (size_t)P * half, sizeof(float) * P * half,
                              cudaMemcpyHostToDevice, s));
+  if (a->node) ANVIL_CUDA(cudaMemcpyAsync(a->node, a->order.data(), sizeof(int32_t) * N, cudaMemcpyHostToDevice, s));
+  DeviceBuffer lora_scratch(lora_fwd, s);  // the dropped-out input of one site at a time
+  bf16* xd = static_cast<bf16*>(lora_scratch.p);
 
   // ---- the decoder ----
   const ParamPtrs W = m.host.ptrs(m.host.params->data());
@@ -422,21 +480,41 @@ std::shared_ptr<DeviceActs> DeviceModel::forward(const TreeInfo& tree, const int
     prof.mark("norm");
     g.nt(d.qkv, DType::BF16, {d.ln1, DType::BF16, C}, {w.wqkv, DType::BF16, C}, N, C, QKV);
     prof.mark("gemm");
+    if (lora) {
+      lora_group_forward(m.lora, g, l, kLoraGroupQkv, d.qkv, DType::BF16, d.ln1, N, a->lora_u.data(), a->drop, a->seed, a->node,
+                         xd, s);
+      prof.mark("lora");
+    }
     rope_forward(d.qkv, w.bqkv, a->depth, a->cos_t, a->sin_t, N, H, KVH, D, s);
     prof.mark("rope");
     tree_attention_forward(d.att, d.lse, d.qkv, a->end, N, H, KVH, D, a->attn_ws, s);
     prof.mark("attention");
     g.nt(d.mid, DType::F32, {d.att, DType::BF16, HD}, {w.wo, DType::BF16, HD}, N, HD, C, {a->res[l], DType::F32, C});
     prof.mark("gemm");
+    if (lora) {
+      lora_group_forward(m.lora, g, l, kLoraGroupO, d.mid, DType::F32, d.att, N, a->lora_u.data(), a->drop, a->seed, a->node, xd,
+                         s);
+      prof.mark("lora");
+    }
     rmsnorm_forward(d.ln2, d.rstd2, d.mid, w.ln2, N, C, cfg.eps, s);
     prof.mark("norm");
     g.nt(d.gu, DType::BF16, {d.ln2, DType::BF16, C}, {w.wgu, DType::BF16, C}, N, C, 2 * F);
     prof.mark("gemm");
+    if (lora) {
+      lora_group_forward(m.lora, g, l, kLoraGroupGu, d.gu, DType::BF16, d.ln2, N, a->lora_u.data(), a->drop, a->seed, a->node, xd,
+                         s);
+      prof.mark("lora");
+    }
     swiglu_forward(d.h, d.gu, N, F, s);
     prof.mark("swiglu");
     g.nt(a->res[l + 1], DType::F32, {d.h, DType::BF16, F}, {w.wdown, DType::BF16, F}, N, F, C,
          {d.mid, DType::F32, C});
     prof.mark("gemm");
+    if (lora) {
+      lora_group_forward(m.lora, g, l, kLoraGroupDown, a->res[l + 1], DType::F32, d.h, N, a->lora_u.data(), a->drop, a->seed,
+                         a->node, xd, s);
+      prof.mark("lora");
+    }
     check_launch("decoder layer forward");
   }
   rmsnorm_forward(a->lnf, a->rstdf, a->res[L], m.f32(W.normf), N, C, cfg.eps, s);
@@ -497,7 +575,16 @@ void DeviceModel::backward(DeviceActs& a, const float* dlogp_host, const float* 
   float* hrows = b.take<float>((size_t)a.R * C);
   float* dhrows = b.take<float>((size_t)a.R * C);
   float* dlogits = b.take<float>((size_t)a.R * V);
+  // LoRA: du [N, r] bf16; with dropout the regenerated input [N, max_in] bf16 and its gradient fp32
+  const LoraState* lora = a.lora;
+  if (lora != m.lora.host)
+    throw Error("backward: the model's LoRA adapters were enabled, replaced or merged after this forward; run the forward again");
+  const size_t lmax_in = lora ? (size_t)lora->max_in() : 0;
+  bf16* du = lora ? b.take<bf16>((size_t)N * lora->cfg.rank) : nullptr;
+  bf16* xd = a.drop ? b.take<bf16>((size_t)N * lmax_in) : nullptr;
+  float* dxd = a.drop ? b.take<float>((size_t)N * lmax_in) : nullptr;
   if (b.used > scratch.bytes) throw Error("internal error: backward scratch layout exceeds its plan");
+  const bool frozen = lora != nullptr;  // the base has no gradients: only the input-gradient GEMMs run
 
   std::vector<float> host((size_t)N * 2);
   for (int p = 0; p < N; p++) {
@@ -510,7 +597,7 @@ void DeviceModel::backward(DeviceActs& a, const float* dlogp_host, const float* 
   m.apply_pending_clip();  // gradients accumulate onto the clipped ones
   const ParamPtrs W = m.host.ptrs(m.host.params->data());
   const float* lm = m.f32(W.lm);
-  float* dlm = m.grad(W.lm);
+  float* dlm = frozen ? nullptr : m.grad(W.lm);
   StageProfile prof(s);
   // ---- LM head ----
   ANVIL_CUDA(cudaMemsetAsync(dln, 0, sizeof(float) * N * C, s));
@@ -527,52 +614,71 @@ void DeviceModel::backward(DeviceActs& a, const float* dlogp_host, const float* 
                      a.child_start, a.children, r0, Rn, V, s);
     prof.mark("log-softmax");
     g.nn(dhrows, DType::F32, {dlogits, DType::F32, V}, {lm, DType::F32, C}, Rn, C, V);
-    g.tn_acc(dlm, {dlogits, DType::F32, V}, {hrows, DType::F32, C}, Rn, C, V);
+    if (dlm) g.tn_acc(dlm, {dlogits, DType::F32, V}, {hrows, DType::F32, C}, Rn, C, V);
     prof.mark("lm head gemm");
     scatter_rows(dln, dhrows, a.internal + r0, Rn, C, s);
   }
   ANVIL_CUDA(cudaMemsetAsync(dres, 0, sizeof(float) * N * C, s));
-  rmsnorm_backward(dres, m.grad(W.normf), dln, a.res[L], m.f32(W.normf), a.rstdf, N, C, s);
+  rmsnorm_backward(dres, frozen ? nullptr : m.grad(W.normf), dln, a.res[L], m.f32(W.normf), a.rstdf, N, C, s);
   prof.mark("norm");
   check_launch("LM head backward");
 
   // ---- decoder layers, last to first; dres holds d(res[l+1]) on entry ----
   for (int l = L - 1; l >= 0; l--) {
     const LayerW w = m.layer_w(W.layers[l]);
-    const LayerG gw = m.layer_g(W.layers[l]);
+    const LayerG gw = frozen ? LayerG{} : m.layer_g(W.layers[l]);  // all null when frozen
     LayerDev& d = a.layers[l];
+    bf16* const* u = a.lora_u.data();
     // res[l+1] = mid + h @ Wdown^T
     f32_to_bf16(dres16, dres, (size_t)N * C, s);
     prof.mark("convert");
     g.nn(dh, DType::F32, {dres16, DType::BF16, C}, {w.wdown, DType::BF16, F}, N, F, C);
-    g.tn_acc(gw.wdown, {dres16, DType::BF16, C}, {d.h, DType::BF16, F}, N, F, C);
+    if (!frozen) g.tn_acc(gw.wdown, {dres16, DType::BF16, C}, {d.h, DType::BF16, F}, N, F, C);
     prof.mark("gemm");
+    if (lora) {
+      lora_group_backward(m.lora, g, l, kLoraGroupDown, dh, DType::F32, dres16, d.h, N, u, a.drop, a.seed, a.node, xd, dxd, du, s);
+      prof.mark("lora");
+    }
     swiglu_backward(dgu16, dh, d.gu, N, F, s);
     prof.mark("swiglu");
     g.nn(dln, DType::F32, {dgu16, DType::BF16, 2 * F}, {w.wgu, DType::BF16, C}, N, C, 2 * F);
-    g.tn_acc(gw.wgu, {dgu16, DType::BF16, 2 * F}, {d.ln2, DType::BF16, C}, N, C, 2 * F);
+    if (!frozen) g.tn_acc(gw.wgu, {dgu16, DType::BF16, 2 * F}, {d.ln2, DType::BF16, C}, N, C, 2 * F);
     prof.mark("gemm");
+    if (lora) {
+      lora_group_backward(m.lora, g, l, kLoraGroupGu, dln, DType::F32, dgu16, d.ln2, N, u, a.drop, a.seed, a.node, xd, dxd, du, s);
+      prof.mark("lora");
+    }
     rmsnorm_backward(dres, gw.ln2, dln, d.mid, w.ln2, d.rstd2, N, C, s);  // dres = d(mid)
     prof.mark("norm");
     // mid = res[l] + att @ Wo^T
     f32_to_bf16(dres16, dres, (size_t)N * C, s);
     prof.mark("convert");
     g.nn(datt16, DType::BF16, {dres16, DType::BF16, C}, {w.wo, DType::BF16, HD}, N, HD, C);
-    g.tn_acc(gw.wo, {dres16, DType::BF16, C}, {d.att, DType::BF16, HD}, N, HD, C);
+    if (!frozen) g.tn_acc(gw.wo, {dres16, DType::BF16, C}, {d.att, DType::BF16, HD}, N, HD, C);
     prof.mark("gemm");
+    if (lora) {
+      lora_group_backward(m.lora, g, l, kLoraGroupO, datt16, DType::BF16, dres16, d.att, N, u, a.drop, a.seed, a.node, xd, dxd, du,
+                          s);
+      prof.mark("lora");
+    }
     ANVIL_CUDA(cudaMemsetAsync(dqkv32, 0, sizeof(float) * N * QKV, s));
     tree_attention_backward(dqkv32, datt16, d.att, d.lse, d.qkv, a.end, N, H, KVH, D, a.attn_ws, s);
     prof.mark("attention");
     rope_backward(dqkv16, gw.bqkv, dqkv32, a.depth, a.cos_t, a.sin_t, N, H, KVH, D, s);
     prof.mark("rope");
     g.nn(dln, DType::F32, {dqkv16, DType::BF16, QKV}, {w.wqkv, DType::BF16, C}, N, C, QKV);
-    g.tn_acc(gw.wqkv, {dqkv16, DType::BF16, QKV}, {d.ln1, DType::BF16, C}, N, C, QKV);
+    if (!frozen) g.tn_acc(gw.wqkv, {dqkv16, DType::BF16, QKV}, {d.ln1, DType::BF16, C}, N, C, QKV);
     prof.mark("gemm");
+    if (lora) {
+      lora_group_backward(m.lora, g, l, kLoraGroupQkv, dln, DType::F32, dqkv16, d.ln1, N, u, a.drop, a.seed, a.node, xd, dxd, du,
+                          s);
+      prof.mark("lora");
+    }
     rmsnorm_backward(dres, gw.ln1, dln, a.res[l], w.ln1, d.rstd1, N, C, s);  // dres = d(res[l])
     prof.mark("norm");
     check_launch("decoder layer backward");
   }
-  embedding_backward(m.grad(W.wte), dres, a.tokens, N, C, s);
+  if (!frozen) embedding_backward(m.grad(W.wte), dres, a.tokens, N, C, s);
   prof.mark("embedding");
   m.sync("backward");
   prof.report("backward");
@@ -581,7 +687,7 @@ void DeviceModel::backward(DeviceActs& a, const float* dlogp_host, const float* 
 void DeviceModel::zero_grad() {
   Impl& m = *impl_;
   m.use();
-  ANVIL_CUDA(cudaMemsetAsync(m.g32, 0, m.P * sizeof(float), m.stream));
+  ANVIL_CUDA(cudaMemsetAsync(m.tg(), 0, m.tn() * sizeof(float), m.stream));
   m.clip_pending = false;
   m.sync("zero_grad");
 }
@@ -591,7 +697,7 @@ double DeviceModel::grad_norm() {
   m.use();
   m.apply_pending_clip();
   ANVIL_CUDA(cudaMemsetAsync(m.acc, 0, sizeof(double), m.stream));
-  sum_squares(m.acc, m.g32, m.P, m.stream);
+  sum_squares(m.acc, m.tg(), m.tn(), m.stream);
   double ss = 0;
   ANVIL_CUDA(cudaMemcpyAsync(&ss, m.acc, sizeof(double), cudaMemcpyDeviceToHost, m.stream));
   m.sync("grad_norm");
@@ -615,17 +721,29 @@ void DeviceModel::adamw(const std::vector<uint8_t>& decay, float lr, float beta1
                         float weight_decay, int step) {
   Impl& m = *impl_;
   m.use();
-  if (!m.m32) {
-    ANVIL_CUDA(cudaMalloc(&m.m32, m.P * sizeof(float)));
-    ANVIL_CUDA(cudaMalloc(&m.v32, m.P * sizeof(float)));
-    ANVIL_CUDA(cudaMemsetAsync(m.m32, 0, m.P * sizeof(float), m.stream));
-    ANVIL_CUDA(cudaMemsetAsync(m.v32, 0, m.P * sizeof(float), m.stream));
-  }
-  for (size_t i = 0; i < m.host.tensors.size(); i++) {
-    const ParamTensor& t = m.host.tensors[i];
-    adamw_update(m.p32 + t.offset, m.p16 + t.offset, m.g32 + t.offset, m.m32 + t.offset, m.v32 + t.offset, t.numel,
-                 lr, beta1, beta2, eps, decay[i] ? weight_decay : 0.0f, step, m.clip_pending ? m.scalar : nullptr,
-                 m.stream);
+  const float* scale = m.clip_pending ? m.scalar : nullptr;
+  if (m.lora.host) {  // the adapters alone; the base is frozen
+    DeviceLora& L = m.lora;
+    L.alloc_moments(m.stream);
+    const std::vector<ParamTensor>& ts = L.host->tensors;
+    if (decay.size() != ts.size()) throw Error("adamw: decay needs one entry per adapter tensor");
+    for (size_t i = 0; i < ts.size(); i++) {
+      const ParamTensor& t = ts[i];
+      adamw_update(L.p32 + t.offset, L.p16 + t.offset, L.g32 + t.offset, L.m32 + t.offset, L.v32 + t.offset, t.numel, lr,
+                   beta1, beta2, eps, decay[i] ? weight_decay : 0.0f, step, scale, m.stream);
+    }
+  } else {
+    if (!m.m32) {
+      ANVIL_CUDA(cudaMalloc(&m.m32, m.P * sizeof(float)));
+      ANVIL_CUDA(cudaMalloc(&m.v32, m.P * sizeof(float)));
+      ANVIL_CUDA(cudaMemsetAsync(m.m32, 0, m.P * sizeof(float), m.stream));
+      ANVIL_CUDA(cudaMemsetAsync(m.v32, 0, m.P * sizeof(float), m.stream));
+    }
+    for (size_t i = 0; i < m.host.tensors.size(); i++) {
+      const ParamTensor& t = m.host.tensors[i];
+      adamw_update(m.p32 + t.offset, m.p16 + t.offset, m.g32 + t.offset, m.m32 + t.offset, m.v32 + t.offset, t.numel,
+                   lr, beta1, beta2, eps, decay[i] ? weight_decay : 0.0f, step, scale, m.stream);
+    }
   }
   m.clip_pending = false;
   m.sync("adamw");
@@ -634,9 +752,12 @@ void DeviceModel::adamw(const std::vector<uint8_t>& decay, float lr, float beta1
 bool DeviceModel::pull_moments(float* m_out, float* v_out) {
   Impl& m = *impl_;
   m.use();
-  if (!m.m32) return false;
-  ANVIL_CUDA(cudaMemcpyAsync(m_out, m.m32, m.P * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
-  ANVIL_CUDA(cudaMemcpyAsync(v_out, m.v32, m.P * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+  const bool lora = m.lora.host != nullptr;
+  float* dm = lora ? m.lora.m32 : m.m32;
+  float* dv = lora ? m.lora.v32 : m.v32;
+  if (!dm) return false;
+  ANVIL_CUDA(cudaMemcpyAsync(m_out, dm, m.tn() * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+  ANVIL_CUDA(cudaMemcpyAsync(v_out, dv, m.tn() * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
   m.sync("pull_moments");
   return true;
 }
@@ -644,18 +765,30 @@ bool DeviceModel::pull_moments(float* m_out, float* v_out) {
 void DeviceModel::push_moments(const float* m_in, const float* v_in) {
   Impl& m = *impl_;
   m.use();
-  if (!m.m32) {
-    ANVIL_CUDA(cudaMalloc(&m.m32, m.P * sizeof(float)));
-    ANVIL_CUDA(cudaMalloc(&m.v32, m.P * sizeof(float)));
+  float *dm, *dv;
+  if (m.lora.host) {
+    m.lora.alloc_moments(m.stream);
+    dm = m.lora.m32;
+    dv = m.lora.v32;
+  } else {
+    if (!m.m32) {
+      ANVIL_CUDA(cudaMalloc(&m.m32, m.P * sizeof(float)));
+      ANVIL_CUDA(cudaMalloc(&m.v32, m.P * sizeof(float)));
+    }
+    dm = m.m32;
+    dv = m.v32;
   }
-  ANVIL_CUDA(cudaMemcpyAsync(m.m32, m_in, m.P * sizeof(float), cudaMemcpyHostToDevice, m.stream));
-  ANVIL_CUDA(cudaMemcpyAsync(m.v32, v_in, m.P * sizeof(float), cudaMemcpyHostToDevice, m.stream));
+  ANVIL_CUDA(cudaMemcpyAsync(dm, m_in, m.tn() * sizeof(float), cudaMemcpyHostToDevice, m.stream));
+  ANVIL_CUDA(cudaMemcpyAsync(dv, v_in, m.tn() * sizeof(float), cudaMemcpyHostToDevice, m.stream));
   m.sync("push_moments");  // the caller's host arrays must outlive the copies
 }
 
-size_t DeviceModel::param_bytes() const { return impl_->P * (sizeof(float) + sizeof(bf16)); }
-size_t DeviceModel::grad_bytes() const { return impl_->P * sizeof(float); }
-size_t DeviceModel::optimizer_bytes() const { return impl_->m32 ? impl_->P * 2 * sizeof(float) : 0; }
+size_t DeviceModel::param_bytes() const { return impl_->P * (sizeof(float) + sizeof(bf16)) + impl_->lora.bytes_params(); }
+size_t DeviceModel::grad_bytes() const { return impl_->tn() * sizeof(float); }
+size_t DeviceModel::optimizer_bytes() const {
+  const Impl& m = *impl_;
+  return (m.lora.host ? m.lora.m32 != nullptr : m.m32 != nullptr) ? m.tn() * 2 * sizeof(float) : 0;
+}
 
 size_t DeviceModel::cached_bytes() {
   Impl& m = *impl_;
@@ -679,6 +812,10 @@ void DeviceModel::trim_cache() {
 
 DeviceView DeviceModel::view() const {
   const Impl& m = *impl_;
+  // The GPU generator reads the base weights alone: refuse rather than generate without the adapters.
+  if (m.lora.host)
+    throw Error("the CUDA generator does not apply unmerged LoRA adapters: merge them into the model first (mergeLora), "
+                "or generate on the CPU backend");
   DeviceView v;
   v.device = m.dev;
   v.stream = m.stream;

@@ -54,17 +54,28 @@ class DeviceModel {
   DeviceModel(const DeviceModel&) = delete;
   DeviceModel& operator=(const DeviceModel&) = delete;
 
+  // These include the LoRA adapters while the model has them (params, and grads: the adapters'
+  // alone then, the frozen base has none on the device either).
   void push_params();  // host params -> device fp32 master and bf16 copy
   void pull_params();  // device fp32 master -> host params
   void pull_grads();   // device grads -> host grads
+  // The host model's LoRA adapters were enabled, replaced, merged or dropped (caller holds the
+  // model's lock): mirror them (upload the adapters; free the base's gradients and moments while
+  // they are on, or give the base zeroed gradients back when they are gone).
+  void lora_changed();
 
   // Forward over a packed tree (tree and tokens in the caller's node order; logp/entropy [N]
   // host outputs in that order). max_bytes (0 = none) limits the device bytes of the pack.
+  // lora: the host's adapters (the ones lora_changed() mirrored, or null); drop / dropout_seed: a
+  // training forward's LoRA dropout (the CPU's masks).
   std::shared_ptr<DeviceActs> forward(const TreeInfo& tree, const int32_t* tokens, float* logp, float* entropy,
-                                      LogitsMode mode, double max_bytes, ForwardBytes* bytes);
+                                      LogitsMode mode, double max_bytes, ForwardBytes* bytes, const LoraState* lora = nullptr,
+                                      bool drop = false, uint64_t dropout_seed = 0);
   // Accumulates parameter gradients; dlogp/dentropy [N] host arrays in the caller's node order.
   void backward(DeviceActs& acts, const float* dlogp, const float* dentropy);
 
+  // Gradients, clipping, AdamW and its moments work on the trainable parameters: the LoRA
+  // adapters while the model has them (decay then has one entry per adapter tensor), else the base.
   void zero_grad();
   double grad_norm();
   double clip_grad_norm(double max_norm);  // returns the norm before clipping
@@ -82,6 +93,8 @@ class DeviceModel {
   size_t optimizer_bytes() const;  // 0 before the first step
   size_t cached_bytes();           // freed activation memory the device pool keeps for reuse
   void trim_cache();
+  // What the GPU generator reads; throws while LoRA adapters are on (it would ignore them). A
+  // generator made before adapters were enabled keeps generating from the base alone.
   DeviceView view() const;
 
   struct Impl;

@@ -184,9 +184,11 @@ __global__ void rmsnorm_forward_kernel(OutT* out, float* rstd, const float* inp,
 // column per block at the end.
 __global__ void rmsnorm_backward_kernel(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                                         const float* rstd, int N, int C) {
-  extern __shared__ float dw_sh[];
+  extern __shared__ float dw_sh[];  // [C], or none when dw is null (a frozen norm weight)
   __shared__ float sh[32];
-  for (int c = threadIdx.x; c < C; c += blockDim.x) dw_sh[c] = 0.f;
+  const bool want_dw = dw != nullptr;  // uniform across the grid
+  if (want_dw)
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dw_sh[c] = 0.f;
   for (int n = blockIdx.x; n < N; n += gridDim.x) {  // uniform across the block
     const float* x = inp + (size_t)n * C;
     const float* dy = dout + (size_t)n * C;
@@ -198,10 +200,11 @@ __global__ void rmsnorm_backward_kernel(float* dinp, float* dw, const float* dou
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
       const float xhat = x[c] * r;
       dx[c] += r * (dy[c] * w[c] - xhat * m);
-      dw_sh[c] += dy[c] * xhat;
+      if (want_dw) dw_sh[c] += dy[c] * xhat;
     }
   }
-  for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(dw + c, dw_sh[c]);
+  if (want_dw)
+    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(dw + c, dw_sh[c]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -541,7 +544,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, 
 void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                       int N, int C, cudaStream_t s) {
   if (N <= 0 || C <= 0) return;
-  const size_t smem = sizeof(float) * (size_t)C;
+  const size_t smem = dw ? sizeof(float) * (size_t)C : 0;
   if (smem > 48 * 1024 - 256) {  // beyond the default dynamic shared memory limit: opt in
     if (smem > 200 * 1024) throw Error("rmsnorm_backward: C = " + std::to_string(C) + " is too large for shared dw");
     ANVIL_CUDA(cudaFuncSetAttribute(rmsnorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

@@ -169,7 +169,7 @@ struct Gemm::Impl {
 
   // Column-major D[m,n] = op(A)[m,k] * op(B)[k,n] + beta * C[m,n]
   void run(bool transA, bool transB, int m, int n, int k, const void* A, DType ta, int lda, const void* B, DType tb,
-           int ldb, const void* C, DType tc, int ldc, void* D, DType td, int ldd, float beta) {
+           int ldb, const void* C, DType tc, int ldc, void* D, DType td, int ldd, float beta, float alpha = 1.0f) {
     if (m <= 0 || n <= 0 || k <= 0) return;
     LtApi& a = api();
     const bool f32 = ta == DType::F32;
@@ -214,7 +214,6 @@ struct Gemm::Impl {
       p.algo = res.algo;
       it = plans.emplace(key, p).first;
     }
-    const float alpha = 1.0f;
     Plan& p = it->second;
     check(a.cublasLtMatmul(handle, p.desc, &alpha, A, p.a, B, p.b, &beta, C ? C : D, p.c, D, p.d, &p.algo, workspace,
                            kWorkspaceBytes, stream),
@@ -252,6 +251,21 @@ void Gemm::nn(void* dinp, DType dinp_t, Mat dout, Mat w, int N, int I, int O, bo
   // dinp^T[I,N] = W (I x O col-major, ld w.ld) * dout^T (O x N, ld dout.ld)
   impl_->run(false, false, I, N, O, w.p, w.t, w.ld, dout.p, dout.t, dout.ld, accumulate ? dinp : nullptr, dinp_t, I,
              dinp, dinp_t, I, accumulate ? 1.0f : 0.0f);
+}
+
+void Gemm::nt_strided(void* out, DType out_t, int ldo, Mat inp, Mat w, int N, int I, int O, float alpha, float beta) {
+  impl_->run(true, false, O, N, I, w.p, w.t, w.ld, inp.p, inp.t, inp.ld, beta != 0.0f ? out : nullptr, out_t, ldo, out, out_t,
+             ldo, beta, alpha);
+}
+
+void Gemm::nn_strided(void* dinp, DType dinp_t, int ldi, Mat dout, Mat w, int N, int I, int O, float alpha, float beta) {
+  impl_->run(false, false, I, N, O, w.p, w.t, w.ld, dout.p, dout.t, dout.ld, beta != 0.0f ? dinp : nullptr, dinp_t, ldi, dinp,
+             dinp_t, ldi, beta, alpha);
+}
+
+void Gemm::tn_acc_scaled(float* dw, Mat dout, Mat inp, int N, int I, int O, float alpha) {
+  impl_->run(false, true, I, O, N, inp.p, inp.t, inp.ld, dout.p, dout.t, dout.ld, dw, DType::F32, I, dw, DType::F32, I, 1.0f,
+             alpha);
 }
 
 void Gemm::tn_acc(float* dw, Mat dout, Mat inp, int N, int I, int O) {

@@ -37,6 +37,15 @@ class Gemm {
   // dw[O,I] (fp32) += dout[N,O]^T @ inp[N,I]
   void tn_acc(float* dw, Mat dout, Mat inp, int N, int I, int O);
 
+  // The same products with a scale and a row stride on the output (LoRA writes a column block of a
+  // fused output, scaled by alpha / r):
+  // out[N,O] (row stride ldo) = alpha * inp[N,I] @ w[O,I]^T + beta * out
+  void nt_strided(void* out, DType out_t, int ldo, Mat inp, Mat w, int N, int I, int O, float alpha, float beta);
+  // dinp[N,I] (row stride ldi) = alpha * dout[N,O] @ w[O,I] + beta * dinp
+  void nn_strided(void* dinp, DType dinp_t, int ldi, Mat dout, Mat w, int N, int I, int O, float alpha, float beta);
+  // dw[O,I] (fp32) += alpha * dout[N,O]^T @ inp[N,I]
+  void tn_acc_scaled(float* dw, Mat dout, Mat inp, int N, int I, int O, float alpha);
+
   // Which library was opened (path and version) — for engineInfo().
   static std::string library();
 

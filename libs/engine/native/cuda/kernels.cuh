@@ -43,7 +43,8 @@ void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, i
 // out[N,C] (bf16 for the layer norms, fp32 for the final norm), rstd[N], inp[N,C] fp32, w[C] fp32
 void rmsnorm_forward(bf16* out, float* rstd, const float* inp, const float* w, int N, int C, float eps, cudaStream_t s);
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C, float eps, cudaStream_t s);
-// dinp[N,C] += d/dinp, dw[C] += d/dw, given dout[N,C] fp32 and the forward's inp and rstd
+// dinp[N,C] += d/dinp, dw[C] += d/dw (dw may be null: a frozen weight), given dout[N,C] fp32 and
+// the forward's inp and rstd
 void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                       int N, int C, cudaStream_t s);
 
@@ -90,6 +91,19 @@ void tree_attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_
 // out and lse from the forward.
 void tree_attention_backward(float* dqkv, const bf16* dout, const bf16* out, const float* lse, const bf16* qkv,
                              const int32_t* end, int N, int H, int KVH, int D, void* workspace, cudaStream_t s);
+
+// ---- LoRA dropout (lora.cu): the CPU's counter-based mask (../lora_mask.h), so both backends drop
+// the same elements. Row p of the [N, I] input is node node[p] of the caller's pack (the device
+// works in pre-order); element i of it is kept iff lora_dropout_bits(seed, node[p] * I + i) >= thr,
+// and kept values are multiplied by keep_scale = 1 / (1 - p).
+// out[N,I] bf16 = dropout(x[N,I] bf16)
+void lora_dropout_forward(bf16* out, const bf16* x, const int32_t* node, int N, int I, uint32_t thr, float keep_scale,
+                          uint64_t seed, cudaStream_t s);
+// dx[N,I] += dropout(dxd[N,I] fp32) with the same mask; dx fp32 or bf16
+void lora_dropout_backward(float* dx, const float* dxd, const int32_t* node, int N, int I, uint32_t thr, float keep_scale,
+                           uint64_t seed, cudaStream_t s);
+void lora_dropout_backward(bf16* dx, const float* dxd, const int32_t* node, int N, int I, uint32_t thr, float keep_scale,
+                           uint64_t seed, cudaStream_t s);
 
 // ---- AdamW (PyTorch semantics, decoupled decay), fp32 master + optional bf16 copy ----
 // p = p * (1 - lr * wd) - lr * mhat / (sqrt(vhat) + eps), exactly as ../adamw.cc; t is the 1-based
