@@ -88,21 +88,17 @@ void logprob_backward(float* dh, float* dw, const float* dlogp, const float* den
   for (int a0 = 0; a0 < MA; a0 += s.R) {
     const int R = std::min(s.R, MA - a0);
     gather_rows(s.rows, h, nodes.data() + a0, R, C);
-    if (kept) {
-#pragma omp parallel for num_threads(nthreads()) schedule(static)
-      for (int r = 0; r < R; r++)  // copy: the kept logits stay intact for another backward
-        std::memcpy(s.logits + (size_t)r * V, kept + (size_t)active[a0 + r] * V, sizeof(float) * V);
-    } else {
-      matmul_forward(s.logits, s.rows, w, R, C, V, false);  // recompute logits[R,V]
-    }
+    if (!kept) matmul_forward(s.logits, s.rows, w, R, C, V, false);  // recompute logits[R,V]
 #pragma omp parallel for num_threads(nthreads()) schedule(static)
     for (int r = 0; r < R; r++) {
       const int row = active[a0 + r];
       float* g = s.logits + (size_t)r * V;
+      // kept logits are read in place (they stay intact for another backward), recomputed ones overwritten
+      const float* l = kept ? kept + (size_t)row * V : g;
       const float L = lse[row], H = ent[row], Ar = A[row], Er = E[row];
 #pragma omp simd
       for (int k = 0; k < V; k++) {
-        float lp = g[k] - L, P = fast_exp(lp);
+        float lp = l[k] - L, P = fast_exp(lp);
         g[k] = -P * (Ar + Er * (lp + H));
       }
       const int node = tree.internal[row];

@@ -31,6 +31,21 @@ describe('checkpointDigest', () => {
     m.dispose();
   });
 
+  it('covers a LoRA adapter directory: its config and weights', async () => {
+    const m = Model.tiny({ seed: 3, config: { vocabSize: 272 } });
+    await m.enableLora({ rank: 2, alpha: 4, targets: ['q_proj'] });
+    await m.saveAdapter(join(root, 'adapter'), { optimizer: true });
+    const d = await checkpointDigest(join(root, 'adapter'));
+    writeFileSync(join(root, 'adapter', 'adapter_optimizer.safetensors'), 'resume state is not weights');
+    expect(await checkpointDigest(join(root, 'adapter'))).toBe(d);
+    const cfg = join(root, 'adapter', 'adapter_config.json');
+    writeFileSync(cfg, readFileSync(cfg, 'utf8').replace('"r": 2', '"r":  2'));
+    await expect(verifyCheckpointDigest(join(root, 'adapter'), d)).rejects.toThrow(/checksum mismatch/);
+    rmSync(join(root, 'adapter', 'adapter_model.safetensors'));
+    await expect(checkpointDigest(join(root, 'adapter'))).rejects.toThrow(/no adapter_model.safetensors/);
+    m.dispose();
+  });
+
   it('refuses a directory that is not a checkpoint', async () => {
     await expect(checkpointDigest(root)).rejects.toBeInstanceOf(CheckpointDigestError);
   });

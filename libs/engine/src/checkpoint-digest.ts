@@ -1,7 +1,8 @@
 // The checksum a published checkpoint travels with (weights.published.sha256): SHA-256 over the
 // files that define the weights — config.json and every safetensors weight file the loader reads
-// (model.safetensors, or the index and its shards) — each as "<name>\0<sha256 of its bytes>\n",
-// in name order. The trainer computes it after writing; the inference-proxy recomputes it before a
+// (model.safetensors, or the index and its shards; for a LoRA adapter directory, which has no
+// config.json, adapter_config.json and adapter_model.safetensors) — each as
+// "<name>\0<sha256 of its bytes>\n", in name order. The trainer computes it after writing; the inference-proxy recomputes it before a
 // swap and refuses a checkpoint whose bytes differ (truncated copy, concurrent overwrite, bit rot).
 import { createHash } from 'node:crypto';
 import { createReadStream, existsSync, promises as fsp } from 'node:fs';
@@ -22,8 +23,12 @@ async function fileSha256(path: string): Promise<string> {
   return h.digest('hex');
 }
 
-/** The weight-defining files of a Hugging Face checkpoint directory, by name. */
+/** The weight-defining files of a Hugging Face checkpoint directory (or a PEFT LoRA adapter directory), by name. */
 export async function checkpointWeightFiles(dir: string): Promise<string[]> {
+  if (!existsSync(join(dir, 'config.json')) && existsSync(join(dir, 'adapter_config.json'))) {
+    if (!existsSync(join(dir, 'adapter_model.safetensors'))) throw new CheckpointDigestError(`${dir}: no adapter_model.safetensors`);
+    return ['adapter_config.json', 'adapter_model.safetensors'];
+  }
   if (!existsSync(join(dir, 'config.json'))) throw new CheckpointDigestError(`${dir}: no config.json`);
   const index = join(dir, 'model.safetensors.index.json');
   if (existsSync(index)) {
