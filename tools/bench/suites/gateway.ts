@@ -13,6 +13,11 @@
  *     concurrency, for the same paths.
  *  3. The embedded engine's decode tokens/s (createGenerator) for the tiny and ~20M configs,
  *     cold prompt vs a prefix-cache hit (run first, before any service takes the CPUs).
+ *  4. The agent protocols side by side on the capture-on gateway and the same backend: chat
+ *     completions, the Responses API and the Anthropic Messages API, each as JSON and as a stream,
+ *     for the same one-turn request: added latency p50/p99 at BENCH_GW_LOW_RATE req/s and calls/s
+ *     at 256 sessions. Target: every Responses and Messages row within 1.2x of chat completions in
+ *     the same mode (calls/s at least 1/1.2 of it, added latency at most 1.2x).
  * Everything (load generator, gateway, proxy, fixture, nginx, Kafka, PostgreSQL) shares this
  * machine's cores. Prints readable tables, then ONE JSON object as the last line of stdout.
  */
@@ -21,6 +26,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { createGenerator, Model, setThreads, type ModelConfigInput } from '@anvil/engine';
 import { repoRoot, startService, waitFor, type ServiceProcess, spawnVllmFixture } from '@anvil/testing';
 import { tinyChatFormat } from '@anvil/tokenizer';
@@ -38,6 +44,9 @@ const LOAD_S = Number(process.env.BENCH_GW_LOAD_SECONDS ?? 12);
 const TOKEN_MS = Number(process.env.BENCH_GW_TOKEN_MS ?? 2);
 const MAX_TOKENS = 8;
 const CONCURRENCY = [256, 1024];
+/** Sessions of the agent-protocol comparison (section 4), and its target ratio to chat completions. */
+const PROTOCOL_SESSIONS = 256;
+const PROTOCOL_RATIO_MAX = 1.2;
 const ADMIN = 'bench-gateway-admin-token-0123456789abcdefghij';
 const MODEL = 'anvil-tiny';
 const NGINX_PORT = Number(process.env.BENCH_GW_NGINX_PORT ?? 39380);
@@ -319,6 +328,84 @@ async function closedLoop(t: Target, n: number, seconds: number): Promise<Measur
   return summarize(t.name, `${n} sessions`, lat, errors, s, kinds);
 }
 
+// ---------------------------------------------------------------- agent protocols
+
+/** One turn asking the same question through each agent-facing API, as JSON and as a stream, each session its own key. */
+function protocolTargets(gw: ServiceProcess, keys: string[], content: string): Target[] {
+  const target = (name: string, path: string, body: unknown, header: (key: string) => Record<string, string>): Target => {
+    const url = new URL(`${gw.baseUrl}${path}`);
+    const text = JSON.stringify(body);
+    return { name, req: (i) => ({ url, headers: header(keys[i % PROTOCOL_SESSIONS]), body: text }) };
+  };
+  const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+  const anthropic = (key: string) => ({ 'x-api-key': key, 'anthropic-version': '2023-06-01' });
+  const chat = { model: MODEL, messages: [{ role: 'user', content }], max_tokens: MAX_TOKENS, temperature: 1 };
+  const responses = { model: MODEL, input: content, max_output_tokens: MAX_TOKENS, temperature: 1 };
+  const messages = { model: MODEL, messages: [{ role: 'user', content }], max_tokens: MAX_TOKENS, temperature: 1 };
+  return [
+    target('chat completions', '/v1/chat/completions', chat, bearer),
+    target('responses', '/v1/responses', responses, bearer),
+    target('messages', '/v1/messages', messages, anthropic),
+    target('chat completions, stream', '/v1/chat/completions', { ...chat, stream: true }, bearer),
+    target('responses, stream', '/v1/responses', { ...responses, stream: true }, bearer),
+    target('messages, stream', '/v1/messages', { ...messages, stream: true }, anthropic),
+  ];
+}
+
+interface ProtocolRow {
+  api: string;
+  callsPerSec: number;
+  chatCallsPerSec: number;
+  addedP50ms: number;
+  chatAddedP50ms: number;
+  addedP99ms: number;
+  chatAddedP99ms: number;
+  /** chat calls/s over this API's, and this API's added latency over chat's (each met when at most PROTOCOL_RATIO_MAX). */
+  ratioCallsPerSec: number;
+  ratioP50: number;
+  ratioP99: number;
+  met: boolean;
+}
+
+/**
+ * Each Responses and Messages row against chat completions in the same mode. Added latency is
+ * over the direct path measured in the same block; a ratio's denominator is floored at 0.1 ms
+ * (an added latency at or below it is within the direct path's run-to-run noise).
+ */
+function compareProtocols(direct: Measured, light: Measured[], load: Measured[]): ProtocolRow[] {
+  const floor = (ms: number) => Math.max(ms, 0.1);
+  const rows: ProtocolRow[] = [];
+  for (const [chatAt, others] of [
+    [0, [1, 2]],
+    [3, [4, 5]],
+  ] as const) {
+    const chatP50 = light[chatAt].p50ms - direct.p50ms;
+    const chatP99 = light[chatAt].p99ms - direct.p99ms;
+    for (const k of others) {
+      const p50 = light[k].p50ms - direct.p50ms;
+      const p99 = light[k].p99ms - direct.p99ms;
+      const ratioCallsPerSec = load[chatAt].callsPerSec / load[k].callsPerSec;
+      const ratioP50 = floor(p50) / floor(chatP50);
+      const ratioP99 = floor(p99) / floor(chatP99);
+      const clean = light[k].errors === 0 && load[k].errors === 0;
+      rows.push({
+        api: light[k].path,
+        callsPerSec: load[k].callsPerSec,
+        chatCallsPerSec: load[chatAt].callsPerSec,
+        addedP50ms: p50,
+        chatAddedP50ms: chatP50,
+        addedP99ms: p99,
+        chatAddedP99ms: chatP99,
+        ratioCallsPerSec,
+        ratioP50,
+        ratioP99,
+        met: clean && Math.max(ratioCallsPerSec, ratioP50, ratioP99) <= PROTOCOL_RATIO_MAX,
+      });
+    }
+  }
+  return rows;
+}
+
 // ---------------------------------------------------------------- main
 
 async function main() {
@@ -331,7 +418,10 @@ async function main() {
   console.error('[bench] engine decode tokens/s (before any service runs)');
   const engine = await engineDecode();
 
-  const { startStack, stopStack } = await import('@anvil/infra');
+  // By file, not by the @anvil/infra alias: under tsx the alias resolves to its declaration file
+  // (lib.d.mts), a module with no exports.
+  const infra = (await import(pathToFileURL(join(repoRoot, 'tools', 'infra', 'lib.mjs')).href)) as typeof import('@anvil/infra');
+  const { startStack, stopStack } = infra;
   let fixture: { child: ChildProcess; url: string } | undefined;
   let nginx: { child: ChildProcess; url: string; dir: string } | undefined;
   const services: ServiceProcess[] = [];
@@ -451,6 +541,23 @@ async function main() {
       }
     }
 
+    // The agent protocols, last (their own direct baseline, measured in the same block).
+    console.error(`[bench] agent protocols: ${LOW_RATE} req/s and ${PROTOCOL_SESSIONS} sessions per API and mode, capture on`);
+    const protocols = protocolTargets(gwOn, keysOn, content);
+    for (const t of protocols) await closedLoop(t, PROTOCOL_SESSIONS, 2);
+    const protoDirect = await openLoop(direct, LOW_RATE, LATENCY_S);
+    const protoLight: Measured[] = [];
+    for (const t of protocols) {
+      protoLight.push(await openLoop(t, LOW_RATE, LATENCY_S));
+      await sleep(500);
+    }
+    const protoLoad: Measured[] = [];
+    for (const t of protocols) {
+      protoLoad.push(await closedLoop(t, PROTOCOL_SESSIONS, LOAD_S));
+      await sleep(1000);
+    }
+    const protoRows = compareProtocols(protoDirect, protoLight, protoLoad);
+
     const addedOver = (base: Measured) => (m: Measured) => ({ p50: m.p50ms - base.p50ms, p99: m.p99ms - base.p99ms });
     const added = addedOver(latency[0]);
     const addedLight = addedOver(light[0]);
@@ -470,7 +577,7 @@ async function main() {
       'error kinds': kindsOf(m),
     });
     // What the services said about failed calls (first few error/warn lines each), on stderr.
-    if ([...light, ...latency, ...load].some((m) => m.errors > 0)) {
+    if ([...light, ...latency, ...load, ...protoLight, ...protoLoad].some((m) => m.errors > 0)) {
       for (const svc of services) {
         const lines = svc
           .output()
@@ -512,6 +619,17 @@ async function main() {
     ]);
     printTable('Sustained throughput, fixed concurrency (each session its own key)', load.map(fmtRow));
     printTable(
+      `Agent protocols on the capture-on gateway: added latency at ${LOW_RATE} req/s (over direct, p50 ${protoDirect.p50ms.toFixed(2)} / p99 ${protoDirect.p99ms.toFixed(2)} ms), calls/s at ${PROTOCOL_SESSIONS} sessions`,
+      protocols.map((t, i) => ({
+        api: t.name,
+        'added p50 ms': protoLight[i].p50ms - protoDirect.p50ms,
+        'added p99 ms': protoLight[i].p99ms - protoDirect.p99ms,
+        'calls/s': Math.round(protoLoad[i].callsPerSec),
+        errors: protoLight[i].errors + protoLoad[i].errors,
+        'error kinds': [kindsOf(protoLight[i]), kindsOf(protoLoad[i])].filter(Boolean).join(' '),
+      })),
+    );
+    printTable(
       'Embedded engine (createGenerator, 2 threads): 512-token prompt, 64 new tokens, cold vs prefix-cache hit',
       engine.map((r) => ({
         model: r.name,
@@ -552,6 +670,11 @@ async function main() {
         measured: `p50 ${offAdded.p50.toFixed(2)} vs ${ngAdded.p50.toFixed(2)} ms (${ratioP50.toFixed(1)}×), p99 ${offAdded.p99.toFixed(2)} vs ${ngAdded.p99.toFixed(2)} ms (${ratioP99.toFixed(1)}×; nginx hop floored at ${floorMs} ms)`,
         result: hopTargetMet ? 'met' : 'short',
       },
+      ...protoRows.map((r) => ({
+        target: `${r.api}: within ${PROTOCOL_RATIO_MAX}x of chat completions`,
+        measured: `calls/s ${Math.round(r.callsPerSec)} vs ${Math.round(r.chatCallsPerSec)} (${r.ratioCallsPerSec.toFixed(2)}x), added p50 ${r.addedP50ms.toFixed(2)} vs ${r.chatAddedP50ms.toFixed(2)} ms (${r.ratioP50.toFixed(2)}x), p99 ${r.addedP99ms.toFixed(2)} vs ${r.chatAddedP99ms.toFixed(2)} ms (${r.ratioP99.toFixed(2)}x)`,
+        result: r.met ? 'met' : 'short',
+      })),
       {
         target: `(context) added at ${LOW_RATE} req/s, p50 / p99`,
         measured: `capture on ${lightOn.p50.toFixed(2)} / ${lightOn.p99.toFixed(2)} ms, off ${lightOff.p50.toFixed(2)} / ${lightOff.p99.toFixed(2)} ms, nginx ${lightNg.p50.toFixed(2)} / ${lightNg.p99.toFixed(2)} ms`,
@@ -569,6 +692,7 @@ async function main() {
         addedLowRate: { captureOn: lightOn, captureOff: lightOff, nginx: lightNg },
         added: { captureOn: onAdded, captureOff: offAdded, nginx: ngAdded },
         throughput: load,
+        protocols: { direct: protoDirect, latencyLowRate: protoLight, throughput: protoLoad, sessions: PROTOCOL_SESSIONS, rows: protoRows },
         engine,
         targets: {
           captureOnP99AddedMsMax: 5,
@@ -577,6 +701,8 @@ async function main() {
           hopRatioP50: ratioP50,
           hopRatioP99: ratioP99,
           hopMet: hopTargetMet,
+          protocolRatioMax: PROTOCOL_RATIO_MAX,
+          protocolsMet: protoRows.every((r) => r.met),
         },
       }),
     );
