@@ -150,7 +150,7 @@ async function forwardBackward(backend: 'cpu' | 'cuda'): Promise<CudaCheck[]> {
 }
 
 async function trainingTracks(backend: 'cpu' | 'cuda', steps = 10): Promise<CudaCheck> {
-  const s = samples(3, 1024, 4, 4, 48, 24).map((x) => ({ promptIds: x.promptIds, outputIds: x.promptIds.slice(0, 24) }));
+  const s = samples(3, 1024, 4, 4, 48, 24).map((x) => ({ promptIds: x.promptIds, outputIds: Array.from(x.promptIds).slice(0, 24) }));
   const pack = buildPack(s);
   const coef = mergeSampleValues(
     pack,

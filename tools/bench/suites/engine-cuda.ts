@@ -13,6 +13,9 @@
 // 3. Decode tokens/s of the GPU generator (paged KV cache) on the two shapes, batch 1 and 64,
 //    prompt 512; each step includes copying the last rows' logits to the host and sampling there.
 // 4. The tree-attention kernels alone (wmma vs fa2) on the two shapes.
+// 5. The SmolLM2-135M shape (random weights), full and LoRA (r = 16 on all seven projections):
+//    the same train step at 8192 tokens, and AdamW state of LoRA against full fine-tuning. LoRA's
+//    FLOPs are 4 * P_gemm * T + 6 * P_adapter * T + attention (the frozen base has no weight gradients).
 // Prints a readable table, then ONE JSON object as the last line of stdout. Where there is no
 // CUDA build or device, it says so and the JSON has ran: false.
 import { flatPack, mergeSampleValues, packSamples, type Pack, type PackSample } from '@anvil/rl';
@@ -50,6 +53,20 @@ const QWEN2_15B: ModelConfigInput = {
   maxPositionEmbeddings: 32768,
   ropeTheta: 1e6,
   rmsNormEps: 1e-6,
+};
+
+const SMOLLM2: ModelConfigInput = {
+  modelType: 'llama',
+  vocabSize: 49152,
+  hiddenSize: 576,
+  intermediateSize: 1536,
+  numHiddenLayers: 30,
+  numAttentionHeads: 9,
+  numKeyValueHeads: 3,
+  tieWordEmbeddings: true,
+  maxPositionEmbeddings: 8192,
+  ropeTheta: 100000,
+  rmsNormEps: 1e-5,
 };
 
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
@@ -160,6 +177,51 @@ async function mfu(name: string, cfg: ModelConfigInput, steps: number) {
   );
   m.dispose();
   return row;
+}
+
+/** The SmolLM2 shape's train step, full weights and then LoRA on the same model. */
+async function smollm2(steps: number) {
+  const m = Model.create(SMOLLM2, { backend: 'cuda', seed: 1, initStd: 0.02 });
+  const samples = randomSequences(2, TOKENS_PER_STEP / 2, m.config.vocabSize, 9);
+  const packs = stepPacks([flatPack(samples)], samples);
+  const full6 = modelFlops(m, packs);
+  const gemm2 = 2 * gemmFlopParams(m) * TOKENS_PER_STEP;
+  const measure = async (mode: string, flops: number) => {
+    await trainStep(m, packs); // warm-up
+    let best = { seconds: Infinity, forward: 0, backward: 0, optimizer: 0 };
+    for (let i = 0; i < steps; i++) {
+      const r = await trainStep(m, packs);
+      if (r.seconds < best.seconds) best = r;
+    }
+    const mem = m.memory();
+    const row = {
+      mode,
+      stepSeconds: best.seconds,
+      forwardSeconds: best.forward,
+      backwardSeconds: best.backward,
+      optimizerSeconds: best.optimizer,
+      tokensPerSecond: TOKENS_PER_STEP / best.seconds,
+      modelTflops: flops / best.seconds / 1e12,
+      mfu: flops / best.seconds / 1e12 / H200_BF16_TFLOPS,
+      trainableParams: mem.trainableParams,
+      gradBytes: mem.gradBytes,
+      optimizerBytes: mem.optimizerBytes,
+      deviceBytes: mem.paramBytes + mem.gradBytes + mem.optimizerBytes,
+    };
+    console.error(
+      `[bench] SmolLM2 ${mode}: step ${fmt(best.seconds, 3)} s, ${fmt(row.tokensPerSecond, 0)} tok/s, MFU ${fmt(100 * row.mfu)}%`,
+    );
+    return row;
+  };
+  try {
+    const full = await measure('full', full6);
+    await m.enableLora({ rank: 16, alpha: 32, targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] });
+    const adapter = m.memory().adapterParams;
+    const lora = await measure('LoRA r=16', full6 - gemm2 + 6 * adapter * TOKENS_PER_STEP);
+    return { rows: [full, lora], adapterParams: adapter, optimizerRatio: lora.optimizerBytes / full.optimizerBytes };
+  } finally {
+    m.dispose();
+  }
 }
 
 // S = n (P + b) / (P + n b) with P + n b = U unique tokens per group: P = (S-1) U / (n-1).
@@ -294,8 +356,8 @@ async function main() {
   const gemm = await need(sel.addon.benchGemmBf16, 'benchGemmBf16').call(sel.addon, 8192, 8192, 8192, 1.0);
   console.error(`[bench] ${info.device?.name}: cuBLASLt bf16 8192^3 ${fmt(gemm.tflops)} TFLOP/s`);
   const quick = process.env.ANVIL_BENCH_QUICK === '1';
-  // ANVIL_BENCH_ONLY=attention,mfu,merging,decode runs a subset (device time is scarce)
-  const only = new Set((process.env.ANVIL_BENCH_ONLY ?? 'attention,mfu,merging,decode').split(','));
+  // ANVIL_BENCH_ONLY=attention,mfu,merging,decode,smollm2 runs a subset (device time is scarce)
+  const only = new Set((process.env.ANVIL_BENCH_ONLY ?? 'attention,mfu,merging,decode,smollm2').split(','));
   const attention = sel.addon.benchAttention && only.has('attention') ? await attentionKernels(sel.addon) : [];
   for (const r of attention) console.error(`[bench] attention ${r.shape} ${r.impl}: ${JSON.stringify(r)}`);
   const implUsed = process.env.ANVIL_ATTENTION_IMPL === 'wmma' ? 'wmma' : 'default (fa2 for D = 64/128)';
@@ -304,6 +366,7 @@ async function main() {
     : [];
   const merge = only.has('merging') ? await merging() : [];
   const decodeRows = sel.addon.benchDecodeCuda && only.has('decode') ? await decode(sel.addon) : [];
+  const small = only.has('smollm2') ? await smollm2(quick ? 2 : 4) : null;
 
   console.log(
     `\nGPU: ${info.device?.name}, cc ${info.device?.computeCapability}, driver ${info.device?.driverVersion}, runtime ${info.device?.runtimeVersion}; ${info.gemm}`,
@@ -350,6 +413,19 @@ async function main() {
       );
   } else
     console.log(`\nGPU decode: ${only.has('decode') ? 'this CUDA build has no benchDecodeCuda export' : 'not run (ANVIL_BENCH_ONLY)'}`);
+  if (small) {
+    console.log(
+      `\nSmolLM2-135M shape (random weights), 8192 tokens per step; LoRA r = 16 on all seven projections (${(small.adapterParams / 1e6).toFixed(2)}M parameters)`,
+    );
+    console.log(
+      'mode | step s | fwd s | bwd s | optim s | tokens/s | model TFLOP/s | MFU | AdamW state MiB | device params+grads+AdamW MiB',
+    );
+    for (const r of small.rows)
+      console.log(
+        `${r.mode} | ${fmt(r.stepSeconds, 3)} | ${fmt(r.forwardSeconds, 3)} | ${fmt(r.backwardSeconds, 3)} | ${fmt(r.optimizerSeconds, 3)} | ${fmt(r.tokensPerSecond, 0)} | ${fmt(r.modelTflops)} | ${fmt(100 * r.mfu)}% | ${fmt(r.optimizerBytes / 2 ** 20)} | ${fmt(r.deviceBytes / 2 ** 20)}`,
+      );
+    console.log(`LoRA AdamW state / full fine-tuning's: ${fmt(100 * small.optimizerRatio, 2)}%`);
+  }
   const mfuTarget = models.length ? models[1].mfu >= 0.4 : null;
   const mergeTarget = merge.length > 0 && merge.every((r) => r.speedup >= 0.8 * r.S);
   console.log(
@@ -368,6 +444,7 @@ async function main() {
       models,
       merging: merge,
       decode: decodeRows,
+      smollm2: small,
       targets: { mfu15b: mfuTarget, mergeSpeedup: merge.length ? mergeTarget : null },
     }),
   );
