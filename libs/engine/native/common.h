@@ -37,6 +37,10 @@ class FloatArena {
   float* data() const { return data_; }
   size_t size() const { return size_; }
   size_t bytes() const { return size_ * sizeof(float); }
+  // Returns the arena's whole pages to the operating system now (they read as zeros afterwards).
+  // For an arena about to be dropped that JavaScript views may still co-own until they are
+  // garbage-collected: the memory is released at once rather than at some later collection.
+  void discard();
 
  private:
   float* data_ = nullptr;

@@ -172,7 +172,8 @@ void Model::enable_lora(const LoraConfig& c) {
   auto st = std::make_shared<LoraState>(cfg, c);  // validates the config first
   st->init(c.seed);
   lora = std::move(st);
-  grads.reset();  // the base is frozen: no gradients, no moments
+  if (grads) grads->discard();  // JavaScript's gradient views may keep the arena itself alive a while
+  grads.reset();                // the base is frozen: no gradients, no moments
   adam_m.reset();
   adam_v.reset();
   step = 0;

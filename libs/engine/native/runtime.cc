@@ -44,4 +44,11 @@ FloatArena::FloatArena(size_t n, bool zero) : size_(n) {
 
 FloatArena::~FloatArena() { std::free(data_); }
 
+void FloatArena::discard() {
+  // only the pages wholly inside this allocation: the allocator's bookkeeping around it is untouched
+  const uintptr_t page = 4096, b = reinterpret_cast<uintptr_t>(data_), e = b + size_ * sizeof(float);
+  const uintptr_t b2 = (b + page - 1) & ~(page - 1), e2 = e & ~(page - 1);
+  if (e2 > b2) madvise(reinterpret_cast<void*>(b2), e2 - b2, MADV_DONTNEED);
+}
+
 }  // namespace anvil

@@ -186,6 +186,21 @@ describe('LoRA training', () => {
     m.dispose();
   });
 
+  it("returns the base gradients' memory at once, though JavaScript views of them are still unreclaimed", async () => {
+    const m = Model.create(
+      { ...CFG, vocabSize: 4096, hiddenSize: 1024, numHiddenLayers: 1, numAttentionHeads: 8, numKeyValueHeads: 4 },
+      { seed: 3 },
+    );
+    await m.zeroGrad(); // touch every page of the gradient arena
+    const gradBytes = m.memory().gradBytes;
+    expect(gradBytes).toBeGreaterThan(24 * 2 ** 20);
+    const before = process.memoryUsage().rss;
+    await m.enableLora({ rank: 4, alpha: 8, targets: ['q_proj'] });
+    const after = process.memoryUsage().rss;
+    expect(before - after).toBeGreaterThan(gradBytes / 2);
+    m.dispose();
+  });
+
   it("merged weights give the adapter model's log-probs and entropies; save() writes them merged", async () => {
     const m = await loraModel(41);
     const f = await m.forward({ tokens, parents });
