@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GenerateRequest } from '@anvil/contracts';
 import { tinyChatFormat } from '@anvil/tokenizer';
-import { startGatewayHarness, type GatewayHarness, type RecordedCall, type ScriptedReply } from '@anvil/gateway/testing';
+import { assertExtends, sessionRecords, startGatewayHarness, type GatewayHarness, type ScriptedReply } from '@anvil/gateway/testing';
 
 /**
  * Third-party Python clients of the agent protocols, from PyPI and unchanged
@@ -54,22 +54,6 @@ function runClient(file: string, env: Record<string, string>): Promise<Record<st
   });
 }
 
-async function sessionRecords(h: GatewayHarness, sessionId: string, n: number): Promise<RecordedCall[]> {
-  for (let i = 0; i < 250; i++) {
-    const found = h.records.filter((r) => r.payload.sessionId === sessionId);
-    if (found.length >= n) return found.sort((a, b) => a.payload.turnIndex - b.payload.turnIndex);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error(`${n} records of ${sessionId} not seen`);
-}
-
-/** Calls `later` extend `earlier` token-exactly: its prompt starts with the earlier prompt and output. */
-function expectExtends(later: RecordedCall, earlier: RecordedCall): void {
-  const e = earlier.payload;
-  expect(later.payload.parentCallId).toBe(e.callId);
-  expect(Array.from(later.payload.promptIds.slice(0, e.promptIds.length + e.outputIds.length))).toEqual([...e.promptIds, ...e.outputIds]);
-}
-
 describe('Python clients of the Responses and Messages APIs (PyPI, unchanged)', () => {
   let h: GatewayHarness;
   beforeAll(async () => {
@@ -90,8 +74,8 @@ describe('Python clients of the Responses and Messages APIs (PyPI, unchanged)', 
       expect.arrayContaining(['response.created', 'response.function_call_arguments.done', 'response.completed']),
     );
     const records = await sessionRecords(h, s.sessionId, 4);
-    expectExtends(records[1], records[0]);
-    expectExtends(records[3], records[2]);
+    assertExtends(records[1], records[0]);
+    assertExtends(records[3], records[2]);
     expect(h.requestsFor(s.sessionId).map((r) => r.promptIds)).toEqual(records.map((r) => Array.from(r.payload.promptIds)));
   });
 
@@ -105,8 +89,8 @@ describe('Python clients of the Responses and Messages APIs (PyPI, unchanged)', 
     ]);
     expect(lines[2].raw_events as number).toBeGreaterThan(0);
     const records = await sessionRecords(h, s.sessionId, 4);
-    expectExtends(records[1], records[0]);
-    expectExtends(records[3], records[2]);
+    assertExtends(records[1], records[0]);
+    assertExtends(records[3], records[2]);
   });
 
   it('anthropic SDK: messages.create and messages.stream with tool_result turns, and count_tokens', async () => {
@@ -124,8 +108,8 @@ describe('Python clients of the Responses and Messages APIs (PyPI, unchanged)', 
       { step: 'count_tokens' },
     ]);
     const records = await sessionRecords(h, s.sessionId, 4);
-    expectExtends(records[1], records[0]);
-    expectExtends(records[3], records[2]);
+    assertExtends(records[1], records[0]);
+    assertExtends(records[3], records[2]);
     // count_tokens counts the prompt the streamed first call was given (same conversation and tools).
     expect(lines[4].input_tokens).toBe(records[2].payload.promptIds.length);
   });

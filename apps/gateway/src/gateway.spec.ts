@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import { createEvent, TOPICS } from '@anvil/contracts';
 import { tinyChatFormat, type ChatMessage } from '@anvil/tokenizer';
-import { startGatewayHarness, type GatewayHarness, type RecordedCall } from './testing/gateway-harness';
+import { recordsOf, startGatewayHarness, type GatewayHarness } from './testing/gateway-harness';
 import type { ScriptedReply } from './testing/fake-inference-proxy';
 
 /**
@@ -39,15 +39,6 @@ function script(req: { promptIds: number[] }): ScriptedReply {
   if (lastUser.includes('<tool_response>')) return { ids: [...ids('The answer is 5.'), EOT] };
   const turn = (prompt.match(/<\|im_start\|>assistant/g) ?? []).length;
   return { ids: [...ids(`reply ${turn}: ok`), EOT], version: 3 };
-}
-
-async function recordsOf(h: GatewayHarness, callIds: string[]): Promise<RecordedCall[]> {
-  for (let i = 0; i < 200; i++) {
-    const found = callIds.map((id) => h.records.find((r) => r.payload.callId === id));
-    if (found.every(Boolean)) return found as RecordedCall[];
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error(`records ${callIds.join(',')} not seen`);
 }
 
 const callIdsOf = (res: Response) => (res.headers.get('x-anvil-call-ids') ?? '').split(',').filter(Boolean);

@@ -4,7 +4,7 @@ import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { z } from 'zod';
 import { tinyChatFormat } from '@anvil/tokenizer';
-import { startGatewayHarness, type GatewayHarness, type RecordedCall } from '../testing/gateway-harness';
+import { sessionRecords, startGatewayHarness, type GatewayHarness } from '../testing/gateway-harness';
 import type { ScriptedReply } from '../testing/fake-inference-proxy';
 
 /**
@@ -33,15 +33,6 @@ const add = tool({
   inputSchema: z.object({ a: z.number(), b: z.number() }),
   execute: async ({ a, b }) => a + b,
 });
-
-async function recordsOf(h: GatewayHarness, sessionId: string, n: number): Promise<RecordedCall[]> {
-  for (let i = 0; i < 200; i++) {
-    const found = h.records.filter((r) => r.payload.sessionId === sessionId);
-    if (found.length >= n) return found.sort((a, b) => a.payload.turnIndex - b.payload.turnIndex);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error(`${n} records of ${sessionId} not seen`);
-}
 
 /** Request bodies the providers sent (to see which input shapes the gateway was given). */
 const sent: { url: string; body: Record<string, unknown> }[] = [];
@@ -80,7 +71,7 @@ describe('Vercel AI SDK providers (Responses and Anthropic)', () => {
           const input = sent.filter((b) => b.url.endsWith('/responses')).at(-1)?.body.input as { type?: string }[];
           expect(input.map((i) => i.type ?? 'message')).toEqual(['message', 'item_reference', 'function_call', 'function_call_output']);
         }
-        const [first, second] = await recordsOf(h, s.sessionId, 2);
+        const [first, second] = await sessionRecords(h, s.sessionId, 2);
         expect(second.payload.parentCallId, `${name} ${mode}`).toBe(first.payload.callId);
         const reused = first.payload.promptIds.length + first.payload.outputIds.length;
         expect(Array.from(second.payload.promptIds.slice(0, reused))).toEqual([...first.payload.promptIds, ...first.payload.outputIds]);

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import Anthropic from '@anthropic-ai/sdk';
 import { tinyChatFormat, type ChatMessage } from '@anvil/tokenizer';
-import { startGatewayHarness, type GatewayHarness, type RecordedCall } from '../testing/gateway-harness';
+import { assertExtends, recordsOf, startGatewayHarness, type GatewayHarness } from '../testing/gateway-harness';
 import type { ScriptedReply } from '../testing/fake-inference-proxy';
 
 /**
@@ -37,26 +37,10 @@ const addTool: Anthropic.Tool = {
   input_schema: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] },
 };
 
-async function recordsOf(h: GatewayHarness, callIds: string[]): Promise<RecordedCall[]> {
-  for (let i = 0; i < 200; i++) {
-    const found = callIds.map((id) => h.records.find((r) => r.payload.callId === id));
-    if (found.every(Boolean)) return found as RecordedCall[];
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error(`records ${callIds.join(',')} not seen`);
-}
-
 const headerOf = (r: { headers: Headers }) => ({
   callId: r.headers.get('x-anvil-call-ids') ?? '',
   capture: r.headers.get('x-anvil-capture') ?? '',
 });
-
-function expectExtends(next: RecordedCall, prev: RecordedCall): void {
-  const p = prev.payload;
-  expect(next.payload.parentCallId).toBe(p.callId);
-  expect(Array.from(next.payload.promptIds.slice(0, p.promptIds.length + p.outputIds.length))).toEqual([...p.promptIds, ...p.outputIds]);
-  expect(next.payload.reusedPromptTokens).toBe(p.promptIds.length + p.outputIds.length);
-}
 
 describe('POST /v1/messages (official @anthropic-ai/sdk)', () => {
   let h: GatewayHarness;
@@ -90,7 +74,7 @@ describe('POST /v1/messages (official @anthropic-ai/sdk)', () => {
       if (turn > 0) expect(data.usage.cache_read_input_tokens).toBeGreaterThan(0);
     }
     const records = await recordsOf(h, callIds);
-    for (let k = 1; k < 3; k++) expectExtends(records[k], records[k - 1]);
+    for (let k = 1; k < 3; k++) assertExtends(records[k], records[k - 1]);
     expect(Array.from(records[0].payload.outputVersions)).toEqual(new Array(records[0].payload.outputIds.length).fill(5));
     const history: ChatMessage[] = [
       { role: 'system', content: 'Be terse.' },
@@ -119,7 +103,7 @@ describe('POST /v1/messages (official @anthropic-ai/sdk)', () => {
     expect(headerOf(second.response).capture).toBe(`extend:${headerOf(first.response).callId}`);
     const [a, b] = await recordsOf(h, [headerOf(first.response).callId, headerOf(second.response).callId]);
     expect(a.payload.finishReason).toBe('tool_calls');
-    expectExtends(b, a);
+    assertExtends(b, a);
     // The model read the result as the template renders a tool response.
     expect(tok.decode(b.payload.promptIds)).toContain('<tool_response>\n3\n</tool_response>');
   });

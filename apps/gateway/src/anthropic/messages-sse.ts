@@ -3,7 +3,7 @@ import type { ApiError } from '@anvil/service-kit';
 import type { ChoiceResult } from '../chat/call-service';
 import type { PreparedCall } from '../chat/prepared-call';
 import { ContentStreamer } from '../sse/content-streamer';
-import { SseStream, type CallStream } from '../sse/sse-stream';
+import { hijackForStream, type CallStream } from '../sse/sse-stream';
 import { anthropicErrorShape } from './anthropic-errors';
 import { contentBlocks, messageId, messagesUsage, stopReason } from './messages-output';
 
@@ -19,17 +19,9 @@ const PING_MS = 10_000;
  * recording fails the stream ends with an `error` event (which the SDKs raise) instead.
  */
 export function openMessagesStream(call: PreparedCall, reply: FastifyReply, headers: Record<string, string>): CallStream {
-  reply.hijack();
-  for (const [k, v] of Object.entries(headers)) reply.raw.setHeader(k, v);
-  const sse = new SseStream(reply.raw);
+  const sse = hijackForStream(reply, headers);
   const send = (type: string, data: Record<string, unknown> = {}) => sse.event(type, { type, ...data });
-  const streamer = new ContentStreamer({
-    format: call.model.format,
-    tools: call.tools,
-    toolChoice: call.toolChoice,
-    promptOpensThink: call.plan.promptOpensThink,
-    stop: call.stop,
-  });
+  const streamer = ContentStreamer.forCall(call);
   let started = false;
   let index = 0;
   let textOpen = false;

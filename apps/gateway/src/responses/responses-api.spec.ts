@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import { tinyChatFormat, type ChatMessage } from '@anvil/tokenizer';
-import { startGatewayHarness, type GatewayHarness, type RecordedCall } from '../testing/gateway-harness';
+import { assertExtends, recordsOf, startGatewayHarness, type GatewayHarness } from '../testing/gateway-harness';
 import type { ScriptedReply } from '../testing/fake-inference-proxy';
 
 /**
@@ -39,28 +39,10 @@ const addTool: OpenAI.Responses.FunctionTool = {
   strict: false,
 };
 
-async function recordsOf(h: GatewayHarness, callIds: string[]): Promise<RecordedCall[]> {
-  for (let i = 0; i < 200; i++) {
-    const found = callIds.map((id) => h.records.find((r) => r.payload.callId === id));
-    if (found.every(Boolean)) return found as RecordedCall[];
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error(`records ${callIds.join(',')} not seen`);
-}
-
 const headerOf = (r: { headers: Headers }) => ({
   callId: r.headers.get('x-anvil-call-ids') ?? '',
   capture: r.headers.get('x-anvil-capture') ?? '',
 });
-
-/** The prompt of `next` is the prompt of `prev`, its output, then only what is new. */
-function expectExtends(next: RecordedCall, prev: RecordedCall): void {
-  const p = prev.payload;
-  expect(next.payload.parentCallId).toBe(p.callId);
-  expect(next.payload.branchId).toBe(p.branchId);
-  expect(Array.from(next.payload.promptIds.slice(0, p.promptIds.length + p.outputIds.length))).toEqual([...p.promptIds, ...p.outputIds]);
-  expect(next.payload.reusedPromptTokens).toBe(p.promptIds.length + p.outputIds.length);
-}
 
 describe('POST /v1/responses (official openai SDK)', () => {
   let h: GatewayHarness;
@@ -129,7 +111,7 @@ describe('POST /v1/responses (official openai SDK)', () => {
       previous = data.id;
     }
     const records = await recordsOf(h, callIds);
-    for (let k = 1; k < 4; k++) expectExtends(records[k], records[k - 1]);
+    for (let k = 1; k < 4; k++) assertExtends(records[k], records[k - 1]);
     // What the engine was sent is what was recorded, and equals a full re-render of the conversation.
     const sent = h.requestsFor(session.sessionId);
     expect(sent.map((r) => r.promptIds)).toEqual(records.map((r) => Array.from(r.payload.promptIds)));
@@ -169,7 +151,7 @@ describe('POST /v1/responses (official openai SDK)', () => {
       expect(headerOf(second.response).capture, mode).toBe(`extend:${headerOf(first.response).callId}`);
       const [a, b] = await recordsOf(h, [headerOf(first.response).callId, headerOf(second.response).callId]);
       expect(a.payload.finishReason).toBe('tool_calls');
-      expectExtends(b, a);
+      assertExtends(b, a);
       // store: false keeps nothing to retrieve.
       if (!store) await expect(client.responses.retrieve(first.data.id)).rejects.toMatchObject({ status: 404 });
     }

@@ -3,7 +3,7 @@ import type { ApiError } from '@anvil/service-kit';
 import type { ChoiceResult } from '../chat/call-service';
 import type { PreparedCall } from '../chat/prepared-call';
 import { ContentStreamer } from '../sse/content-streamer';
-import { SseStream, type CallStream } from '../sse/sse-stream';
+import { hijackForStream, type CallStream } from '../sse/sse-stream';
 import { outputItems, responseIds, responseObject, type ResponseEcho, type ResponseObject } from './responses-output';
 
 /** A streamed response: `finish` takes the recorded choice and the response object the client gets (already stored when `store`). */
@@ -28,19 +28,11 @@ export function openResponsesStream(
   reply: FastifyReply,
   headers: Record<string, string>,
 ): ResponsesStream {
-  reply.hijack();
-  for (const [k, v] of Object.entries(headers)) reply.raw.setHeader(k, v);
-  const sse = new SseStream(reply.raw);
+  const sse = hijackForStream(reply, headers);
   const ids = responseIds(call);
   let seq = 0;
   const send = (type: string, data: Record<string, unknown>) => sse.event(type, { type, sequence_number: seq++, ...data });
-  const streamer = new ContentStreamer({
-    format: call.model.format,
-    tools: call.tools,
-    toolChoice: call.toolChoice,
-    promptOpensThink: call.plan.promptOpensThink,
-    stop: call.stop,
-  });
+  const streamer = ContentStreamer.forCall(call);
   let started = false;
   let index = 0;
   let messageOpen = false;

@@ -3,7 +3,7 @@ import type { ChoiceResult } from '../chat/call-service';
 import type { PreparedCall } from '../chat/prepared-call';
 import { chatLogprobs, completionId, usage } from '../openai/chat-response';
 import { ContentStreamer } from './content-streamer';
-import { SseStream, type CallStream } from './sse-stream';
+import { hijackForStream, type CallStream } from './sse-stream';
 
 /**
  * A streamed chat completion (`stream: true`): OpenAI chat.completion.chunk events. Content is
@@ -13,9 +13,7 @@ import { SseStream, type CallStream } from './sse-stream';
  * which the SDKs raise.
  */
 export function openChatStream(call: PreparedCall, reply: FastifyReply, headers: Record<string, string>): CallStream {
-  reply.hijack();
-  for (const [k, v] of Object.entries(headers)) reply.raw.setHeader(k, v);
-  const sse = new SseStream(reply.raw);
+  const sse = hijackForStream(reply, headers);
   const base = {
     id: completionId(call),
     object: 'chat.completion.chunk',
@@ -25,16 +23,7 @@ export function openChatStream(call: PreparedCall, reply: FastifyReply, headers:
   };
   const chunk = (index: number, delta: Record<string, unknown>, finish: string | null = null, logprobs: unknown = null) =>
     sse.send({ ...base, choices: [{ index, delta, logprobs, finish_reason: finish }] });
-  const streamers = call.callIds.map(
-    () =>
-      new ContentStreamer({
-        format: call.model.format,
-        tools: call.tools,
-        toolChoice: call.toolChoice,
-        promptOpensThink: call.plan.promptOpensThink,
-        stop: call.stop,
-      }),
-  );
+  const streamers = call.callIds.map(() => ContentStreamer.forCall(call));
   const opened = call.callIds.map(() => false);
   const open = (i: number) => {
     if (opened[i]) return;

@@ -3,7 +3,7 @@ import type { ChoiceResult } from '../chat/call-service';
 import type { PreparedCall } from '../chat/prepared-call';
 import { StopStringMatcher } from '../generation/stop-strings';
 import { completionLogprobs, usage } from '../openai/chat-response';
-import { SseStream, type CallStream } from './sse-stream';
+import { hijackForStream, type CallStream } from './sse-stream';
 
 /**
  * A streamed /v1/completions answer (`stream: true`): OpenAI text_completion chunks. Text goes
@@ -14,9 +14,7 @@ import { SseStream, type CallStream } from './sse-stream';
  * [DONE]. If recording fails, the stream ends with an error event instead, which the SDKs raise.
  */
 export function openCompletionStream(call: PreparedCall, reply: FastifyReply, headers: Record<string, string>): CallStream {
-  reply.hijack();
-  for (const [k, v] of Object.entries(headers)) reply.raw.setHeader(k, v);
-  const sse = new SseStream(reply.raw);
+  const sse = hijackForStream(reply, headers);
   const base = {
     id: `cmpl-${call.requestId}`,
     object: 'text_completion',

@@ -1,6 +1,7 @@
 import { parseAssistantOutput, type ChatFormat, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
 import { parsesToolCalls } from '../openai/assistant-reply';
 import type { ChatRequest } from '../openai/chat-request';
+import type { PreparedCall } from '../chat/prepared-call';
 import { StopStringMatcher } from '../generation/stop-strings';
 
 const THINK_OPEN = '<think>';
@@ -37,6 +38,17 @@ export class ContentStreamer {
   ) {
     this.stops = new StopStringMatcher(o.stop);
     this.toolCalls = parsesToolCalls(o);
+  }
+
+  /** The streamer of one choice of a prepared chat call (its format, tools, tool_choice, open reasoning, stop strings). */
+  static forCall(call: PreparedCall): ContentStreamer {
+    return new ContentStreamer({
+      format: call.model.format,
+      tools: call.tools,
+      toolChoice: call.toolChoice,
+      promptOpensThink: call.plan.promptOpensThink,
+      stop: call.stop,
+    });
   }
 
   /** Deltas that became safe to send, given the text so far. */

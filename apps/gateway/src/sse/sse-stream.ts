@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http';
+import type { FastifyReply } from 'fastify';
 import type { ApiError } from '@anvil/service-kit';
 import type { ChoiceResult } from '../chat/call-service';
 
@@ -80,4 +81,11 @@ export class SseStream {
       'x-accel-buffering': 'no',
     });
   }
+}
+
+/** Takes a reply over for a stream (Fastify sends nothing more), with `headers` set before the first event. */
+export function hijackForStream(reply: FastifyReply, headers: Record<string, string>): SseStream {
+  reply.hijack();
+  for (const [k, v] of Object.entries(headers)) reply.raw.setHeader(k, v);
+  return new SseStream(reply.raw);
 }

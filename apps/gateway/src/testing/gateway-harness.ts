@@ -171,3 +171,40 @@ export async function startGatewayHarness(
     },
   };
 }
+
+/** The records of `callIds`, in that order, once the bus has delivered them all. */
+export async function recordsOf(h: Pick<GatewayHarness, 'records'>, callIds: readonly string[]): Promise<RecordedCall[]> {
+  for (let i = 0; i < 250; i++) {
+    const found = callIds.map((id) => h.records.find((r) => r.payload.callId === id));
+    if (found.every(Boolean)) return found as RecordedCall[];
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`records ${callIds.join(',')} not seen`);
+}
+
+/** The first `n` records of a session, in turn order, once the bus has delivered them. */
+export async function sessionRecords(h: Pick<GatewayHarness, 'records'>, sessionId: string, n: number): Promise<RecordedCall[]> {
+  for (let i = 0; i < 250; i++) {
+    const found = h.records.filter((r) => r.payload.sessionId === sessionId);
+    if (found.length >= n) return found.sort((a, b) => a.payload.turnIndex - b.payload.turnIndex);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`${n} records of ${sessionId} not seen`);
+}
+
+/**
+ * Throws unless `next` extends `prev` token-exactly (DESIGN.md "Token-exact capture"): its parent,
+ * and a prompt that starts with prev's prompt and output ids, all of them reused.
+ */
+export function assertExtends(next: RecordedCall, prev: RecordedCall): void {
+  const p = prev.payload;
+  const n = next.payload;
+  const head = [...p.promptIds, ...p.outputIds];
+  const problems = [
+    n.parentCallId !== p.callId && `parent ${n.parentCallId}, not ${p.callId}`,
+    n.branchId !== p.branchId && `branch ${n.branchId}, not ${p.branchId}`,
+    head.some((id, i) => n.promptIds[i] !== id) && `its prompt does not start with ${p.callId}'s prompt + output ids`,
+    n.reusedPromptTokens !== head.length && `${n.reusedPromptTokens} reused prompt tokens, not ${head.length}`,
+  ].filter(Boolean);
+  if (problems.length > 0) throw new Error(`${n.callId} does not extend ${p.callId}: ${problems.join('; ')}`);
+}
