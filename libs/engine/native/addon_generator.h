@@ -9,12 +9,18 @@ namespace {
 // ---------- generation ----------
 class StepWorker : public PromiseWorker {
  public:
-  StepWorker(Napi::Env env, std::shared_ptr<GeneratorBase> gen, std::vector<int64_t> ids)
-      : PromiseWorker(env), gen_(std::move(gen)), ids_(std::move(ids)) {}
+  // masks: empty, or one entry per id (empty vector = unconstrained), copied so that the caller's
+  // typed arrays may change while the step runs
+  StepWorker(Napi::Env env, std::shared_ptr<GeneratorBase> gen, std::vector<int64_t> ids,
+             std::vector<std::vector<uint32_t>> masks)
+      : PromiseWorker(env), gen_(std::move(gen)), ids_(std::move(ids)), masks_(std::move(masks)) {}
   void Execute() override {
+    StepMasks masks;
+    if (!masks_.empty())
+      for (const auto& m : masks_) masks.push_back(m.empty() ? nullptr : m.data());
     std::lock_guard<std::mutex> glock(gen_->mu);
     std::lock_guard<std::mutex> lock(gen_->model->mu);
-    gen_->step(ids_, out_);
+    gen_->step(ids_, out_, masks);
   }
   Napi::Value Result(Napi::Env env) override {
     const size_t B = out_.size();
@@ -56,6 +62,7 @@ class StepWorker : public PromiseWorker {
  private:
   std::shared_ptr<GeneratorBase> gen_;
   std::vector<int64_t> ids_;
+  std::vector<std::vector<uint32_t>> masks_;
   std::vector<StepOutput> out_;
 };
 
@@ -133,13 +140,38 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
     gen_->remove(id, info[1].ToBoolean());
     return info.Env().Undefined();
   }
-  // step(ids: number[]): Promise<{tokens: Int32Array, logprobs: Float32Array, rawLogprobs: Float32Array}>
+  // step(ids: number[], masks?: (Uint32Array | null)[]): Promise<{tokens: Int32Array, logprobs: Float32Array,
+  // rawLogprobs: Float32Array}>. masks[b]: the ids sequence b may sample (constrained decoding), ceil(vocab / 32)
+  // words, bit (id & 31) of word id >> 5; null = unconstrained. Checked here, before the step: a mask that allows
+  // no id of the vocabulary is refused (sampling could not proceed, and the whole batch would fail).
   Napi::Value Step(const Napi::CallbackInfo& info) {
     if (!info[0].IsArray()) throw Error("step(ids): ids must be an array");
     Napi::Array a = info[0].As<Napi::Array>();
     std::vector<int64_t> ids(a.Length());
     for (uint32_t i = 0; i < a.Length(); i++) ids[i] = get_id(a.Get(i));
-    auto* w = new StepWorker(info.Env(), gen_, std::move(ids));
+    std::vector<std::vector<uint32_t>> masks;
+    if (info.Length() > 1 && !info[1].IsUndefined() && !info[1].IsNull()) {
+      if (!info[1].IsArray()) throw Error("step(ids, masks): masks must be an array");
+      Napi::Array m = info[1].As<Napi::Array>();
+      if (m.Length() != a.Length()) throw Error("step(ids, masks): one mask (or null) per id");
+      const int V = gen_->model->cfg.vocab;
+      const size_t words = (size_t)(V + 31) / 32;
+      masks.resize(m.Length());
+      for (uint32_t i = 0; i < m.Length(); i++) {
+        Napi::Value v = m.Get(i);
+        if (v.IsNull() || v.IsUndefined()) continue;
+        auto t = get_typed<uint32_t, napi_uint32_array>(v, "mask");
+        if (t.ElementLength() != words)
+          throw Error("step: a mask has " + std::to_string(t.ElementLength()) + " words; the vocabulary of " +
+                      std::to_string(V) + " needs " + std::to_string(words));
+        masks[i].assign(t.Data(), t.Data() + words);
+        if (V % 32 != 0) masks[i][words - 1] &= (1u << (V % 32)) - 1;  // bits past the vocabulary mean nothing
+        bool any = false;
+        for (uint32_t w : masks[i]) any = any || w != 0;
+        if (!any) throw Error("step: the mask of sequence " + std::to_string(ids[i]) + " allows no token");
+      }
+    }
+    auto* w = new StepWorker(info.Env(), gen_, std::move(ids), std::move(masks));
     w->Queue();
     return w->Promise();
   }

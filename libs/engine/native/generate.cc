@@ -71,6 +71,48 @@ void top_logprobs(StepOutput& o, const float* l, int V, float lse, int k) {
   for (int i = 0; i < n; i++) o.top_logprobs[i] = l[o.top_ids[i]] - lse;
 }
 
+// Top-k then top-p over the candidates idx[0..A) (sorted by logit, descending; ties: lower id
+// first), then one draw from what is kept. *S_kept gets the kept mass (of exp((l - mx) / T)),
+// the normaliser of the drawn id's log-prob.
+int truncated_draw(const float* l, std::vector<int>& idx, int A, float mx, float invT, const SamplingConfig& s,
+                   uint64_t* rng, std::vector<float>& e, double* S_kept) {
+  auto desc = [l](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  int K = A;
+  if (s.top_k > 0 && s.top_k < A) {
+    K = s.top_k;
+    std::nth_element(idx.begin(), idx.begin() + (K - 1), idx.begin() + A, desc);
+  }
+  std::sort(idx.begin(), idx.begin() + K, desc);
+  e.resize(K);
+  double S = 0;
+  for (int i = 0; i < K; i++) S += (e[i] = fast_exp((l[idx[i]] - mx) * invT));
+  int keep = K;
+  if (s.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p (at least one token)
+    double cum = 0, target = (double)s.top_p * S;
+    for (int i = 0; i < K; i++) {
+      cum += e[i];
+      if (cum >= target) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double S2 = 0;
+  for (int i = 0; i < keep; i++) S2 += e[i];
+  double u = uniform01(rng) * S2, cum = 0;
+  int pick = keep - 1;
+  for (int i = 0; i < keep; i++) {
+    cum += e[i];
+    if (cum > u) {
+      pick = i;
+      break;
+    }
+  }
+  while (e[pick] == 0.f && pick > 0) pick--;
+  *S_kept = S2;
+  return idx[pick];
+}
+
 StepOutput sample_token_only(const float* l, int V, const SamplingConfig& s, uint64_t* rng, std::vector<float>& e,
                              std::vector<int>& idx, float* lse_out) {
   float mx = l[0];
@@ -114,66 +156,115 @@ StepOutput sample_token_only(const float* l, int V, const SamplingConfig& s, uin
   }
   idx.resize(V);
   std::iota(idx.begin(), idx.end(), 0);
-  auto desc = [l](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-  int K = V;
-  if (s.top_k > 0 && s.top_k < V) {
-    K = s.top_k;
-    std::nth_element(idx.begin(), idx.begin() + (K - 1), idx.end(), desc);
-  }
-  std::sort(idx.begin(), idx.begin() + K, desc);
-  e.resize(K);
-  double S = 0;
-  for (int i = 0; i < K; i++) S += (e[i] = fast_exp((l[idx[i]] - mx) * invT));
-  int keep = K;
-  if (s.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p (at least one token)
-    double cum = 0, target = (double)s.top_p * S;
-    for (int i = 0; i < K; i++) {
-      cum += e[i];
-      if (cum >= target) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
   double S2 = 0;
-  for (int i = 0; i < keep; i++) S2 += e[i];
-  double u = uniform01(rng) * S2, cum = 0;
-  int pick = keep - 1;
-  for (int i = 0; i < keep; i++) {
-    cum += e[i];
-    if (cum > u) {
-      pick = i;
-      break;
-    }
-  }
-  while (e[pick] == 0.f && pick > 0) pick--;
-  const int tok = idx[pick];
+  const int tok = truncated_draw(l, idx, V, mx, invT, s, rng, e, &S2);
   o.token = tok;
   o.raw_logprob = l[tok] - lse;
   o.logprob = (float)((l[tok] - mx) * invT - std::log(S2));
   return o;
 }
 
+// Constrained decoding: the candidates are the ids the mask allows, and everything above happens
+// within them (the policy restricted to the allowed set and renormalised, then temperature, top-k,
+// top-p). `logprob` is under that constrained distribution (0 for a forced token: one allowed id).
+StepOutput sample_token_masked(const float* l, int V, const SamplingConfig& s, uint64_t* rng, std::vector<float>& e,
+                               std::vector<int>& idx, const uint32_t* mask, float* lse_out) {
+  float mx = l[0];
+  for (int k = 1; k < V; k++) mx = std::max(mx, l[k]);
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int k = 0; k < V; k++) sum += fast_exp(l[k] - mx);
+  const float lse = mx + std::log(sum);
+  *lse_out = lse;
+  idx.clear();
+  const int words = (V + 31) / 32;
+  for (int w = 0; w < words; w++)
+    for (uint32_t bits = mask[w]; bits != 0; bits &= bits - 1) {
+      const int id = w * 32 + __builtin_ctz(bits);
+      if (id < V) idx.push_back(id);
+    }
+  const int A = (int)idx.size();
+  if (A == 0) throw Error("constrained decoding: the mask allows no token of the vocabulary");
+  StepOutput o;
+  if (A == 1) {  // forced: nothing to draw
+    o.token = idx[0];
+    o.raw_logprob = l[idx[0]] - lse;
+    o.logprob = 0.f;
+    return o;
+  }
+  float mxa = l[idx[0]];
+  int arg = idx[0];
+  for (int i = 1; i < A; i++)
+    if (l[idx[i]] > mxa) {  // ids ascend: ties keep the lower id, as the unconstrained argmax
+      mxa = l[idx[i]];
+      arg = idx[i];
+    }
+  if (s.temperature <= 0.f) {  // greedy: the log-prob under the renormalised policy
+    double S = 0;
+    for (int i = 0; i < A; i++) S += fast_exp(l[idx[i]] - mxa);
+    o.token = arg;
+    o.raw_logprob = l[arg] - lse;
+    o.logprob = (float)(l[arg] - mxa - std::log(S));
+    return o;
+  }
+  const float invT = 1.0f / s.temperature;
+  const bool truncate = (s.top_k > 0 && s.top_k < A) || s.top_p < 1.0f;
+  int tok;
+  double S = 0;
+  if (!truncate) {
+    e.resize(A);
+    for (int i = 0; i < A; i++) S += (e[i] = fast_exp((l[idx[i]] - mxa) * invT));
+    double u = uniform01(rng) * S, cum = 0;
+    int pick = A - 1;
+    for (int i = 0; i < A; i++) {
+      cum += e[i];
+      if (cum > u) {
+        pick = i;
+        break;
+      }
+    }
+    while (e[pick] == 0.f && pick > 0) pick--;
+    tok = idx[pick];
+  } else {
+    tok = truncated_draw(l, idx, A, mxa, invT, s, rng, e, &S);
+  }
+  o.token = tok;
+  o.raw_logprob = l[tok] - lse;
+  o.logprob = (float)((l[tok] - mxa) * invT - std::log(S));
+  return o;
+}
+
 }  // namespace
 
 StepOutput sample_token(const float* l, int V, const SamplingConfig& s, uint64_t* rng, std::vector<float>& e,
-                        std::vector<int>& idx) {
+                        std::vector<int>& idx, const uint32_t* mask) {
   float lse = 0.f;
-  StepOutput o = sample_token_only(l, V, s, rng, e, idx, &lse);
+  StepOutput o = mask ? sample_token_masked(l, V, s, rng, e, idx, mask, &lse) : sample_token_only(l, V, s, rng, e, idx, &lse);
   if (s.top_logprobs > 0) top_logprobs(o, l, V, lse, s.top_logprobs);
   return o;
 }
 
 void sample_rows(const float* logits, int B, int V, const SamplingConfig* const* cfg, uint64_t* const* rng,
-                 std::vector<StepOutput>& out) {
+                 std::vector<StepOutput>& out, const StepMasks& masks) {
   out.resize(B);
+  if (!masks.empty() && (int)masks.size() != B) throw Error("step: one mask entry per sequence is needed");
+  // An exception must not leave an OpenMP region: the first one is kept and rethrown after it.
+  std::string failure;
 #pragma omp parallel num_threads(nthreads())
   {
     std::vector<float> e;
     std::vector<int> idx;
 #pragma omp for schedule(dynamic, 1)
-    for (int b = 0; b < B; b++) out[b] = sample_token(logits + (size_t)b * V, V, *cfg[b], rng[b], e, idx);
+    for (int b = 0; b < B; b++) {
+      try {
+        out[b] = sample_token(logits + (size_t)b * V, V, *cfg[b], rng[b], e, idx, masks.empty() ? nullptr : masks[b]);
+      } catch (const std::exception& err) {
+#pragma omp critical(anvil_sample_failure)
+        if (failure.empty()) failure = err.what();
+      }
+    }
   }
+  if (!failure.empty()) throw Error(failure);
 }
 
 void seed_rng(uint64_t seed, uint64_t rng[4]) {
@@ -335,7 +426,7 @@ void Generator::clear_cache() {
   entries = 0;
 }
 
-void Generator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out) {
+void Generator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out, const StepMasks& masks) {
   Model& m = *model;
   const ModelConfig& cfg = m.cfg;
   const int C = cfg.hidden, F = cfg.inter, H = cfg.heads, KVH = cfg.kv_heads, D = cfg.head_dim, V = cfg.vocab;
@@ -430,7 +521,7 @@ void Generator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>& o
     cfgs[b] = &seqs[b]->sampling;
     rngs[b] = seqs[b]->rng;
   }
-  sample_rows(logits.data(), B, V, cfgs.data(), rngs.data(), out);
+  sample_rows(logits.data(), B, V, cfgs.data(), rngs.data(), out, masks);
   for (int b = 0; b < B; b++) seqs[b]->tokens.push_back(out[b].token);
 }
 

@@ -27,6 +27,11 @@ struct SamplingConfig {
 // OpenAI allows top_logprobs up to 20.
 constexpr int kMaxTopLogprobs = 20;
 
+// Per-sequence allowed-token masks of one step (constrained decoding): one entry per sequence of
+// the step, nullptr = unconstrained, else ceil(V / 32) words where bit (id & 31) of word id >> 5
+// allows id. Empty = no sequence is constrained.
+using StepMasks = std::vector<const uint32_t*>;
+
 // KV of one sequence: per layer [T, KVH*D] for K (after RoPE) and V, T = cached positions.
 struct KvCache {
   std::vector<std::vector<float>> k, v;  // [L][cap * KVH * D]
@@ -65,8 +70,9 @@ class GeneratorBase {
   // Drops a sequence; with keep = true its KV goes into the prefix cache.
   virtual void remove(int64_t id, bool keep) = 0;
   // Runs one batched step for the given sequences (prefill of pending tokens + sampling of one
-  // token each); the sampled token is appended to each sequence.
-  virtual void step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out) = 0;
+  // token each); the sampled token is appended to each sequence. `masks` (empty, or one entry per
+  // id) restricts each sequence's draw to its allowed ids (see sample_token).
+  virtual void step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out, const StepMasks& masks = {}) = 0;
   virtual void clear_cache() = 0;
 
   std::shared_ptr<Model> model;
@@ -86,11 +92,16 @@ void check_add_args(const ModelConfig& cfg, int max_positions, const int32_t* pr
 void seed_rng(uint64_t seed, uint64_t rng[4]);
 // Draws one token from raw logits l[V] (temperature, then top-k, then top-p, as vLLM); e and idx
 // are scratch. Greedy (temperature 0) returns the argmax with the policy's logprob.
+// With a mask (constrained decoding) only allowed ids are candidates: the distribution is the
+// policy's restricted to them and renormalised, and temperature, top-k and top-p apply within it;
+// `logprob` is the sampled id's log-prob under that constrained distribution (0 when one id is
+// allowed; greedy: under the renormalised policy), `raw_logprob` stays the policy's own. Throws
+// when the mask allows no id below V.
 StepOutput sample_token(const float* l, int V, const SamplingConfig& s, uint64_t* rng, std::vector<float>& e,
-                        std::vector<int>& idx);
-// out[b] = sample_token(logits[b, :], V, *cfg[b], rng[b]) for b < B, rows in parallel (OpenMP).
+                        std::vector<int>& idx, const uint32_t* mask = nullptr);
+// out[b] = sample_token(logits[b, :], V, *cfg[b], rng[b], masks[b]) for b < B, rows in parallel (OpenMP).
 void sample_rows(const float* logits, int B, int V, const SamplingConfig* const* cfg, uint64_t* const* rng,
-                 std::vector<StepOutput>& out);
+                 std::vector<StepOutput>& out, const StepMasks& masks = {});
 
 class Generator : public GeneratorBase {
  public:
@@ -98,7 +109,7 @@ class Generator : public GeneratorBase {
 
   int add(int64_t id, const int32_t* prompt, int n, const SamplingConfig& s) override;
   void remove(int64_t id, bool keep) override;
-  void step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out) override;
+  void step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out, const StepMasks& masks = {}) override;
   void clear_cache() override;
 
  private:

@@ -11,6 +11,7 @@ import { buildPack, flatPack, mergeSampleValues, seededRandom, type Pack, type P
 import type { ModelConfigInput } from './config';
 import { loadBackend } from './loader';
 import { loraChecks } from './cuda-lora-checks';
+import { constrainedGenerationMatchesCpu } from './cuda-constrained-checks';
 import { createGenerator } from './generator';
 import { Model } from './model';
 import type { NativeKernelCheck } from './native';
@@ -456,6 +457,7 @@ export async function modelChecks(): Promise<CudaCheck[]> {
   }
   out.push(await trainingTracksCpu(CHECK_CONFIGS[0].cfg));
   out.push(await generationMatchesCpu(CHECK_CONFIGS[0].cfg));
+  out.push(await constrainedGenerationMatchesCpu(CHECK_CONFIGS[0].cfg));
   out.push(await optimizerStateResumes(CHECK_CONFIGS[0].cfg));
   out.push(...(await loraChecks()));
   return out;

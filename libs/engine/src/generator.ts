@@ -32,9 +32,29 @@ export interface TopLogprob {
   logprob: number;
 }
 
+/**
+ * Constrained decoding of one generation (libs/guided-decoding's GrammarConstraint is one): before
+ * each token the generator asks which ids may be sampled, and the engine samples from the policy
+ * restricted to them and renormalised (temperature, top-k and top-p within the mask), so
+ * `logprobs` are those of the constrained distribution the token was drawn from; then it reports
+ * the sampled id.
+ */
+export interface TokenConstraint {
+  /**
+   * Bitmask of the ids allowed next: ceil(vocabSize / 32) words, bit (id & 31) of word id >> 5.
+   * `remaining`: tokens the generation may still sample, this one included (max tokens or the
+   * positions left), so a constraint can keep its output finishable.
+   */
+  allowed(remaining: number): Uint32Array;
+  /** The id just sampled (before onToken sees it). */
+  advance(id: number): void;
+}
+
 export interface GenerationCallbacks {
   /** Aborting stops the sequence at the next step; generate() resolves with finishReason 'abort'. */
   signal?: AbortSignal;
+  /** Restricts every sampled token to the ids it allows (see TokenConstraint); a failing constraint rejects this generation only. */
+  constraint?: TokenConstraint;
   /** Called for each token as it is sampled, in order, before generate() resolves. */
   onToken?: (id: number, logprob: number, rawLogprob: number, top?: TopLogprob[]) => void;
 }
@@ -291,6 +311,34 @@ export class Generator {
     seq.resolve(seq.out);
   }
 
+  /**
+   * The masks of the constrained sequences for the next step (undefined when none is). A
+   * constraint that throws, or returns a mask of the wrong size or one that allows nothing,
+   * rejects its own generation here, before the step, so the batch goes on without it.
+   */
+  private constraintMasks(): Map<number, Uint32Array> | undefined {
+    let masks: Map<number, Uint32Array> | undefined;
+    const words = Math.ceil(this.model.config.vocabSize / 32);
+    for (const seq of [...this.active.values()]) {
+      const constraint = seq.callbacks.constraint;
+      if (!constraint) continue;
+      const n = seq.out.outputIds.length;
+      const remaining = Math.min(seq.sampling.maxTokens - n, this.maxPositions - seq.prompt.length - n);
+      try {
+        const mask = constraint.allowed(remaining);
+        if (!(mask instanceof Uint32Array) || mask.length !== words)
+          throw new Error(`constraint mask must be a Uint32Array of ${words} words (vocabulary ${this.model.config.vocabSize})`);
+        if (!mask.some((w) => w !== 0)) throw new Error('constraint allows no token');
+        (masks ??= new Map()).set(seq.id, mask);
+      } catch (e) {
+        this.active.delete(seq.id);
+        this.native.remove(seq.id, false);
+        seq.reject(e);
+      }
+    }
+    return masks;
+  }
+
   private async loop(): Promise<void> {
     while (!this.paused && (this.waiting.length > 0 || this.active.size > 0)) {
       // admit
@@ -312,11 +360,16 @@ export class Generator {
       // aborted sequences leave before the step (their KV so far is valid and is cached)
       for (const seq of [...this.active.values()]) if (seq.callbacks.signal?.aborted) this.finish(seq, 'abort', true);
       if (this.active.size === 0) continue;
+      const masks = this.constraintMasks();
+      if (this.active.size === 0) continue;
       const batch = [...this.active.values()];
       let res;
       try {
         this.stepping = true;
-        res = await this.native.step(batch.map((s) => s.id));
+        res = await this.native.step(
+          batch.map((s) => s.id),
+          masks && batch.map((s) => masks.get(s.id) ?? null),
+        );
       } catch (e) {
         for (const seq of batch) {
           this.active.delete(seq.id);
@@ -336,6 +389,17 @@ export class Generator {
         const id = res.tokens[b];
         const lp = res.logprobs[b];
         const raw = res.rawLogprobs[b];
+        const constraint = seq.callbacks.constraint;
+        if (constraint) {
+          try {
+            constraint.advance(id);
+          } catch (e) {
+            this.active.delete(seq.id);
+            this.native.remove(seq.id, false);
+            seq.reject(e);
+            return;
+          }
+        }
         seq.out.outputIds.push(id);
         seq.out.logprobs.push(lp);
         seq.out.rawLogprobs.push(raw);

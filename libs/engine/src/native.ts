@@ -170,8 +170,12 @@ export interface NativeGenerator {
   add(id: number, prompt: Int32Array, temperature: number, topP: number, topK: number, seed: number, topLogprobs?: number): number;
   /** Drops a sequence; keep = store its KV in the prefix cache. */
   remove(id: number, keep: boolean): void;
-  /** Runs pending prompt tokens / the last sampled token of each sequence and samples one token each. */
-  step(ids: number[]): Promise<NativeStepResult>;
+  /**
+   * Runs pending prompt tokens / the last sampled token of each sequence and samples one token each.
+   * `masks` (constrained decoding): per id null, or the ids it may sample as a bitmask of ceil(vocab / 32)
+   * words (bit id & 31 of word id >> 5); it samples from the policy restricted to them and renormalised.
+   */
+  step(ids: number[], masks?: (Uint32Array | null)[]): Promise<NativeStepResult>;
   clearCache(): void;
   stats(): NativeGeneratorStats;
 }

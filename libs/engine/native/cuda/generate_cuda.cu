@@ -412,7 +412,7 @@ void GpuGenerator::clear_cache() {
   entries = 0;
 }
 
-void GpuGenerator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out) {
+void GpuGenerator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out, const StepMasks& masks) {
   Impl& g = *impl_;
   const ModelConfig& cfg = model->cfg;
   const int C = g.C, F = g.F, H = g.H, KVH = g.KVH, D = g.D, V = g.V, QKV = g.QKV, HD = g.HD, L = g.L;
@@ -539,14 +539,14 @@ void GpuGenerator::step(const std::vector<int64_t>& ids, std::vector<StepOutput>
     if (e != cudaSuccess) throw_cuda(e, "generation step", __FILE__, __LINE__);
   }
 
-  // ---- host: sampling by the CPU sampler, then the sequences advance ----
+  // ---- host: sampling by the CPU sampler (constrained sequences within their masks), then the sequences advance ----
   std::vector<const SamplingConfig*> cfgs(B);
   std::vector<uint64_t*> rngs(B);
   for (int b = 0; b < B; b++) {
     cfgs[b] = &seqs[b]->sampling;
     rngs[b] = seqs[b]->rng;
   }
-  sample_rows(g.pin_out, B, V, cfgs.data(), rngs.data(), out);
+  sample_rows(g.pin_out, B, V, cfgs.data(), rngs.data(), out, masks);
   for (int b = 0; b < B; b++) {
     seqs[b]->kv_len = (int)seqs[b]->tokens.size();
     seqs[b]->tokens.push_back(out[b].token);

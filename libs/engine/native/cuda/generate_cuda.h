@@ -21,7 +21,8 @@
 // projection + residual -> RMSNorm -> gate/up GEMM -> SwiGLU -> down GEMM + residual), the final
 // norm and the fp32 (TF32) LM head for the last pending row of each sequence; the logits [B, V]
 // come back to the host and the CPU generator's sampler (sample_token) draws each token, so
-// sampling and logprob semantics are the CPU path's by construction.
+// sampling and logprob semantics (constrained decoding's masks included) are the CPU path's by
+// construction.
 //
 // Weights: every step reads the DeviceModel's current fp32/bf16 weights, so an optimizer step is
 // visible to the next generation step with no copy; in-flight sequences keep the KV their earlier
@@ -44,7 +45,7 @@ class GpuGenerator : public GeneratorBase {
   int add(int64_t id, const int32_t* prompt, int n, const SamplingConfig& s) override;
   void remove(int64_t id, bool keep) override;
   // Call under model->mu (it uses the model's stream and GEMM handle).
-  void step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out) override;
+  void step(const std::vector<int64_t>& ids, std::vector<StepOutput>& out, const StepMasks& masks = {}) override;
   void clear_cache() override;
 
   // Device bytes of the KV pool (all chunks) — for tests and benchmarks.
