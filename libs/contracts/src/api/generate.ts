@@ -12,6 +12,40 @@ export const WEIGHT_SWAP_CHOICES = ['finish', 'abort-and-resume'] as const;
 export type WeightSwapChoice = (typeof WEIGHT_SWAP_CHOICES)[number];
 
 /**
+ * What a constrained generation must write (libs/guided-decoding's GrammarNode): literal text
+ * (added tokens in it are matched as their own ids), a JSON value valid against a JSON Schema,
+ * a sequence, or one of several alternatives.
+ */
+export type GenerateGrammarNode =
+  { text: string } | { json: boolean | Record<string, unknown> } | { seq: GenerateGrammarNode[] } | { oneOf: GenerateGrammarNode[] };
+export const generateGrammarNodeSchema: z.ZodType<GenerateGrammarNode> = z
+  .lazy(() =>
+    z.union([
+      z.strictObject({ text: z.string() }),
+      z.strictObject({ json: z.union([z.boolean(), z.record(z.string(), z.unknown())]) }),
+      z.strictObject({ seq: z.array(generateGrammarNodeSchema) }),
+      z.strictObject({ oneOf: z.array(generateGrammarNodeSchema).min(1) }),
+    ]),
+  )
+  .meta({ id: 'GenerateGrammarNode' });
+
+/**
+ * Constrained decoding (a forced tool call): every sampled token keeps the output a prefix of
+ * `grammar`, and one of the request's stopIds ends it once it is complete. The embedded engine
+ * masks its vocabulary per token; vLLM and SGLang get the same language as an EBNF grammar. A
+ * grammar a backend cannot enforce is refused with 400.
+ */
+export const generateConstraintSchema = z.object({ grammar: generateGrammarNodeSchema });
+export type GenerateConstraint = z.infer<typeof generateConstraintSchema>;
+
+/**
+ * Per output token, how it was sampled: 0 freely, 1 within an allowed-token mask of several ids
+ * (or a backend's grammar that does not say how many), 2 forced (the mask allowed this id only).
+ */
+export const TOKEN_CONSTRAINT = { free: 0, constrained: 1, forced: 2 } as const;
+const tokenConstraintMarks = () => z.array(z.number().int().min(0).max(2));
+
+/**
  * The inference-proxy's token-level internal API: ids in, ids + logprobs + versions out.
  * POST /internal/v1/generate takes the request below as JSON; the answer is one JSON
  * response, or, with `stream: true`, NDJSON lines (`generateStreamLineSchema`): token
@@ -35,6 +69,8 @@ export const generateRequestSchema = z.object({
   topLogprobs: z.number().int().min(0).max(20).default(0),
   /** What a weight update does to this generation while it runs (absent: the proxy's WEIGHT_SWAP_POLICY); see WEIGHT_SWAP_CHOICES. */
   weightSwap: z.enum(WEIGHT_SWAP_CHOICES).optional(),
+  /** Constrained decoding (absent: none); needs stopIds to end the grammar on. */
+  constraint: generateConstraintSchema.optional(),
 });
 export type GenerateRequest = z.infer<typeof generateRequestSchema>;
 /** What a caller may send: fields with defaults are optional. */
@@ -62,6 +98,8 @@ export const generateResponseSchema = z.object({
   firstTokenMs: z.number().nonnegative().nullable().optional(),
   /** One entry per output token, when the request asked for topLogprobs > 0. */
   topLogprobs: z.array(topLogprobsSchema).optional(),
+  /** With a constraint: one TOKEN_CONSTRAINT mark per output token (absent: none was constrained). */
+  constrained: tokenConstraintMarks().optional(),
 });
 export type GenerateResponse = z.infer<typeof generateResponseSchema>;
 
@@ -72,6 +110,8 @@ export const generateTokenChunkSchema = z.object({
   logprobs: z.array(z.number()),
   versions: z.array(z.number().int().nonnegative()),
   topLogprobs: z.array(topLogprobsSchema).optional(),
+  /** With a constraint: one TOKEN_CONSTRAINT mark per id. */
+  constrained: tokenConstraintMarks().optional(),
 });
 export type GenerateTokenChunk = z.infer<typeof generateTokenChunkSchema>;
 

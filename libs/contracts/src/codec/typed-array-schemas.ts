@@ -15,3 +15,4 @@ function typedArray<T>(ctor: abstract new (...args: never[]) => T, dtype: Dtype)
 export const int32Array = () => typedArray(Int32Array, 'i32');
 export const uint32Array = () => typedArray(Uint32Array, 'u32');
 export const float32Array = () => typedArray(Float32Array, 'f32');
+export const uint8Array = () => typedArray(Uint8Array, 'u8');

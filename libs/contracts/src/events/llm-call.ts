@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { float32Array, int32Array, uint32Array } from '../codec/typed-array-schemas';
+import { float32Array, int32Array, uint32Array, uint8Array } from '../codec/typed-array-schemas';
 import { id, timestampMs } from './common';
 
 export const FINISH_REASONS_LLM = ['stop', 'length', 'tool_calls', 'abort', 'content_filter'] as const;
@@ -119,6 +119,28 @@ export const llmCallRecordedV2 = z
     }
   });
 export type LlmCallRecordedV2 = z.infer<typeof llmCallRecordedV2>;
+
+/**
+ * v3: v2 + `outputConstraint`, how each output token was sampled under constrained decoding (a
+ * forced tool call): 0 freely, 1 within an allowed-token mask of several ids, 2 forced (the mask
+ * allowed only that id). Absent when no token was constrained. `outputLogprobs` of constrained
+ * tokens are those of the constrained distribution the engine sampled from (the policy restricted
+ * to the mask and renormalised; 0 for a forced token), like temperature and top-k/top-p they are
+ * the behaviour policy's. A v2 event reads as v3 with nothing constrained.
+ */
+export const llmCallRecordedV3 = llmCallRecordedV2
+  .safeExtend({
+    outputConstraint: uint8Array().optional(),
+  })
+  .superRefine((v, ctx) => {
+    if (v.outputConstraint !== undefined && v.outputConstraint.length !== v.outputIds.length)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['outputConstraint'],
+        message: `outputConstraint (${v.outputConstraint.length}) must have one entry per output id (${v.outputIds.length})`,
+      });
+  });
+export type LlmCallRecordedV3 = z.infer<typeof llmCallRecordedV3>;
 
 function llmCallRecordedV1Sampling() {
   return z.object({

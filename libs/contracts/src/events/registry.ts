@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import { TOPICS } from '../topics';
-import { llmCallRecordedV1, llmCallRecordedV2 } from './llm-call';
+import { llmCallRecordedV1, llmCallRecordedV2, llmCallRecordedV3 } from './llm-call';
 import { evaluationCompletedV1, evaluationRequestedV1 } from './evaluation';
 import { rolloutCompletedV1, rolloutStartedV1 } from './rollout';
 import { rolloutGroupSettledV1, trajectoryReadyV1 } from './trajectory';
@@ -13,7 +13,11 @@ import { policyVersionActivatedV1, weightsPublishedV1 } from './weights';
  * producers write now. Consumers accept every listed version and reject the rest.
  */
 export const EVENTS = {
-  'llm_call.recorded': { topic: TOPICS.llmCalls, current: 2, versions: { 1: llmCallRecordedV1, 2: llmCallRecordedV2 } },
+  'llm_call.recorded': {
+    topic: TOPICS.llmCalls,
+    current: 3,
+    versions: { 1: llmCallRecordedV1, 2: llmCallRecordedV2, 3: llmCallRecordedV3 },
+  },
   'rollout.started': { topic: TOPICS.rollouts, current: 1, versions: { 1: rolloutStartedV1 } },
   'rollout.completed': { topic: TOPICS.rollouts, current: 1, versions: { 1: rolloutCompletedV1 } },
   'trajectory.ready': { topic: TOPICS.trajectories, current: 1, versions: { 1: trajectoryReadyV1 } },
