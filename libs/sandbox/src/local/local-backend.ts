@@ -1,0 +1,168 @@
+import { closeSync, openSync, statSync } from 'node:fs';
+import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { SandboxUnavailableError } from '../errors';
+import { resultWithoutProcess, superviseRun, type RelayCounters } from '../host/supervised-run';
+import { WallClock } from '../host/wall-clock';
+import { isRoot, runtimeBase, traversableBy } from '../install/paths';
+import { ensureSandboxTools, type SandboxTools } from '../install/tools';
+import { startSessionRelay, type SessionRelay } from '../relay/session-relay';
+import { resolveSpec, type ResolvedSpec } from '../spec';
+import { sessionEnv, stderrLogger, type SandboxBackend, type SandboxLogger, type SandboxResult, type SandboxSpec } from '../types';
+import { bwrapArgs, etcFiles, GATEWAY_SOCKET, RELAY_PORT, SANDBOX_HOME } from './bwrap-args';
+import { checkUserNamespaces, detectCgroups, type CgroupSupport } from './probe';
+import { DEFAULT_UID_BASE, DEFAULT_UID_COUNT, UidPool, type UidLease } from './uid-pool';
+import { chownTree, ownerOf, type Owner } from './workspace-owner';
+
+export interface LocalBackendOptions {
+  /** Host uids handed to sandboxes (root only): [uidBase, uidBase + uidCount). */
+  uidBase?: number;
+  uidCount?: number;
+  /** Where sockets, generated /etc files and uid locks live (default /run/anvil-sandbox as root). */
+  runtimeDir?: string;
+  /** Install bubblewrap with apt-get when missing (default true). */
+  install?: boolean;
+  logger?: SandboxLogger;
+}
+
+/**
+ * The `local` backend: each run in its own bubblewrap sandbox (user, mount, PID, network, IPC and
+ * UTS namespaces) as a host uid of its own, with the supervisor as the PID namespace's init.
+ * README.md says what it guarantees and how.
+ */
+export class LocalSandbox implements SandboxBackend {
+  readonly kind = 'local';
+  /** Whether whole-sandbox limits through cgroup v2 would be possible here (the limits are rlimits either way). */
+  readonly cgroups: CgroupSupport;
+  private readonly pool: UidPool | null;
+  private readonly base: string;
+  /** Workspaces of running sandboxes: each is owned by its sandbox's uid while it runs, so it cannot be shared. */
+  private readonly busy = new Set<string>();
+
+  private constructor(
+    private readonly tools: SandboxTools,
+    opts: LocalBackendOptions,
+    private readonly logger: SandboxLogger,
+  ) {
+    this.base = runtimeBase(opts.runtimeDir);
+    this.pool = isRoot()
+      ? new UidPool(join(this.base, 'uids'), opts.uidBase ?? DEFAULT_UID_BASE, opts.uidCount ?? DEFAULT_UID_COUNT)
+      : null;
+    this.cgroups = detectCgroups();
+  }
+
+  /** Installs what is missing, then proves that this kernel lets bwrap build a sandbox (else SandboxUnavailableError). */
+  static async create(opts: LocalBackendOptions = {}): Promise<LocalSandbox> {
+    const logger = opts.logger ?? stderrLogger;
+    const tools = ensureSandboxTools({ install: opts.install, local: true, runtimeDir: opts.runtimeDir, log: (l) => logger.info(l) });
+    if (!tools.bwrap) throw new SandboxUnavailableError('bubblewrap (bwrap) is missing: apt-get install bubblewrap');
+    if (isRoot() && !tools.setpriv) throw new SandboxUnavailableError("util-linux's setpriv is missing: apt-get install util-linux");
+    const backend = new LocalSandbox(tools, opts, logger);
+    const lease = await backend.pool?.acquire();
+    try {
+      checkUserNamespaces(tools.bwrap, tools.setpriv, lease?.uid ?? null);
+    } finally {
+      await lease?.release();
+    }
+    if (!backend.pool)
+      logger.warn('sandbox local: not root, so every sandbox runs as this user: the process limit is shared with its other processes', {
+        uid: process.getuid?.(),
+      });
+    return backend;
+  }
+
+  async run(input: SandboxSpec, signal?: AbortSignal): Promise<SandboxResult> {
+    const clock = new WallClock(input.limits?.wallMs, signal);
+    let spec: ResolvedSpec;
+    try {
+      spec = await resolveSpec(input);
+    } catch (e) {
+      clock.dispose();
+      throw e;
+    }
+    const counters: RelayCounters = { forwarded: 0, refused: 0, refusedRequests: [] };
+    const notStarted = (detail: string) =>
+      resultWithoutProcess(this.kind, clock.ended ?? 'setup-failed', clock, spec.limits, counters, clock.ended ? '' : detail);
+    let lease: UidLease | undefined;
+    let runtimeDir: string | undefined;
+    let relay: SessionRelay | undefined;
+    let restoreOwner: Owner | undefined;
+    let stdinFd: number | undefined;
+    let claimed = false;
+    try {
+      if (clock.ended) return notStarted('');
+      if (this.busy.has(spec.workspace)) return notStarted(`the workspace ${spec.workspace} is in use by another running sandbox`);
+      this.busy.add(spec.workspace);
+      claimed = true;
+      lease = await this.pool?.acquire();
+      const ids = lease ? { uid: lease.uid, gid: lease.uid } : null;
+      runtimeDir = await mkdtemp(join(this.base, 'run-'));
+      const dir = runtimeDir;
+      await Promise.all(Object.entries(etcFiles()).map(([name, text]) => writeFile(join(dir, name), text, { mode: 0o644 })));
+      if (ids) {
+        await chown(dir, ids.uid, ids.gid);
+        await chmod(dir, 0o700);
+        for (const p of [spec.workspace, ...(spec.readOnlyPaths ?? [])]) {
+          const blocked = traversableBy(p, ids.uid, ids.gid);
+          if (blocked)
+            return notStarted(
+              `${p} cannot be mounted: the sandbox's uid cannot pass through ${blocked} (mode ${modeOf(blocked)}); ` +
+                'use a directory every user may traverse (e.g. under /tmp)',
+            );
+        }
+        restoreOwner = await ownerOf(spec.workspace);
+        await chownTree(spec.workspace, ids);
+      }
+      if (spec.session) relay = await startSessionRelay(spec.session, { socketPath: join(dir, GATEWAY_SOCKET), owner: ids ?? undefined });
+      if (spec.stdin && 'file' in spec.stdin) stdinFd = openSync(spec.stdin.file, 'r');
+      if (clock.ended) return notStarted('');
+      const env = {
+        PATH: '/usr/local/bin:/usr/bin:/bin',
+        LANG: 'C.UTF-8',
+        USER: 'agent',
+        LOGNAME: 'agent',
+        ...spec.env,
+        HOME: SANDBOX_HOME,
+        TMPDIR: '/tmp',
+        ...(spec.session ? sessionEnv(`http://127.0.0.1:${RELAY_PORT}`) : {}),
+      };
+      const args = bwrapArgs({ spec, runtimeDir: dir, init: this.tools.init, cwd: spec.cwd ?? spec.workspace });
+      const dropUid = ids
+        ? ['--reuid', String(ids.uid), '--regid', String(ids.gid), '--clear-groups', '--pdeathsig', 'SIGKILL', '--', this.tools.bwrap!]
+        : [];
+      return await superviseRun(
+        {
+          backend: this.kind,
+          file: ids ? this.tools.setpriv! : this.tools.bwrap!,
+          args: [...dropUid, ...args],
+          env,
+          cwd: '/',
+          stdin: stdinFd !== undefined ? { fd: stdinFd } : spec.stdin && 'text' in spec.stdin ? { text: spec.stdin.text } : null,
+          mode: 'pid-namespace',
+        },
+        spec,
+        clock,
+        relay?.stats ?? counters,
+      );
+    } finally {
+      clock.dispose();
+      if (stdinFd !== undefined) closeSync(stdinFd);
+      await relay?.close();
+      // Nothing of the uid may outlive the run: the PID namespace guarantees it, this proves it.
+      const killed = (await lease?.release()) ?? [];
+      if (killed.length)
+        this.logger.warn('sandbox local: processes outlived their PID namespace and were killed', { label: spec.label, pids: killed });
+      if (restoreOwner) await chownTree(spec.workspace, restoreOwner);
+      if (runtimeDir) await rm(runtimeDir, { recursive: true, force: true });
+      if (claimed) this.busy.delete(spec.workspace);
+    }
+  }
+}
+
+function modeOf(p: string): string {
+  try {
+    return (statSync(p).mode & 0o777).toString(8);
+  } catch {
+    return '?';
+  }
+}

@@ -1,0 +1,95 @@
+import { closeSync, openSync } from 'node:fs';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { resultWithoutProcess, superviseRun, type RelayCounters } from '../host/supervised-run';
+import { WallClock } from '../host/wall-clock';
+import { ensureSandboxTools, type SandboxTools } from '../install/tools';
+import { startSessionRelay, type SessionRelay } from '../relay/session-relay';
+import { resolveSpec, rlimitArgs, type ResolvedSpec } from '../spec';
+import { sessionEnv, stderrLogger, type SandboxBackend, type SandboxLogger, type SandboxResult, type SandboxSpec } from '../types';
+
+export interface NoneBackendOptions {
+  install?: boolean;
+  logger?: SandboxLogger;
+}
+
+/**
+ * The `none` backend, for trusted programs: no isolation at all (the program sees the host's
+ * files, network and processes, as the caller's uid), but the same interface and what can be
+ * enforced without namespaces: the wall clock, the stop sequence, rlimits (the process limit does
+ * not bind root), output caps, the session relay, and a supervisor that adopts orphans and kills
+ * everything the program started when it ends.
+ */
+export class NoneSandbox implements SandboxBackend {
+  readonly kind = 'none';
+
+  private constructor(
+    private readonly tools: SandboxTools,
+    private readonly logger: SandboxLogger,
+  ) {}
+
+  static async create(opts: NoneBackendOptions = {}): Promise<NoneSandbox> {
+    const logger = opts.logger ?? stderrLogger;
+    const tools = ensureSandboxTools({ install: opts.install, local: false, log: (l) => logger.info(l) });
+    logger.warn(
+      "sandbox none: programs run UNSANDBOXED (the host's files, network and processes, as this uid); only trusted agents belong here",
+      { uid: process.getuid?.() },
+    );
+    return new NoneSandbox(tools, logger);
+  }
+
+  async run(input: SandboxSpec, signal?: AbortSignal): Promise<SandboxResult> {
+    const clock = new WallClock(input.limits?.wallMs, signal);
+    let spec: ResolvedSpec;
+    try {
+      spec = await resolveSpec(input);
+    } catch (e) {
+      clock.dispose();
+      throw e;
+    }
+    const counters: RelayCounters = { forwarded: 0, refused: 0, refusedRequests: [] };
+    let privateDir: string | undefined;
+    let relay: SessionRelay | undefined;
+    let stdinFd: number | undefined;
+    try {
+      if (clock.ended) return resultWithoutProcess(this.kind, clock.ended, clock, spec.limits, counters, '');
+      // A HOME and TMPDIR of its own, removed afterwards, as the local backend's tmpfs are.
+      privateDir = await mkdtemp(join(tmpdir(), 'anvil-none-'));
+      await Promise.all([mkdir(join(privateDir, 'home')), mkdir(join(privateDir, 'tmp'))]);
+      if (spec.session) relay = await startSessionRelay(spec.session, { loopbackPort: 0 });
+      if (spec.stdin && 'file' in spec.stdin) stdinFd = openSync(spec.stdin.file, 'r');
+      if (clock.ended) return resultWithoutProcess(this.kind, clock.ended, clock, spec.limits, counters, '');
+      const env = {
+        PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
+        LANG: 'C.UTF-8',
+        ...spec.env,
+        HOME: join(privateDir, 'home'),
+        TMPDIR: join(privateDir, 'tmp'),
+        ...(relay ? sessionEnv(relay.address) : {}),
+      };
+      const args = ['--info-fd', '3', '--subreaper', '--parent-pid', String(process.pid)];
+      if (spec.setup) args.push('--setup', String(spec.setup.length));
+      args.push(...rlimitArgs(spec.limits), '--', ...(spec.setup ?? []), ...spec.argv);
+      return await superviseRun(
+        {
+          backend: this.kind,
+          file: this.tools.init,
+          args,
+          env,
+          cwd: spec.cwd ?? spec.workspace,
+          stdin: stdinFd !== undefined ? { fd: stdinFd } : spec.stdin && 'text' in spec.stdin ? { text: spec.stdin.text } : null,
+          mode: 'subreaper',
+        },
+        spec,
+        clock,
+        relay?.stats ?? counters,
+      );
+    } finally {
+      clock.dispose();
+      if (stdinFd !== undefined) closeSync(stdinFd);
+      await relay?.close();
+      if (privateDir) await rm(privateDir, { recursive: true, force: true });
+    }
+  }
+}
