@@ -9,11 +9,7 @@ import { NfaBuilder, type Nfa } from './nfa/nfa';
  * and every backend compiles the same thing: the embedded engine into token masks
  * (TokenAutomaton), vLLM and SGLang into their EBNF grammars (toEbnf).
  */
-export type GrammarNode =
-  | { readonly text: string }
-  | { readonly json: JsonSchema }
-  | { readonly seq: readonly GrammarNode[] }
-  | { readonly oneOf: readonly GrammarNode[] };
+export type GrammarNode = { text: string } | { json: JsonSchema } | { seq: GrammarNode[] } | { oneOf: GrammarNode[] };
 
 export interface CompileOptions {
   /**

@@ -1,3 +1,5 @@
+import type { GenerateGrammarNode } from '@anvil/contracts';
+
 /**
  * What the proxy needs from an inference engine. Three implementations: the embedded native
  * engine (embedded-backend.ts), vLLM over its OpenAI-compatible completions API
@@ -25,11 +27,20 @@ export interface TopLogprobs {
   logprobs: number[];
 }
 
+/** Constrained decoding of one attempt: the request's grammar, and the tokens earlier attempts already generated under it. */
+export interface BackendConstraint {
+  grammar: GenerateGrammarNode;
+  /** Output of earlier attempts (at the end of promptIds): the grammar continues after them. */
+  generatedIds: number[];
+}
+
 export interface BackendGenerateRequest {
   /** Unique per attempt (a resumed generation gets a new one): backends abort by it. */
   requestId: string;
   promptIds: number[];
   sampling: SamplingParams;
+  /** Constrained decoding: every token keeps the output within the grammar; a stop id ends it once complete. */
+  constraint?: BackendConstraint;
 }
 
 /** Tokens sampled since the previous chunk. */
@@ -38,6 +49,8 @@ export interface TokenChunk {
   logprobs: number[];
   /** One entry per id when the request asked for topLogprobs. */
   topLogprobs?: TopLogprobs[];
+  /** With a constraint: one TOKEN_CONSTRAINT mark per id (1 within a mask, 2 forced). */
+  constrained?: number[];
 }
 
 export type FinishReason = 'stop' | 'length' | 'abort';
@@ -55,6 +68,8 @@ export interface BackendResult {
   cachedPromptTokens: number;
   /** One entry per output id when the request asked for topLogprobs. */
   topLogprobs?: TopLogprobs[];
+  /** With a constraint: one TOKEN_CONSTRAINT mark per output id. */
+  constrained?: number[];
 }
 
 export interface BackendGenerateOptions {
@@ -88,6 +103,14 @@ export interface InferenceBackend {
    * tokenizer's; null when the engine does not report it (vLLM and SGLang do not).
    */
   readonly vocabSize: number | null;
+  /**
+   * Whether a constrained generation can continue on it after tokens generated elsewhere
+   * (`constraint.generatedIds` non-empty). The embedded engine replays them through the grammar;
+   * vLLM and SGLang compile the grammar from its start, so a constrained call on them is not
+   * resumed (the proxy lets it finish across a weight swap, and ends it with 'abort' when its
+   * replica fails mid-call).
+   */
+  readonly resumesConstraints?: boolean;
   /**
    * Runs one generation. Rejects with BackendUnavailableError when the engine cannot be
    * reached or the stream breaks (tokens already passed to onTokens stay valid: the router

@@ -1,4 +1,7 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { setThreads } from '@anvil/engine';
+import { ByteTokenizer, loadHfTokenizerFromDir } from '@anvil/tokenizer';
 import type { InferenceProxyConfig } from '../config';
 import { replicaUrls } from '../config';
 import type { InferenceBackend } from './backend';
@@ -22,10 +25,17 @@ export async function createBackends(config: InferenceProxyConfig): Promise<Infe
       const dir = config.EMBEDDED_CHECKPOINT_DIR || undefined;
       if (config.ENGINE_THREADS) setThreads(config.ENGINE_THREADS);
       const generator = await createEngineGenerator(dir, { seed: 0, maxBatch: config.EMBEDDED_MAX_BATCH });
+      // Constrained decoding compiles grammars over the served vocabulary: the checkpoint's
+      // tokenizer.json, or the built-in model's byte tokenizer (loaded on first use).
+      const tokenizer = dir
+        ? existsSync(join(dir, 'tokenizer.json'))
+          ? () => loadHfTokenizerFromDir(dir)
+          : null
+        : () => new ByteTokenizer();
       return [
         dir
-          ? new EmbeddedBackend(generator, 'embedded', dir)
-          : new EmbeddedBackend(generator, 'embedded-tiny-random-seed0', 'built-in tiny model (random init, seed 0)'),
+          ? new EmbeddedBackend(generator, 'embedded', dir, tokenizer)
+          : new EmbeddedBackend(generator, 'embedded-tiny-random-seed0', 'built-in tiny model (random init, seed 0)', tokenizer),
       ];
     }
   }

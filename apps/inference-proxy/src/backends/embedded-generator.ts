@@ -23,6 +23,13 @@ export interface EmbeddedGenerator {
     opts: {
       signal?: AbortSignal;
       onToken?: (id: number, logprob: number, rawLogprob: number, top?: readonly { id: number; logprob: number }[]) => void;
+      /**
+       * Constrained decoding: before each token `allowed(remaining)` gives the ids that may be
+       * sampled (a bitmask over the vocabulary), and the engine samples from the policy restricted
+       * to them and renormalised (`logprob` is under that distribution); `advance(id)` is told
+       * the sampled id before onToken. A constraint that throws rejects this generation.
+       */
+      constraint?: { allowed(remaining: number): Uint32Array; advance(id: number): void };
     },
   ): Promise<EmbeddedGeneration>;
   /** Token ids the current model has (its vocab_size; a checkpoint load may change it). */

@@ -10,6 +10,9 @@ import {
   type TopLogprobs,
 } from './backend';
 import { openStream, readSse, trimSlash } from './http-stream';
+import { TOKEN_CONSTRAINT, type GenerateGrammarNode } from '@anvil/contracts';
+import { toEbnf } from '@anvil/guided-decoding';
+import { BackendRequestError } from './backend';
 
 export interface ExternalBackendOptions {
   /** Base URL of the engine's HTTP server, e.g. http://10.0.0.5:8000 */
@@ -53,6 +56,8 @@ export abstract class ExternalBackend implements InferenceBackend {
   readonly model: string;
   /** Neither engine reports its vocabulary size over its serving API. */
   readonly vocabSize = null;
+  /** Both compile a grammar from its start (see InferenceBackend.resumesConstraints). */
+  readonly resumesConstraints = false;
   protected readonly baseUrl: string;
   protected readonly controlTimeoutMs: number;
   protected readonly loadTimeoutMs: number;
@@ -71,7 +76,8 @@ export abstract class ExternalBackend implements InferenceBackend {
   }
 
   protected abstract streamPath: string;
-  protected abstract requestBody(req: BackendGenerateRequest): unknown;
+  /** `grammar`: the constraint as xgrammar EBNF (see toEbnf), null without one. */
+  protected abstract requestBody(req: BackendGenerateRequest, grammar: string | null): unknown;
   /**
    * Parses one `data:` payload; `state` is per request (`received` for cumulative formats;
    * `wantTop`: whether the request asked for alternatives, so they need not be parsed otherwise).
@@ -89,13 +95,17 @@ export abstract class ExternalBackend implements InferenceBackend {
     const logprobs: number[] = [];
     const wantTop = (req.sampling.topLogprobs ?? 0) > 0;
     const topLogprobs: TopLogprobs[] = [];
+    const grammar = req.constraint ? this.grammar(req.constraint.grammar, req.constraint.generatedIds) : null;
     let cachedPromptTokens = 0;
+    // The engine enforces the grammar but does not say how many ids each mask allowed: every token is marked constrained.
+    const marks = (n: number) => Array.from({ length: n }, () => TOKEN_CONSTRAINT.constrained as number);
     const result = (finishReason: FinishReason): BackendResult => ({
       outputIds,
       logprobs,
       finishReason,
       cachedPromptTokens,
       ...(wantTop ? { topLogprobs } : {}),
+      ...(grammar !== null ? { constrained: marks(outputIds.length) } : {}),
     });
     const aborted = (): BackendResult => result('abort');
     if (opts.signal?.aborted) return aborted();
@@ -105,7 +115,7 @@ export abstract class ExternalBackend implements InferenceBackend {
     opts.signal?.addEventListener('abort', forward, { once: true });
     this.running.set(req.requestId, controller);
     try {
-      const body = await openStream(this.id, `${this.baseUrl}${this.streamPath}`, this.requestBody(req), controller.signal);
+      const body = await openStream(this.id, `${this.baseUrl}${this.streamPath}`, this.requestBody(req, grammar), controller.signal);
       const state: StreamState = { received: 0, wantTop };
       let finishReason: FinishReason | undefined;
       // Read to the end of the response even after [DONE] (the server ends it there): leaving a
@@ -130,11 +140,12 @@ export abstract class ExternalBackend implements InferenceBackend {
               );
             pushAll(topLogprobs, step.topLogprobs);
           }
-          opts.onTokens?.(
-            wantTop
-              ? { ids: step.ids, logprobs: step.logprobs, topLogprobs: step.topLogprobs }
-              : { ids: step.ids, logprobs: step.logprobs },
-          );
+          opts.onTokens?.({
+            ids: step.ids,
+            logprobs: step.logprobs,
+            ...(wantTop ? { topLogprobs: step.topLogprobs } : {}),
+            ...(grammar !== null ? { constrained: marks(step.ids.length) } : {}),
+          });
         }
         if (step.finishReason) finishReason = step.finishReason;
       });
@@ -156,6 +167,28 @@ export abstract class ExternalBackend implements InferenceBackend {
     }
   }
 
+  /** The constraint as EBNF (cached per grammar); a grammar that cannot be enforced, or a resumption, is a 400. */
+  private grammar(node: GenerateGrammarNode, generatedIds: readonly number[]): string {
+    if (generatedIds.length > 0)
+      throw new BackendRequestError(
+        this.id,
+        400,
+        'a constrained generation cannot be resumed here: the engine compiles its grammar from the start',
+      );
+    const key = JSON.stringify(node);
+    let text = ebnfCache.get(key);
+    if (text === undefined) {
+      try {
+        text = toEbnf(node);
+      } catch (err) {
+        throw new BackendRequestError(this.id, 400, `constrained decoding: ${(err as Error).message}`);
+      }
+      ebnfCache.set(key, text);
+      if (ebnfCache.size > 64) ebnfCache.delete(ebnfCache.keys().next().value as string);
+    }
+    return text;
+  }
+
   async abortAll(): Promise<void> {
     for (const controller of this.running.values()) controller.abort();
   }
@@ -170,6 +203,9 @@ export abstract class ExternalBackend implements InferenceBackend {
     }
   }
 }
+
+/** EBNF of recent grammars (the calls of a rollout group share their tools). */
+const ebnfCache = new Map<string, string>();
 
 /** Appends `items` without spreading them into arguments (a chunk is usually one token). */
 function pushAll<T>(target: T[], items: readonly T[]): void {

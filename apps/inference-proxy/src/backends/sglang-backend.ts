@@ -29,6 +29,9 @@ import { postJson } from './http-stream';
  * distribution (before top-k/top-p renormalisation); `SGLANG_RETURN_ORIGINAL_LOGPROB=1` makes
  * it return the raw model distribution instead. At temperature 1 without top-k/top-p all agree.
  *
+ * Constrained decoding: `sampling_params.ebnf` with the grammar as EBNF (toEbnf); a constrained
+ * call cannot be resumed here (see InferenceBackend.resumesConstraints).
+ *
  * Abort: POST /abort_request {rid} (and the connection is closed: SGLang also aborts requests
  * whose client disconnected). Health: GET /health.
  * Weight updates: POST /update_weights_from_disk {model_path} loads the checkpoint in place
@@ -38,7 +41,7 @@ export class SglangBackend extends ExternalBackend {
   readonly kind = 'sglang' as const;
   protected readonly streamPath = '/generate';
 
-  protected requestBody(req: BackendGenerateRequest): unknown {
+  protected requestBody(req: BackendGenerateRequest, grammar: string | null): unknown {
     const s = req.sampling;
     return {
       rid: req.requestId,
@@ -52,6 +55,8 @@ export class SglangBackend extends ExternalBackend {
         skip_special_tokens: false,
         no_stop_trim: true,
         ...(s.seed !== null ? { sampling_seed: s.seed } : {}),
+        // constrained decoding: the grammar as EBNF (SGLang's grammar backend, xgrammar by default)
+        ...(grammar !== null ? { ebnf: grammar } : {}),
       },
       return_logprob: true,
       logprob_start_len: -1,

@@ -31,6 +31,12 @@ import { postJson } from './http-stream';
  * token was actually sampled from, start the server with `--logprobs-mode processed_logprobs`.
  * At temperature 1 without top-k/top-p both agree.
  *
+ * Constrained decoding: `structured_outputs: {grammar}` with the grammar as EBNF (toEbnf, the
+ * same language the embedded engine enforces), compiled by vLLM's structured-output backend
+ * (xgrammar by default). With `processed_logprobs` the logprobs include the grammar's mask (it is
+ * applied to the logits before sampling). A constrained call cannot be resumed on vLLM (the
+ * grammar would start over), see InferenceBackend.resumesConstraints.
+ *
  * Abort: closing the HTTP connection aborts the request inside vLLM.
  *
  * Weight updates (from the checkpoint directory, no NCCL group needed), through the dev-mode
@@ -53,9 +59,11 @@ export class VllmBackend extends ExternalBackend {
     super(options);
   }
 
-  protected requestBody(req: BackendGenerateRequest): unknown {
+  protected requestBody(req: BackendGenerateRequest, grammar: string | null): unknown {
     const s = req.sampling;
     return {
+      // constrained decoding (vLLM >= 0.12: `structured_outputs`; the guided_* fields were removed)
+      ...(grammar !== null ? { structured_outputs: { grammar } } : {}),
       ...(this.options.model ? { model: this.options.model } : {}),
       prompt: req.promptIds,
       max_tokens: s.maxTokens,

@@ -1,4 +1,4 @@
-import type { GenerateRequest, GenerateResponse } from '@anvil/contracts';
+import { TOKEN_CONSTRAINT, type GenerateRequest, type GenerateResponse } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
 import { BackendRequestError, type FinishReason, type TopLogprobs } from '../backends/backend';
 import type { InferenceMetrics } from '../metrics';
@@ -15,6 +15,8 @@ export interface StampedChunk {
   logprobs: number[];
   versions: number[];
   topLogprobs?: TopLogprobs[];
+  /** With a constraint: one TOKEN_CONSTRAINT mark per id. */
+  constrained?: number[];
 }
 
 export interface GenerationServiceOptions {
@@ -76,6 +78,7 @@ export class GenerationService {
     const logprobs: number[] = [];
     const versions: number[] = [];
     const topLogprobs: TopLogprobs[] | undefined = req.topLogprobs > 0 ? [] : undefined;
+    const constrained: number[] | undefined = req.constraint ? [] : undefined;
     const excluded = new Set<string>();
     let cachedPromptTokens: number | null = null;
     let lastReplica = '';
@@ -97,6 +100,7 @@ export class GenerationService {
         replica: lastReplica,
         firstTokenMs,
         ...(topLogprobs ? { topLogprobs } : {}),
+        ...(constrained ? { constrained } : {}),
       };
     };
 
@@ -127,13 +131,24 @@ export class GenerationService {
           }
           throw err;
         }
+        // vLLM and SGLang compile a grammar from its start: a constrained call cannot continue
+        // there after tokens produced by an earlier attempt (see InferenceBackend.resumesConstraints).
+        if (req.constraint && ids.length > 0 && !replica.backend.resumesConstraints) {
+          this.logger.warn('a constrained generation cannot resume on this backend; returning the partial output', {
+            requestId: req.requestId,
+            replica: replica.id,
+            tokens: ids.length,
+          });
+          return finish('abort');
+        }
         const version = this.versions.current;
         // Aborted by the request stopping or by a weight swap interrupting this attempt.
         const attemptAbort = stop.beginAttempt();
         let interrupted = false;
         const attempt: ActiveAttempt = {
           replicaId: replica.id,
-          weightSwap: req.weightSwap,
+          // an attempt that could not be resumed finishes on the weights it started with
+          weightSwap: req.constraint && !replica.backend.resumesConstraints ? 'finish' : req.weightSwap,
           interruptForSwap: () => {
             interrupted = true;
             attemptAbort.abort();
@@ -160,6 +175,7 @@ export class GenerationService {
                 stopIds: req.stopIds,
                 topLogprobs: req.topLogprobs,
               },
+              ...(req.constraint ? { constraint: { grammar: req.constraint.grammar, generatedIds: [...ids] } } : {}),
             },
             {
               signal: attemptAbort.signal,
@@ -170,6 +186,8 @@ export class GenerationService {
                 logprobs.push(...chunk.logprobs);
                 versions.push(...stamped);
                 if (topLogprobs) topLogprobs.push(...(chunk.topLogprobs ?? chunk.ids.map(() => ({ ids: [], logprobs: [] }))));
+                const marks = constrained ? (chunk.constrained ?? chunk.ids.map(() => TOKEN_CONSTRAINT.constrained)) : undefined;
+                if (marks) constrained?.push(...marks);
                 replica.tokensGenerated += chunk.ids.length;
                 this.metrics.tokens.inc({ replica: replica.id }, chunk.ids.length);
                 opts.onChunk?.({
@@ -177,6 +195,7 @@ export class GenerationService {
                   logprobs: chunk.logprobs,
                   versions: stamped,
                   ...(topLogprobs ? { topLogprobs: chunk.topLogprobs ?? chunk.ids.map(() => ({ ids: [], logprobs: [] })) } : {}),
+                  ...(marks ? { constrained: marks } : {}),
                 });
               },
             },

@@ -24,6 +24,8 @@ export function checkGenerateRequest(body: unknown): GenerateRequest | undefined
   const b = body as Record<string, unknown>;
   const { requestId, sessionId, promptIds, maxTokens } = b;
   const { temperature = 1, topP = 1, topK = 0, seed = null, stopIds, stream = false, topLogprobs = 0, weightSwap } = b;
+  // A constraint (a recursive grammar) is rare and validated by zod alone.
+  if (b.constraint !== undefined) return undefined;
   if (!isId(requestId) || !isId(sessionId)) return undefined;
   if (!isTokenIds(promptIds) || promptIds.length === 0) return undefined;
   if (!isSafeInt(maxTokens) || maxTokens <= 0) return undefined;

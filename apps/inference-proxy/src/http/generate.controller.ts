@@ -74,6 +74,7 @@ export class GenerateController {
             logprobs: c.logprobs,
             versions: c.versions,
             ...(c.topLogprobs ? { topLogprobs: c.topLogprobs } : {}),
+            ...(c.constrained ? { constrained: c.constrained } : {}),
           }),
       });
       write({ type: 'done', response });

@@ -4,7 +4,7 @@ import type { NfaBuilder } from './nfa';
 import { anyInteger, anyNumber, boundedIntegers, boundedNumbers } from './numbers';
 
 /** JSON Schema as tools give it (`parameters`): an object, or `true` / `false`. */
-export type JsonSchema = boolean | { readonly [key: string]: unknown };
+export type JsonSchema = boolean | { [key: string]: unknown };
 
 type Schema = Record<string, unknown>;
 type TypeName = 'null' | 'boolean' | 'integer' | 'number' | 'string' | 'array' | 'object';
