@@ -1,7 +1,8 @@
-import { closeSync, openSync, statSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandboxUnavailableError } from '../errors';
+import { isLive } from '../host/proc-scan';
 import { resultWithoutProcess, superviseRun, type RelayCounters } from '../host/supervised-run';
 import { WallClock } from '../host/wall-clock';
 import { isRoot, runtimeBase, traversableBy } from '../install/paths';
@@ -58,6 +59,7 @@ export class LocalSandbox implements SandboxBackend {
     if (!tools.bwrap) throw new SandboxUnavailableError('bubblewrap (bwrap) is missing: apt-get install bubblewrap');
     if (isRoot() && !tools.setpriv) throw new SandboxUnavailableError("util-linux's setpriv is missing: apt-get install util-linux");
     const backend = new LocalSandbox(tools, opts, logger);
+    removeDeadHostsDirs(backend.base);
     const lease = await backend.pool?.acquire();
     try {
       checkUserNamespaces(tools.bwrap, tools.setpriv, lease?.uid ?? null);
@@ -96,7 +98,7 @@ export class LocalSandbox implements SandboxBackend {
       claimed = true;
       lease = await this.pool?.acquire();
       const ids = lease ? { uid: lease.uid, gid: lease.uid } : null;
-      runtimeDir = await mkdtemp(join(this.base, 'run-'));
+      runtimeDir = await mkdtemp(join(this.base, `run-${process.pid}-`));
       const dir = runtimeDir;
       await Promise.all(Object.entries(etcFiles()).map(([name, text]) => writeFile(join(dir, name), text, { mode: 0o644 })));
       if (ids) {
@@ -156,6 +158,14 @@ export class LocalSandbox implements SandboxBackend {
       if (runtimeDir) await rm(runtimeDir, { recursive: true, force: true });
       if (claimed) this.busy.delete(spec.workspace);
     }
+  }
+}
+
+/** Runtime dirs of hosts that died mid-run (run-<pid>-*): their sandboxes died with them. */
+function removeDeadHostsDirs(base: string): void {
+  for (const name of readdirSync(base)) {
+    const pid = Number(/^run-(\d+)-/.exec(name)?.[1]);
+    if (pid && pid !== process.pid && !isLive(pid)) rmSync(join(base, name), { recursive: true, force: true });
   }
 }
 

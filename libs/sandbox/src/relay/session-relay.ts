@@ -50,7 +50,7 @@ const MAX_NAMED_REFUSALS = 20;
 const agents = { http: new HttpAgent({ keepAlive: true }), https: new HttpsAgent({ keepAlive: true }) };
 
 /** Keys never reach a log: a refused path may name a session (the agent's or another's). */
-const redact = (s: string) => s.replace(/\/sessions\/[^/?#]+/g, '/sessions/<key>').slice(0, 200);
+const redact = (s: string) => s.replace(/\/sessions\/[^/?#\s]+/g, '/sessions/<key>').slice(0, 300);
 
 /**
  * A relay for one session: each request to /v1/* is forwarded to the session's own URL with the
@@ -64,8 +64,8 @@ export async function startSessionRelay(session: SandboxSession, listen: RelayLi
   const stats: RelayStats = { forwarded: 0, refused: 0, refusedRequests: [] };
   const refuse = (what: string, why: string): string => {
     stats.refused++;
-    if (stats.refusedRequests.length < MAX_NAMED_REFUSALS) stats.refusedRequests.push(`${redact(what)}: ${why}`);
-    return JSON.stringify({ error: { message: `sandbox relay: ${why}`, type: 'sandbox_relay_refused', code: 403 } });
+    if (stats.refusedRequests.length < MAX_NAMED_REFUSALS) stats.refusedRequests.push(redact(`${what}: ${why}`));
+    return JSON.stringify({ error: { message: `sandbox relay: ${redact(why)}`, type: 'sandbox_relay_refused', code: 403 } });
   };
 
   const server = createServer({ noDelay: true }, (req, res) => {
