@@ -69,6 +69,7 @@ try {
   step('format', 'npx', ['prettier', '--check', '--log-level', 'warn', '.']);
   step('lint', 'node', ['tools/build/lint.mjs']);
   step('build', 'node', ['tools/build/build.mjs']);
+  step('sandbox tools', 'npx', ['tsx', 'tools/sandbox/install.ts']);
   mkdirSync(join(root, '.cache'), { recursive: true });
   // The black-box tests run Python agents: ours on the official openai package
   // (examples/python-agent) and a third-party agent program, the llm CLI (examples/llm-cli-agent).
