@@ -16,6 +16,8 @@ export type GatewayErrorKind =
   | 'unrenderable'
   /** Over staleness capacity; retry later (429). */
   | 'over_capacity'
+  /** Over the session's call limits: its budget is spent, or its rate limit says wait (429). */
+  | 'over_limit'
   /** The agent hung up before the answer (499, never sent). */
   | 'client_closed'
   /** The inference-proxy or its engine failed the generation (502). */
@@ -32,8 +34,10 @@ export class GatewayError extends Error {
     readonly code: string,
     /** The request field at fault, when there is one. */
     readonly param: string | null = null,
-    /** over_capacity: seconds to wait before retrying. */
+    /** over_capacity, over_limit: seconds to wait before retrying. */
     readonly retryAfterS?: number,
+    /** What OpenAI's body says as its `type` where the status alone does not say it (insufficient_quota), and headers to answer with. */
+    readonly extra: { type?: string; headers?: Record<string, string> } = {},
   ) {
     super(message);
   }

@@ -32,6 +32,7 @@ import { PolicyVersionStore } from './sessions/policy-version-store';
 import { SCHEMA_GATE, SchemaGate } from './sessions/schema-gate';
 import { SessionLookups } from './sessions/session-lookups';
 import { SessionStore } from './sessions/session-store';
+import { CallLimitGate } from './sessions/call-limit-gate';
 import { StalenessGate } from './sessions/staleness-gate';
 import {
   CALL_ENDPOINT,
@@ -166,6 +167,7 @@ export class GatewayApiModule {
               sessions,
               auth,
               gate: new StalenessGate(ds, versions, config.MAX_STALENESS),
+              limits: new CallLimitGate(sql, { onRefused: (reason) => metrics.refused.inc({ reason }), logger }),
               captures,
               recorder: new CallRecorder(committer, captures, 'gateway'),
               metrics,

@@ -6,6 +6,7 @@ export class GatewayMetrics {
   readonly tokens;
   readonly capture;
   readonly backpressure;
+  readonly refused;
   readonly records;
   readonly inFlight;
   readonly callSeconds;
@@ -21,6 +22,11 @@ export class GatewayMetrics {
       ['kind', 'reason'],
     );
     this.backpressure = metrics.counter('gateway_backpressure_total', 'First calls refused with 429 over staleness capacity');
+    this.refused = metrics.counter(
+      'gateway_calls_refused_total',
+      "Calls refused with 429 by their session's call limits (nothing generated or recorded), by reason: budget (spent) or rate (over the limit)",
+      ['reason'],
+    );
     this.records = metrics.counter(
       'gateway_records_total',
       'Answered calls by record outcome: durable (committed with its outbox event), failed (not answered), skipped (capture off)',

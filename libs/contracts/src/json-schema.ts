@@ -2,6 +2,8 @@ import { z } from 'zod';
 import { EVENTS, type EventType } from './events/registry';
 import { generateRequestSchema, generateResponseSchema } from './api/generate';
 import {
+  budgetSpentRequestSchema,
+  budgetSpentResponseSchema,
   closeSessionsRequestSchema,
   closeSessionsResponseSchema,
   createSessionRequestSchema,
@@ -84,5 +86,7 @@ export function apiJsonSchemas(): Record<string, Record<string, unknown>> {
     'create-sessions-response': toJsonSchema(createSessionsResponseSchema),
     'close-sessions-request': toJsonSchema(closeSessionsRequestSchema),
     'close-sessions-response': toJsonSchema(closeSessionsResponseSchema),
+    'budget-spent-request': toJsonSchema(budgetSpentRequestSchema),
+    'budget-spent-response': toJsonSchema(budgetSpentResponseSchema),
   };
 }

@@ -33,6 +33,7 @@ import {
 } from '../openai/chat-request';
 import { toChatMessages, toToolDefinitions } from '../openai/messages';
 import type { SessionStore } from '../sessions/session-store';
+import type { CallLimitGate } from '../sessions/call-limit-gate';
 import { StalenessGate } from '../sessions/staleness-gate';
 import type { PreparedCall } from './prepared-call';
 
@@ -90,6 +91,7 @@ export interface CallServiceDeps {
   sessions: SessionStore;
   auth: SessionAuthenticator;
   gate: StalenessGate;
+  limits: CallLimitGate;
   captures: CaptureStore;
   recorder: CallRecorder;
   metrics: GatewayMetrics;
@@ -99,7 +101,8 @@ export interface CallServiceDeps {
 /**
  * The path of every answered call, in one place (`answer`): validate → authenticate (with the
  * capture row the call extends, in the same round trip) → plan the prompt (token-exact
- * extension or a new branch) → admit (staleness) → generate n choices → record them durably.
+ * extension or a new branch) → admit (staleness, then the session's call limits) → generate n
+ * choices → record them durably.
  * The HTTP layer (JSON or SSE) only shapes what this returns; failures are GatewayErrors, which
  * the edge maps onto statuses.
  */
@@ -112,9 +115,18 @@ export class CallService {
   async answer(req: CallRequest, hooks: CallHooks = {}): Promise<{ call: PreparedCall; choices: ChoiceResult[] }> {
     const call = await this.prepare(req);
     await this.admit(call);
-    const onText = hooks.prepared?.(call) ?? undefined;
-    const generations = await this.generate(call, { signal: req.signal, onText });
-    return { call, choices: await this.record(call, generations) };
+    // The session's call budget and rate limit (429 when over): after the staleness gate, so a
+    // first call waiting for capacity spends none of them.
+    const limited = await this.d.limits.admit(call.session, call.callIds.length);
+    try {
+      const onText = hooks.prepared?.(call) ?? undefined;
+      const generations = await this.generate(call, { signal: req.signal, onText });
+      return { call, choices: await this.record(call, generations) };
+    } catch (err) {
+      // Not answered (failed, or the agent gone): its calls go back to the budget.
+      await limited.release();
+      throw err;
+    }
   }
 
   private async prepare(req: CallRequest): Promise<PreparedCall> {

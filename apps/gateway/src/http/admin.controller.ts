@@ -1,9 +1,11 @@
 import { Body, Controller, Get, HttpCode, Inject, Param, Post, Req } from '@nestjs/common';
 import type { FastifyRequest } from 'fastify';
 import {
+  budgetSpentRequestSchema,
   closeSessionsRequestSchema,
   createSessionRequestSchema,
   createSessionsRequestSchema,
+  type BudgetSpentResponse,
   type CloseSessionsResponse,
   type CreateSessionRequest,
   type CreateSessionResponse,
@@ -17,6 +19,7 @@ import { assertAdmin } from '../auth/admin-auth';
 import { issueKey } from '../auth/api-key';
 import type { GatewayConfig } from '../config';
 import type { ModelRegistry } from '../models/model-registry';
+import { callLimitsOf } from '../sessions/call-limits';
 import { sessionState, type NewSession, type SessionStore } from '../sessions/session-store';
 import { GATEWAY_CONFIG, MODEL_REGISTRY, SESSION_STORE } from '../tokens';
 import { GatewayError } from '../errors';
@@ -27,6 +30,7 @@ import { describeSchemaError } from '../openai/chat-request';
  *  POST /admin/v1/sessions            CreateSessionRequest -> {sessionId, apiKey, baseUrl} (201)
  *  POST /admin/v1/sessions/batch      {sessions: CreateSessionRequest[]} -> {sessions: [...]} (201, in order, all or none)
  *  POST /admin/v1/sessions/batch/close {sessionIds, withCalls?} -> {sessions: SessionState[] (+ calls)} (idempotent; unknown ids left out)
+ *  POST /admin/v1/sessions/batch/budget-spent {sessionIds} -> {sessions: [{sessionId, callsRefused}]} (those refused a call over their budget)
  *  POST /admin/v1/sessions/:id/close  -> SessionState (idempotent)
  *  GET  /admin/v1/sessions/:id        -> SessionState (status, call and branch counts, ...)
  *  GET  /admin/v1/sessions/:id/calls  -> SessionCalls (the recorded calls in turn order, each with its reply)
@@ -79,6 +83,16 @@ export class AdminController {
     return { sessions: closed.map((s) => ({ ...sessionState(s), calls: calls.get(s.id) ?? [] })) };
   }
 
+  /** Which sessions' agents asked for more calls than their budget (the rollout manager ends their rollouts). */
+  @Post('batch/budget-spent')
+  @HttpCode(200)
+  async budgetSpent(@Req() req: FastifyRequest, @Body() body: unknown): Promise<BudgetSpentResponse> {
+    assertAdmin(req.headers.authorization, this.config.GATEWAY_ADMIN_TOKEN);
+    const parsed = budgetSpentRequestSchema.safeParse(body);
+    if (!parsed.success) throw describeSchemaError(parsed.error);
+    return { sessions: await this.sessions.budgetSpent(parsed.data.sessionIds) };
+  }
+
   /** A checked request's row and its answer (the key, shown once). */
   private newSession(req: FastifyRequest, r: CreateSessionRequest): { session: NewSession; response: CreateSessionResponse } {
     const model = this.registry.get(r.model);
@@ -95,6 +109,7 @@ export class AdminController {
       maxContextTokens: r.maxContextTokens ? Math.min(r.maxContextTokens, model.maxContextTokens) : null,
       expiresAt: r.expiresAt ? new Date(r.expiresAt) : null,
       weightSwap: r.weightSwap ?? null,
+      ...callLimitsOf(r),
     };
     const base = (
       this.config.GATEWAY_PUBLIC_URL ?? `${req.protocol}://${req.headers.host ?? `${this.config.HOST}:${this.config.PORT}`}`

@@ -9,6 +9,7 @@ const STATUS: Record<GatewayErrorKind, number> = {
   gone: 410,
   unrenderable: 422,
   over_capacity: 429,
+  over_limit: 429,
   client_closed: 499,
   inference_failed: 502,
   unavailable: 503,
@@ -18,15 +19,11 @@ const STATUS: Record<GatewayErrorKind, number> = {
 export function gatewayApiError(err: unknown): ApiError | undefined {
   if (!(err instanceof GatewayError)) return undefined;
   const status = STATUS[err.kind];
-  const type = status === 429 ? 'rate_limit_error' : status >= 500 ? 'server_error' : 'invalid_request_error';
-  return new ApiError(
-    status,
-    type,
-    err.message,
-    err.code,
-    err.param,
-    err.retryAfterS !== undefined ? { 'retry-after': String(err.retryAfterS) } : {},
-  );
+  const type = err.extra.type ?? (status === 429 ? 'rate_limit_error' : status >= 500 ? 'server_error' : 'invalid_request_error');
+  return new ApiError(status, type, err.message, err.code, err.param, {
+    ...(err.retryAfterS !== undefined ? { 'retry-after': String(err.retryAfterS) } : {}),
+    ...err.extra.headers,
+  });
 }
 
 /** The gateway's edge: its domain errors, framework errors with session keys redacted, 413 naming the limit. */

@@ -18,10 +18,17 @@ export interface SessionRow {
   closed_at: Date | null;
   close_reason: string | null;
   weight_swap: string | null;
+  max_calls: number | null;
+  calls_per_second: number | null;
+  call_burst: number | null;
+  calls_admitted: number;
+  refused_budget: number;
+  refused_rate: number;
 }
 
 export const SESSION_COLUMNS = `"id", "key_hash", "rollout_id", "group_id", "task_id", "model", "max_context_tokens", "status", "expires_at",
-  "policy_version_at_start", "call_count", "branch_count", "created_at", "closed_at", "close_reason", "weight_swap"`;
+  "policy_version_at_start", "call_count", "branch_count", "created_at", "closed_at", "close_reason", "weight_swap",
+  "max_calls", "calls_per_second", "call_burst", "calls_admitted", "refused_budget", "refused_rate"`;
 
 export const SESSION_SQL = `SELECT ${SESSION_COLUMNS} FROM "gateway_sessions" WHERE "id" = $1`;
 
@@ -43,5 +50,11 @@ export function toSession(r: SessionRow): GatewaySession {
     closedAt: r.closed_at,
     closeReason: r.close_reason,
     weightSwap: r.weight_swap === 'finish' || r.weight_swap === 'abort-and-resume' ? r.weight_swap : null,
+    maxCalls: r.max_calls,
+    callsPerSecond: r.calls_per_second === null ? null : Number(r.calls_per_second),
+    callBurst: r.call_burst,
+    callsAdmitted: r.calls_admitted,
+    refusedBudget: r.refused_budget,
+    refusedRate: r.refused_rate,
   });
 }

@@ -1,5 +1,5 @@
 import type { DataSource, EntityManager } from 'typeorm';
-import type { SessionCalls, SessionState } from '@anvil/contracts';
+import type { BudgetSpentResponse, SessionCalls, SessionState } from '@anvil/contracts';
 import { GatewaySession } from '@anvil/persistence';
 import type { SqlClient } from '../db/sql-client';
 import { SESSION_COLUMNS, SESSION_SQL, toSession, type SessionRow } from './session-row';
@@ -14,6 +14,10 @@ export interface NewSession {
   maxContextTokens: number | null;
   expiresAt: Date | null;
   weightSwap: 'finish' | 'abort-and-resume' | null;
+  /** The call limits (null: none); see call-limits.ts. */
+  maxCalls: number | null;
+  callsPerSecond: number | null;
+  callBurst: number | null;
 }
 
 /**
@@ -40,6 +44,11 @@ export class SessionStore {
       branchCount: 0,
       closedAt: null,
       closeReason: null,
+      callsAdmitted: 0,
+      rateTokens: null,
+      rateAt: null,
+      refusedBudget: 0,
+      refusedRate: 0,
     });
     return this.repo().save(row);
   }
@@ -48,10 +57,14 @@ export class SessionStore {
   async createMany(all: readonly NewSession[]): Promise<void> {
     await this.sql.query(
       'gw_sessions_create_many',
-      `INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "max_context_tokens", "status", "expires_at", "weight_swap")
-       SELECT "id", "key_hash", "rollout_id", "group_id", "task_id", "model", "max_context_tokens", 'open', "expires_at", "weight_swap"
-       FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::varchar[], $5::varchar[], $6::text[], $7::int[], $8::timestamptz[], $9::varchar[])
-         AS t("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "max_context_tokens", "expires_at", "weight_swap")`,
+      `INSERT INTO "gateway_sessions" ("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "max_context_tokens", "status", "expires_at", "weight_swap",
+         "max_calls", "calls_per_second", "call_burst")
+       SELECT "id", "key_hash", "rollout_id", "group_id", "task_id", "model", "max_context_tokens", 'open', "expires_at", "weight_swap",
+         "max_calls", "calls_per_second", "call_burst"
+       FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::varchar[], $5::varchar[], $6::text[], $7::int[], $8::timestamptz[], $9::varchar[],
+         $10::int[], $11::float8[], $12::int[])
+         AS t("id", "key_hash", "rollout_id", "group_id", "task_id", "model", "max_context_tokens", "expires_at", "weight_swap",
+           "max_calls", "calls_per_second", "call_burst")`,
       [
         all.map((s) => s.id),
         all.map((s) => s.keyHash),
@@ -62,6 +75,9 @@ export class SessionStore {
         all.map((s) => s.maxContextTokens),
         all.map((s) => s.expiresAt?.toISOString() ?? null),
         all.map((s) => s.weightSwap),
+        all.map((s) => s.maxCalls),
+        all.map((s) => s.callsPerSecond),
+        all.map((s) => s.callBurst),
       ],
     );
   }
@@ -119,6 +135,16 @@ export class SessionStore {
     return out;
   }
 
+  /** Those of `ids` that have had a call refused over their call budget, with their refusal counts. */
+  async budgetSpent(ids: readonly string[]): Promise<BudgetSpentResponse['sessions']> {
+    const rows = await this.sql.query<{ id: string; refused_budget: number; refused_rate: number }>(
+      'gw_sessions_budget_spent',
+      `SELECT "id", "refused_budget", "refused_rate" FROM "gateway_sessions" WHERE "id" = ANY($1::varchar[]) AND "refused_budget" > 0`,
+      [ids],
+    );
+    return rows.map((r) => ({ sessionId: r.id, callsRefused: { budget: Number(r.refused_budget), rate: Number(r.refused_rate) } }));
+  }
+
   /** Closes an open session (idempotent: a closed one keeps its first close time and reason). */
   async close(id: string, reason: 'closed' | 'expired'): Promise<GatewaySession | null> {
     await this.ds.query(
@@ -144,5 +170,10 @@ export function sessionState(s: GatewaySession): SessionState {
     expiresAt: s.expiresAt ? s.expiresAt.getTime() : null,
     closedAt: s.closedAt ? s.closedAt.getTime() : null,
     closeReason: s.closeReason,
+    maxCalls: s.maxCalls,
+    callsPerSecond: s.callsPerSecond,
+    callBurst: s.callBurst,
+    callsAdmitted: s.callsAdmitted,
+    callsRefused: { budget: s.refusedBudget, rate: s.refusedRate },
   };
 }

@@ -56,6 +56,9 @@ export interface GatewayHarness {
       expiresAt: number;
       maxContextTokens: number;
       weightSwap: 'finish' | 'abort-and-resume';
+      maxCalls: number;
+      callsPerSecond: number;
+      callBurst: number;
     }>,
   ): Promise<{ sessionId: string; apiKey: string; baseUrl: string }>;
   admin(path: string, init?: RequestInit): Promise<Response>;

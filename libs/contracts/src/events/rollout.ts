@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { callsRefusedSchema } from '../api/sessions';
 import { id, policyVersion, timestampMs } from './common';
 
 export const ROLLOUT_FINISH_REASONS = ['completed', 'max_context', 'max_steps', 'timeout', 'env_error', 'aborted'] as const;
@@ -51,5 +52,11 @@ export const rolloutCompletedV1 = z.object({
   versionsSpanned: z.number().int().positive().optional(),
   /** Whether the verifier judged the task solved (null when it never ran). */
   success: z.boolean().nullable().optional(),
+  /**
+   * Calls of the rollout's gateway session refused by its call limits (answered 429, recorded
+   * nowhere): over its call budget (the rollout then ends as max_steps) and over its rate limit.
+   * Optional: absent in older events.
+   */
+  callsRefused: callsRefusedSchema.optional(),
 });
 export type RolloutCompletedV1 = z.infer<typeof rolloutCompletedV1>;

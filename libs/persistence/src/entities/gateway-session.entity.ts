@@ -67,4 +67,34 @@ export class GatewaySession {
   /** What a weight update does to the session's running generations ('finish' | 'abort-and-resume'); null: the inference-proxy's policy. */
   @Column({ name: 'weight_swap', type: 'varchar', length: 16, nullable: true })
   weightSwap!: 'finish' | 'abort-and-resume' | null;
+
+  /** The call budget: calls answered at most (null: none). */
+  @Column({ name: 'max_calls', type: 'integer', nullable: true })
+  maxCalls!: number | null;
+
+  /** The rate limit: the token bucket's refill per second (null: none). */
+  @Column({ name: 'calls_per_second', type: 'double precision', nullable: true })
+  callsPerSecond!: number | null;
+
+  /** The token bucket's size (null without a rate limit). */
+  @Column({ name: 'call_burst', type: 'integer', nullable: true })
+  callBurst!: number | null;
+
+  /** Calls admitted against the budget (a call that fails unanswered gives its place back). */
+  @Column({ name: 'calls_admitted', type: 'integer', default: 0 })
+  callsAdmitted!: number;
+
+  /** The bucket's tokens as of rate_at (null: full). */
+  @Column({ name: 'rate_tokens', type: 'double precision', nullable: true })
+  rateTokens!: number | null;
+
+  @Column({ ...timeColumn, name: 'rate_at', nullable: true })
+  rateAt!: Date | null;
+
+  /** Calls refused over the budget, and over the rate limit (answered 429, recorded nowhere else). */
+  @Column({ name: 'refused_budget', type: 'integer', default: 0 })
+  refusedBudget!: number;
+
+  @Column({ name: 'refused_rate', type: 'integer', default: 0 })
+  refusedRate!: number;
 }

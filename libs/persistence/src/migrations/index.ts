@@ -11,6 +11,7 @@ import { RolloutManagerQueueSequence1796600000200 } from './1796600000200-rollou
 import { DataPoolSettledAt1796700000000 } from './1796700000000-data-pool-settled-at';
 import { GatewaySessionWeightSwap1796800000000 } from './1796800000000-gateway-session-weight-swap';
 import { GatewayResponses1796900000000 } from './1796900000000-gateway-responses';
+import { GatewaySessionCallLimits1797000000500 } from './1797000000500-gateway-session-call-limits';
 
 /** Every migration, in order, registered explicitly (no globs: works from src and dist alike). */
 export const MIGRATIONS = [
@@ -27,4 +28,5 @@ export const MIGRATIONS = [
   DataPoolSettledAt1796700000000,
   GatewaySessionWeightSwap1796800000000,
   GatewayResponses1796900000000,
+  GatewaySessionCallLimits1797000000500,
 ];
