@@ -2,7 +2,7 @@ import { createEvent, llmCallDelta, type EventEnvelope, type LlmCallRecordedV1 }
 import type { GatewaySession } from '@anvil/persistence';
 import { context } from '@opentelemetry/api';
 import { storedCapture, type CaptureState, type CaptureStore } from './capture-store';
-import type { RecordCommitter } from './record-committer';
+import type { RecordCommitter, SessionStateRow } from './record-committer';
 
 export { RecordNotDurableError } from './record-committer';
 
@@ -76,7 +76,7 @@ export class CallRecorder {
     session: GatewaySession,
     model: string,
     calls: readonly AnsweredCall[],
-    opts: { newBranches: number; parent: CaptureState | null },
+    opts: { newBranches: number; parent: CaptureState | null; responses?: readonly SessionStateRow[] },
   ): Promise<{ firstTurn: number } | null> {
     // The batch is published later, from the relay: each event keeps its own call's trace.
     const trace = context.active();
@@ -86,9 +86,18 @@ export class CallRecorder {
       newBranches: opts.newBranches,
       captures: calls.flatMap((c, turn) => (c.capture ? [{ turn, row: storedCapture({ ...c.capture, turnIndex: 0 }, opts.parent) }] : [])),
       records: this.events(session, model, calls, 0),
+      ...(opts.responses?.length ? { responses: opts.responses } : {}),
       trace,
     });
     if (result) calls.forEach((c, i) => c.capture && this.captures.remember({ ...c.capture, turnIndex: result.firstTurn + i }));
     return result;
+  }
+
+  /**
+   * Session state without records (capture off): the same statement with no calls, so it is
+   * still written only while the session is open. False when the session was closed meanwhile.
+   */
+  async storeOnly(sessionId: string, responses: readonly SessionStateRow[]): Promise<boolean> {
+    return (await this.committer.commit({ sessionId, calls: 0, newBranches: 0, captures: [], records: [], responses })) !== null;
   }
 }

@@ -6,6 +6,16 @@ import type { StoredCapture } from './capture-store';
 import type { OutboxRelay } from './outbox-relay';
 import { encodeOutboxRow, withAbsoluteTurn, type OutboxEntry } from './outbox-row';
 
+/** Session state an answer depends on, written by the statement that records its calls (a stored Responses API response). */
+export interface SessionStateRow {
+  id: string;
+  sessionId: string;
+  previousResponseId: string | null;
+  callId: string;
+  conversationJson: string;
+  responseJson: string;
+}
+
 /** The call could not be made durable (the database refused it): it must not be answered. */
 export class RecordNotDurableError extends Error {
   override readonly name = 'RecordNotDurableError';
@@ -25,6 +35,8 @@ export interface CommitRequest {
    * (0..calls-1): the committer publishes copies numbered from the first turn it reserves.
    */
   records: readonly EventEnvelope<'llm_call.recorded'>[];
+  /** Stored responses of these calls (gateway_responses): durable with them, or not at all. */
+  responses?: readonly SessionStateRow[];
   /** The trace the published events carry (the call's, although the relay publishes them later, in a batch with others). */
   trace?: Context;
 }
@@ -126,6 +138,7 @@ export class RecordCommitter {
     }
     const rows = batch.flatMap((p) => p.req.captures.map((c) => ({ k: p.offset + c.turn, row: c.row })));
     const outbox = batch.flatMap((p) => (encoded.get(p) ?? []).map((o) => ({ ...o, k: p.offset + o.k })));
+    const responses = batch.flatMap((p) => p.req.responses ?? []);
     const published = this.relay.takePublished();
     let reserved: { id: string; first_turn: number }[];
     try {
@@ -154,6 +167,12 @@ export class RecordCommitter {
         outbox.map((o) => o.promptFromCapture),
         outbox.map((o) => o.reusedPromptTokens),
         published,
+        responses.map((r) => r.id),
+        responses.map((r) => r.sessionId),
+        responses.map((r) => r.previousResponseId),
+        responses.map((r) => r.callId),
+        responses.map((r) => r.conversationJson),
+        responses.map((r) => r.responseJson),
       ]);
     } catch (err) {
       this.relay.returnPublished(published);
@@ -190,8 +209,9 @@ function outboxEntries(req: CommitRequest): OutboxEntry[] {
  * Reserves turns for each session of the batch (v: session, calls, new branches; an UPDATE
  * only of open sessions), inserts the capture rows and outbox events of the sessions it
  * reserved for (a row of a closed session finds no `r` and is dropped), numbering each
- * first_turn + k, and deletes the outbox rows of published events ($24). Data-modifying CTEs
- * run whether or not the final SELECT reads them.
+ * first_turn + k, stores the Responses API responses of those sessions ($25-$30), and deletes
+ * the outbox rows of published events ($24). Data-modifying CTEs run whether or not the final
+ * SELECT reads them.
  */
 const COMMIT_SQL = `WITH "v" AS (
     SELECT * FROM unnest($1::varchar[], $2::int[], $3::int[]) AS v("session_id", "calls", "branches")
@@ -214,5 +234,10 @@ const COMMIT_SQL = `WITH "v" AS (
     JOIN "r" ON r."id" = o."session_id"
   ), "del" AS (
     DELETE FROM "gateway_outbox" WHERE "event_id" = ANY($24::varchar[])
+  ), "resp" AS (
+    INSERT INTO "gateway_responses" ("id", "session_id", "previous_response_id", "call_id", "conversation_json", "response_json")
+    SELECT x."id", x."session_id", x."prev", x."call_id", x."cj", x."rj"
+    FROM unnest($25::varchar[], $26::varchar[], $27::varchar[], $28::varchar[], $29::text[], $30::text[]) AS x("id", "session_id", "prev", "call_id", "cj", "rj")
+    JOIN "r" ON r."id" = x."session_id"
   )
   SELECT "id", "first_turn" FROM "r"`;

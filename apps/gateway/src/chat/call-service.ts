@@ -14,6 +14,7 @@ import type { Logger } from '@anvil/observability';
 import { linkAbort } from '@anvil/service-kit';
 import type { AnsweredCall, CallRecorder } from '../capture/call-recorder';
 import { RecordNotDurableError } from '../capture/call-recorder';
+import type { SessionStateRow } from '../capture/record-committer';
 import type { CaptureRow, CaptureStore } from '../capture/capture-store';
 import { planPrompt, type PlannedPrompt } from '../capture/prompt-planner';
 import { RenderCache } from '../capture/render-cache';
@@ -81,6 +82,12 @@ export interface CallRequest {
 export interface CallHooks {
   /** Returns what should see each choice's text as it grows (SSE), if anything. */
   prepared?: (call: PreparedCall) => ((index: number, text: string) => void) | void;
+  /**
+   * Session state the answer depends on (the Responses API's stored response), given the
+   * choices as they will be answered: written by the statement that records the call, so the
+   * two are durable together or not at all.
+   */
+  sessionState?: (call: PreparedCall, choices: readonly ChoiceResult[]) => SessionStateRow[];
 }
 
 export interface CallServiceDeps {
@@ -121,7 +128,7 @@ export class CallService {
     try {
       const onText = hooks.prepared?.(call) ?? undefined;
       const generations = await this.generate(call, { signal: req.signal, onText });
-      return { call, choices: await this.record(call, generations) };
+      return { call, choices: await this.record(call, generations, hooks.sessionState) };
     } catch (err) {
       // Not answered (failed, or the agent gone): its calls go back to the budget.
       await limited.release();
@@ -379,7 +386,11 @@ export class CallService {
   }
 
   /** Turns generations into replies and records them durably (throws instead when that fails). */
-  private async record(call: PreparedCall, generations: GenerationResult[]): Promise<ChoiceResult[]> {
+  private async record(
+    call: PreparedCall,
+    generations: GenerationResult[],
+    sessionState?: CallHooks['sessionState'],
+  ): Promise<ChoiceResult[]> {
     const { session, plan } = call;
     const fmt = call.model.format;
     const replies = generations.map((g, i) =>
@@ -409,10 +420,14 @@ export class CallService {
         turnIndex: firstTurn + i,
         branchId,
       }));
+    // The turn index is not part of any session state row, so the rows are built before it is known.
+    const state = sessionState?.(call, results(session.callCount)) ?? [];
     if (this.d.config.GATEWAY_CAPTURE === 'off') {
       // Capture off: nothing is recorded, so no turn is reserved and no capture state written
       // (see config.ts); turn indexes are then only what the session had counted before.
       this.d.metrics.records.inc({ outcome: 'skipped' }, generations.length);
+      if (state.length > 0 && !(await this.storeState(session, state)))
+        throw new GatewayError('gone', 'this session was closed while the call ran', 'session_closed');
       return results(session.callCount);
     }
     const answered: AnsweredCall[] = generations.map((g, i) => {
@@ -456,6 +471,7 @@ export class CallService {
       recorded = await this.d.recorder.record(session, call.model.name, answered, {
         newBranches: plan.parent ? 0 : 1,
         parent: plan.parent,
+        responses: state,
       });
     } catch (err) {
       this.d.metrics.records.inc({ outcome: 'failed' }, answered.length);
@@ -475,6 +491,21 @@ export class CallService {
       generations.reduce((s, g) => s + g.outputIds.length, 0),
     );
     return results(recorded.firstTurn);
+  }
+
+  /** Session state written on its own (capture off); false when the session was closed meanwhile. */
+  private async storeState(session: GatewaySession, state: SessionStateRow[]): Promise<boolean> {
+    try {
+      return await this.d.recorder.storeOnly(session.id, state);
+    } catch (err) {
+      if (err instanceof RecordNotDurableError)
+        throw new GatewayError(
+          'unavailable',
+          'the response could not be stored durably, so it is not answered; retry',
+          'record_unavailable',
+        );
+      throw err;
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 import type { FastifyReply } from 'fastify';
 import type { Logger } from '@anvil/observability';
 import type { ApiError, ErrorFilterOptions } from '@anvil/service-kit';
-import type { CallRequest, CallService, ChoiceResult } from '../chat/call-service';
+import type { CallHooks, CallRequest, CallService, ChoiceResult } from '../chat/call-service';
 import type { PreparedCall } from '../chat/prepared-call';
 import { GatewayError } from '../errors';
 import type { InFlightCalls } from '../lifecycle/in-flight';
@@ -27,6 +27,8 @@ export interface EndpointSpec<S extends TextStream> {
   shape: ErrorShape;
   /** The call request (may look things up first; GatewayErrors are answered in this API's shape). */
   request(): Promise<Omit<CallRequest, 'receivedAt' | 'signal'>>;
+  /** Session state recorded with the call (CallHooks.sessionState). */
+  sessionState?: CallHooks['sessionState'];
   /** The stream of a prepared call that asked for one (opened before generation starts). */
   openStream(call: PreparedCall): S;
   /** Answers the recorded call, through `stream` when there is one; `gone`: the client hung up (recorded, nobody listening). */
@@ -75,6 +77,7 @@ export class CallEndpoint {
             stream = s;
             return (index, text) => s.text(index, text);
           },
+          ...(spec.sessionState ? { sessionState: spec.sessionState } : {}),
         },
       );
       this.metrics.callSeconds.observe({ route: spec.route, stream: String(call.stream) }, (Date.now() - receivedAt) / 1000);

@@ -5,9 +5,9 @@ import { sessionIdOfKey } from '../auth/api-key';
 import { bearer, type SessionAuthenticator } from '../auth/session-auth';
 import { GatewayError } from '../errors';
 import { describeSchemaError } from '../openai/chat-request';
-import type { ResponseStore } from '../responses/response-store';
+import { storedResponseRow, type ResponseStore } from '../responses/response-store';
 import { referencedItems, resolveReferences, toChatForm, type ResponsesInput } from '../responses/responses-input';
-import { responseEcho, responseIds, responseObject, type ResponseEcho } from '../responses/responses-output';
+import { responseEcho, responseIds, responseObject, type ResponseEcho, type ResponseObject } from '../responses/responses-output';
 import { responsesRequestSchema } from '../responses/responses-request';
 import { openResponsesStream, type ResponsesStream } from '../responses/responses-sse';
 import { CALL_ENDPOINT, RESPONSE_STORE, SESSION_AUTH } from '../tokens';
@@ -34,6 +34,7 @@ export class ResponsesController {
     const authorization = req.headers.authorization;
     let input: ResponsesInput | undefined;
     let echo: ResponseEcho | undefined;
+    let response: ResponseObject | undefined;
     const headers = (extra: Record<string, string>) => ({ ...extra, ...ignoredToolsHeader(input?.ignoredTools ?? []) });
     await this.endpoint.run<ResponsesStream>(reply, {
       route: 'responses',
@@ -57,20 +58,18 @@ export class ResponsesController {
         return { kind: 'chat', body: undefined, chat: input.chat, authorization, sessionKey };
       },
       openStream: (call) => openResponsesStream(call, echo as ResponseEcho, reply, headers(captureHeaders(call))),
-      complete: async (call, choices, stream, gone) => {
+      // The response object is built once, and stored by the statement that records the call.
+      sessionState: (call, choices) => {
         const e = echo as ResponseEcho;
-        const response = responseObject(call, e, choices[0]);
+        response = responseObject(call, e, choices[0]);
         const message = choices[0].reply?.message;
-        if (e.store && message) {
-          await this.store.save({
-            id: responseIds(call).response,
-            sessionId: call.session.id,
-            previousResponseId: e.previousResponseId,
-            callId: call.callIds[0],
-            conversation: [...(input as ResponsesInput).added, message as ChatFormMessage],
-            response,
-          });
-        }
+        if (!e.store || !message) return [];
+        const conversation = [...(input as ResponsesInput).added, message as ChatFormMessage];
+        const row = { id: responseIds(call).response, sessionId: call.session.id, previousResponseId: e.previousResponseId };
+        return [storedResponseRow({ ...row, callId: call.callIds[0], conversation, response })];
+      },
+      complete: (call, choices, stream, gone) => {
+        response ??= responseObject(call, echo as ResponseEcho, choices[0]);
         if (stream) return stream.finish(choices, response);
         if (gone) return;
         void reply

@@ -1,4 +1,5 @@
 import type { ChatFormMessage } from '../adapters/chat-form';
+import type { SessionStateRow } from '../capture/record-committer';
 import type { SqlClient } from '../db/sql-client';
 
 export interface StoredResponse {
@@ -11,23 +12,25 @@ export interface StoredResponse {
   response: unknown;
 }
 
+/** A response as the statement that records its call stores it (RecordCommitter). */
+export const storedResponseRow = (r: StoredResponse): SessionStateRow => ({
+  id: r.id,
+  sessionId: r.sessionId,
+  previousResponseId: r.previousResponseId,
+  callId: r.callId,
+  conversationJson: JSON.stringify(r.conversation),
+  responseJson: JSON.stringify(r.response),
+});
+
 /**
  * The Responses API's stored responses (gateway_responses), in PostgreSQL like every other piece
- * of session state, so any gateway instance continues a chain another one started. Every lookup
- * is scoped to the session the request's key names: a response of another session is as absent
- * as one that never existed.
+ * of session state, so any gateway instance continues a chain another one started. They are
+ * written by the statement that records their call (storedResponseRow); every lookup is scoped
+ * to the session the request's key names: a response of another session is as absent as one
+ * that never existed.
  */
 export class ResponseStore {
   constructor(private readonly sql: SqlClient) {}
-
-  async save(r: StoredResponse): Promise<void> {
-    await this.sql.query(
-      'gw_response_insert',
-      `INSERT INTO gateway_responses (id, session_id, previous_response_id, call_id, conversation_json, response_json)
-       VALUES ($1, $2, $3, $4, $5, $6)`,
-      [r.id, r.sessionId, r.previousResponseId, r.callId, JSON.stringify(r.conversation), JSON.stringify(r.response)],
-    );
-  }
 
   /** The response object as it was answered, or null. */
   async get(sessionId: string, id: string): Promise<unknown> {

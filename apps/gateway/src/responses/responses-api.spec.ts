@@ -273,3 +273,36 @@ describe('POST /v1/responses (official openai SDK)', () => {
     expect(await viaUrl.responses.retrieve(r.id)).toMatchObject({ id: r.id });
   });
 });
+
+describe('POST /v1/responses with GATEWAY_CAPTURE=off', () => {
+  let h: GatewayHarness;
+  beforeAll(async () => {
+    h = await startGatewayHarness({ script, env: { GATEWAY_CAPTURE: 'off' } });
+  });
+  afterAll(async () => {
+    await h?.close();
+  });
+
+  it('still stores responses (nothing is recorded): previous_response_id and GET work, each call a branch', async () => {
+    const s = await h.createSession();
+    const client = new OpenAI({ baseURL: `${h.baseUrl}/v1`, apiKey: s.apiKey, maxRetries: 0 });
+    const first = await client.responses.create({ model: 'anvil-tiny', input: 'hello' });
+    const second = await client.responses.create({ model: 'anvil-tiny', input: 'again', previous_response_id: first.id }).withResponse();
+    expect(second.data.output_text).toBe('reply 2');
+    expect(headerOf(second.response).capture).toMatch(/^branch:/);
+    // The follow-up's prompt is the whole conversation, rendered afresh.
+    const sent = h.requestsFor(s.sessionId)[1];
+    expect(tok.decode(sent.promptIds)).toBe(
+      tiny.template.render(
+        [
+          { role: 'user', content: 'hello' },
+          { role: 'assistant', content: 'reply 1' },
+          { role: 'user', content: 'again' },
+        ],
+        { addGenerationPrompt: true },
+      ),
+    );
+    expect(await client.responses.retrieve(second.data.id)).toMatchObject({ id: second.data.id, previous_response_id: first.id });
+    expect(h.records).toHaveLength(0);
+  });
+});
