@@ -54,7 +54,10 @@ describe('chat formats', () => {
         '{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}',
       );
       const f = loadChatFormat(dir);
-      expect(f.toolCallFormat).toBe('none');
+      // a template without tool support: the gateway writes tools into the system prompt and reads Hermes calls back
+      expect(f.toolPrompt).toBe('system');
+      expect(f.toolCallFormat).toBe('hermes');
+      expect(loadChatFormat(dir, { toolPrompt: 'template' }).toolCallFormat).toBe('none');
       expect(f.reasoning).toBe(false);
       expect(f.tokenizer.eosTokenIds).toEqual([151645, 151643]);
       expect(f.stopTokenIds.sort()).toEqual([151643, 151645]);

@@ -16,6 +16,33 @@ export interface ChatFormat {
   reasoning: boolean;
   /** Ids that end generation: the tokenizer's EOS ids and the template's end-of-turn token. */
   stopTokenIds: number[];
+  /** The template's end-of-turn token (its text), which closes an assistant turn; null when it has none. */
+  endOfTurn: string | null;
+  /** Whether the template renders tools itself or the gateway writes them into the system prompt (tool-prompt.ts). */
+  toolPrompt: 'template' | 'system';
+}
+
+/** How tools reach the model: 'auto' detects whether the template renders them (else 'system'). */
+export type ToolPromptMode = 'auto' | 'template' | 'system';
+
+export interface ChatFormatOptions {
+  /** Default 'auto'. */
+  toolPrompt?: ToolPromptMode;
+}
+
+const TOOL_PROBE = 'anvil_tool_support_probe';
+
+/** Whether a template renders the tools it is given (a probe tool's name shows up in its text). */
+export function templateRendersTools(template: ChatTemplate): boolean {
+  try {
+    const text = template.render([{ role: 'user', content: 'u' }], {
+      tools: [{ type: 'function', function: { name: TOOL_PROBE, parameters: { type: 'object', properties: {} } } }],
+      addGenerationPrompt: true,
+    });
+    return text.includes(TOOL_PROBE);
+  } catch {
+    return false;
+  }
 }
 
 /** Tool-call syntax a template teaches the model. */
@@ -48,8 +75,18 @@ export function detectEndOfTurn(template: ChatTemplate, tokenizer: Tokenizer): n
   return best === null ? null : (tokenizer.addedTokens.get(best) ?? null);
 }
 
-function chatFormatFrom(name: string, tokenizer: Tokenizer, source: string, specialTokens: Record<string, unknown>): ChatFormat {
-  const template = new ChatTemplate(source, { specialTokens });
+/** A chat format from a tokenizer and a template's source (`specialTokens`: the variables Hugging Face passes to templates). */
+export function chatFormatOf(
+  name: string,
+  tokenizer: Tokenizer,
+  source: string,
+  specialTokens: Record<string, unknown>,
+  options: ChatFormatOptions = {},
+): ChatFormat {
+  let template = new ChatTemplate(source, { specialTokens });
+  const mode = options.toolPrompt ?? 'auto';
+  const toolPrompt = mode === 'auto' ? (templateRendersTools(template) ? 'template' : 'system') : mode;
+  if (toolPrompt === 'system') template = new ChatTemplate(source, { specialTokens, toolPrompt });
   const stop = new Set(tokenizer.eosTokenIds);
   const eot = detectEndOfTurn(template, tokenizer);
   if (eot !== null) stop.add(eot);
@@ -63,9 +100,12 @@ function chatFormatFrom(name: string, tokenizer: Tokenizer, source: string, spec
     name,
     tokenizer,
     template,
-    toolCallFormat: detectToolCallFormat(source),
+    // tools written by the gateway ask for Hermes calls, whatever else the template mentions
+    toolCallFormat: toolPrompt === 'system' ? 'hermes' : detectToolCallFormat(source),
     reasoning: source.includes('<think>'),
     stopTokenIds: [...stop],
+    endOfTurn: eot === null ? null : (tokenizer.idToToken(eot) ?? null),
+    toolPrompt,
   };
 }
 
@@ -100,11 +140,11 @@ export interface ChatFormatFiles extends HfTokenizerFiles {
 }
 
 /** A chat format from parsed Hugging Face files. */
-export function chatFormatFromFiles(files: ChatFormatFiles, name = 'hf'): ChatFormat {
+export function chatFormatFromFiles(files: ChatFormatFiles, name = 'hf', options: ChatFormatOptions = {}): ChatFormat {
   const tokenizer = new HfTokenizer(files);
   const source = files.chatTemplate ?? configChatTemplate(tokenizer.config);
   if (source === null) throw new Error(`${name}: no chat template (tokenizer_config.json chat_template or chat_template.jinja)`);
-  return chatFormatFrom(name, tokenizer, source, templateSpecialTokens(tokenizer.config));
+  return chatFormatOf(name, tokenizer, source, templateSpecialTokens(tokenizer.config), options);
 }
 
 /**
@@ -112,7 +152,7 @@ export function chatFormatFromFiles(files: ChatFormatFiles, name = 'hf'): ChatFo
  * generation_config.json (EOS ids) and the chat template (chat_template.jinja, chat_template.json,
  * or tokenizer_config.json's chat_template).
  */
-export function loadChatFormat(dir: string): ChatFormat {
+export function loadChatFormat(dir: string, options: ChatFormatOptions = {}): ChatFormat {
   const files: ChatFormatFiles = readHfTokenizerFiles(dir);
   const jinja = join(dir, 'chat_template.jinja');
   const json = join(dir, 'chat_template.json');
@@ -121,10 +161,10 @@ export function loadChatFormat(dir: string): ChatFormat {
     const t = (JSON.parse(readFileSync(json, 'utf8')) as { chat_template?: unknown }).chat_template;
     if (typeof t === 'string') files.chatTemplate = t;
   }
-  return chatFormatFromFiles(files, dir);
+  return chatFormatFromFiles(files, dir, options);
 }
 
 /** The built-in tiny model's format: byte-level tokenizer (see ByteTokenizer) and its ChatML template. */
 export function tinyChatFormat(): ChatFormat {
-  return chatFormatFrom('tiny', new ByteTokenizer(), TINY_CHAT_TEMPLATE, { eos_token: '<|im_end|>', pad_token: '<|endoftext|>' });
+  return chatFormatOf('tiny', new ByteTokenizer(), TINY_CHAT_TEMPLATE, { eos_token: '<|im_end|>', pad_token: '<|endoftext|>' });
 }

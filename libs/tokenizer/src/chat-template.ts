@@ -1,4 +1,5 @@
 import { Template } from '@huggingface/jinja';
+import { renderToolsAsText } from './tool-prompt';
 import type { ChatMessage, TextPart, ToolDefinition } from './types';
 
 export interface ChatTemplateOptions {
@@ -14,6 +15,13 @@ export interface ChatTemplateOptions {
    * Hugging Face templates expect, e.g. Qwen2.5 and Llama 3.1 apply `tojson`).
    */
   toolArguments?: 'auto' | 'object' | 'string';
+  /**
+   * Where tools, tool calls and tool results come from in the rendered text: 'template' (the
+   * template renders them itself; default), or 'system' for a template without tool support:
+   * the conversation is rewritten first (tool-prompt.ts: tools described in the system message,
+   * calls as Hermes `<tool_call>` text, results as `<tool_response>` user turns).
+   */
+  toolPrompt?: 'template' | 'system';
 }
 
 export interface RenderOptions {
@@ -62,6 +70,7 @@ export function messageReasoning(m: ChatMessage): string | undefined {
 export class ChatTemplate {
   readonly source: string;
   readonly argumentsAsString: boolean;
+  readonly toolPrompt: 'template' | 'system';
   private readonly template: Template;
   private readonly specialTokens: Record<string, unknown>;
 
@@ -72,6 +81,7 @@ export class ChatTemplate {
     this.specialTokens = { ...(options.specialTokens ?? {}) };
     const mode = options.toolArguments ?? 'auto';
     this.argumentsAsString = mode === 'string' || (mode === 'auto' && /arguments\s+is\s+string/.test(source));
+    this.toolPrompt = options.toolPrompt ?? 'template';
   }
 
   /** OpenAI-shaped messages -> the dicts Hugging Face templates read. */
@@ -99,12 +109,13 @@ export class ChatTemplate {
   }
 
   render(messages: readonly ChatMessage[], options: RenderOptions = {}): string {
+    const asText = this.toolPrompt === 'system';
     const ctx: Record<string, unknown> = {
       ...(options.extra ?? {}),
-      messages: this.toTemplateMessages(messages),
+      messages: this.toTemplateMessages(asText ? renderToolsAsText(messages, options.tools) : messages),
       add_generation_prompt: options.addGenerationPrompt === true,
     };
-    if (options.tools && options.tools.length > 0) ctx.tools = options.tools;
+    if (!asText && options.tools && options.tools.length > 0) ctx.tools = options.tools;
     return this.renderContext(ctx);
   }
 

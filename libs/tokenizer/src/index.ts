@@ -13,6 +13,7 @@ export {
 } from './chat-template';
 export { TINY_CHAT_TEMPLATE } from './tiny-template';
 export * from './tool-calls';
-export { forcedToolCallOpening } from './forced-tool-call';
+export { renderToolsAsText, toolsSystemText, toolCallText, TOOLS_PREAMBLE, TOOLS_INSTRUCTION } from './tool-prompt';
+export { forcedToolCallOpening, toolCallFrame, type ToolCallTemplateFrame } from './forced-tool-call';
 export * from './continuation';
 export * from './chat-format';
