@@ -61,8 +61,8 @@ export async function resolveSpec(spec: SandboxSpec): Promise<ResolvedSpec> {
     }
   }
   const limits = limitsOf(spec.limits, problems);
-  if (problems.length) throw new SandboxSpecError(label, problems);
-  return { ...spec, workspace: workspace!, env, readOnlyPaths, limits: limits! };
+  if (problems.length || !workspace || !limits) throw new SandboxSpecError(label, problems);
+  return { ...spec, workspace, env, readOnlyPaths, limits };
 }
 
 async function directory(p: unknown, name: string, problems: string[]): Promise<string | null> {

@@ -96,8 +96,8 @@ export function superviseRun(launch: Launch, spec: ResolvedSpec, clock: WallCloc
     cap.push(d);
     if (limits.outputBytes !== undefined && out.total + err.total > limits.outputBytes) stop('limit', 'output');
   };
-  child.stdout!.on('data', count(out));
-  child.stderr!.on('data', count(err));
+  (child.stdio[1] as Readable).on('data', count(out));
+  (child.stdio[2] as Readable).on('data', count(err));
   const info = child.stdio[3] as Readable;
   info.on(
     'data',
@@ -115,9 +115,9 @@ export function superviseRun(launch: Launch, spec: ResolvedSpec, clock: WallCloc
       }
     });
   }
-  if (launch.stdin && 'text' in launch.stdin) {
-    child.stdin!.on('error', () => undefined); // a program that never reads its stdin closes it early
-    child.stdin!.end(launch.stdin.text);
+  if (launch.stdin && 'text' in launch.stdin && child.stdin) {
+    child.stdin.on('error', () => undefined); // a program that never reads its stdin closes it early
+    child.stdin.end(launch.stdin.text);
   }
 
   return new Promise<SandboxResult>((resolve) => {

@@ -41,7 +41,7 @@ export class LocalSandbox implements SandboxBackend {
   private readonly busy = new Set<string>();
 
   private constructor(
-    private readonly tools: SandboxTools,
+    private readonly tools: SandboxTools & { bwrap: string },
     opts: LocalBackendOptions,
     private readonly logger: SandboxLogger,
   ) {
@@ -56,13 +56,14 @@ export class LocalSandbox implements SandboxBackend {
   static async create(opts: LocalBackendOptions = {}): Promise<LocalSandbox> {
     const logger = opts.logger ?? stderrLogger;
     const tools = ensureSandboxTools({ install: opts.install, local: true, runtimeDir: opts.runtimeDir, log: (l) => logger.info(l) });
-    if (!tools.bwrap) throw new SandboxUnavailableError('bubblewrap (bwrap) is missing: apt-get install bubblewrap');
+    const { bwrap } = tools;
+    if (!bwrap) throw new SandboxUnavailableError('bubblewrap (bwrap) is missing: apt-get install bubblewrap');
     if (isRoot() && !tools.setpriv) throw new SandboxUnavailableError("util-linux's setpriv is missing: apt-get install util-linux");
-    const backend = new LocalSandbox(tools, opts, logger);
+    const backend = new LocalSandbox({ ...tools, bwrap }, opts, logger);
     removeDeadHostsDirs(backend.base);
     const lease = await backend.pool?.acquire();
     try {
-      checkUserNamespaces(tools.bwrap, tools.setpriv, lease?.uid ?? null);
+      checkUserNamespaces(bwrap, tools.setpriv, lease?.uid ?? null);
     } finally {
       await lease?.release();
     }
@@ -129,14 +130,17 @@ export class LocalSandbox implements SandboxBackend {
         ...(spec.session ? sessionEnv(`http://127.0.0.1:${RELAY_PORT}`) : {}),
       };
       const args = bwrapArgs({ spec, runtimeDir: dir, init: this.tools.init, cwd: spec.cwd ?? spec.workspace });
-      const dropUid = ids
-        ? ['--reuid', String(ids.uid), '--regid', String(ids.gid), '--clear-groups', '--pdeathsig', 'SIGKILL', '--', this.tools.bwrap!]
-        : [];
+      // As root, bwrap runs as the sandbox's uid (an unprivileged user, so it builds a user namespace).
+      const { bwrap, setpriv } = this.tools;
+      const [file, prefix] =
+        ids && setpriv
+          ? [setpriv, ['--reuid', String(ids.uid), '--regid', String(ids.gid), '--clear-groups', '--pdeathsig', 'SIGKILL', '--', bwrap]]
+          : [bwrap, []];
       return await superviseRun(
         {
           backend: this.kind,
-          file: ids ? this.tools.setpriv! : this.tools.bwrap!,
-          args: [...dropUid, ...args],
+          file,
+          args: [...prefix, ...args],
           env,
           cwd: '/',
           stdin: stdinFd !== undefined ? { fd: stdinFd } : spec.stdin && 'text' in spec.stdin ? { text: spec.stdin.text } : null,

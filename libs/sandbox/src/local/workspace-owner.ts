@@ -12,8 +12,7 @@ export interface Owner {
  */
 export async function chownTree(root: string, owner: Owner): Promise<void> {
   const stack = [root];
-  while (stack.length) {
-    const dir = stack.pop()!;
+  for (let dir = stack.pop(); dir !== undefined; dir = stack.pop()) {
     await lchown(dir, owner.uid, owner.gid);
     for (const e of await readdir(dir, { withFileTypes: true })) {
       const p = join(dir, e.name);
