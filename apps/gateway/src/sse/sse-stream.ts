@@ -18,6 +18,7 @@ export interface CallStream {
  */
 export class SseStream {
   private started = false;
+  private corked = false;
 
   constructor(private readonly raw: ServerResponse) {}
 
@@ -27,7 +28,7 @@ export class SseStream {
 
   send(data: unknown): void {
     this.start();
-    if (!this.closed) this.raw.write(`data: ${JSON.stringify(data)}\n\n`);
+    this.write(`data: ${JSON.stringify(data)}\n\n`);
   }
 
   done(): void {
@@ -38,7 +39,25 @@ export class SseStream {
   /** A named event (`event: <name>`), as the Responses and Messages APIs stream them. */
   event(name: string, data: unknown): void {
     this.start();
-    if (!this.closed) this.raw.write(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);
+    this.write(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);
+  }
+
+  /**
+   * Events written in the same tick leave in one send: a Responses or Messages answer is a
+   * burst of small events (item added, part added, deltas, done, completed), each of which
+   * would otherwise be its own packet and syscall.
+   */
+  private write(text: string): void {
+    if (this.closed) return;
+    if (!this.corked) {
+      this.corked = true;
+      this.raw.cork();
+      process.nextTick(() => {
+        this.corked = false;
+        this.raw.uncork();
+      });
+    }
+    this.raw.write(text);
   }
 
   /** Ends a stream of named events (those APIs send no [DONE]). */
