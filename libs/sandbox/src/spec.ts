@@ -1,5 +1,5 @@
 import { realpath, stat } from 'node:fs/promises';
-import { isAbsolute } from 'node:path';
+import { isAbsolute, resolve } from 'node:path';
 import { SandboxSpecError } from './errors';
 import { SESSION_ENV, type SandboxLimits, type SandboxSpec } from './types';
 
@@ -8,10 +8,20 @@ const MiB = 1024 * 1024;
 export type ResolvedLimits = Required<Pick<SandboxLimits, 'wallMs' | 'killGraceMs' | 'tmpfsBytes' | 'stdoutBytes' | 'stderrBytes'>> &
   Pick<SandboxLimits, 'cpuSeconds' | 'memoryBytes' | 'processes' | 'fileSizeBytes' | 'outputBytes'>;
 
+/** A host path and where it appears inside: at the path the spec names, its symlinks resolved on the host. */
+export interface Mount {
+  src: string;
+  at: string;
+}
+
 /** A checked spec: the workspace resolved (symlinks followed), the defaults filled in. */
 export interface ResolvedSpec extends Omit<SandboxSpec, 'limits' | 'env'> {
   env: Record<string, string>;
   limits: ResolvedLimits;
+  /** The workspace's real path on the host; `workspaceAt` is where the program sees it (the path given). */
+  workspace: string;
+  workspaceAt: string;
+  readOnlyMounts: Mount[];
 }
 
 /** The system the local backend mounts itself; a workspace or a read-only path may not sit on it. */
@@ -20,6 +30,7 @@ const RESERVED = ['/usr', '/bin', '/sbin', '/lib', '/lib64', '/etc', '/proc', '/
 const positive = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v > 0;
 const isStrings = (v: unknown): v is string[] => Array.isArray(v) && v.every((a) => typeof a === 'string' && !a.includes('\0'));
 const within = (path: string, dir: string) => path === dir || path.startsWith(`${dir}/`);
+const systemPath = (p: string) => p === '/' || RESERVED.some((r) => within(p, r) || within(r, p));
 
 /** Checks a spec completely (every problem named at once) and fills in the defaults. */
 export async function resolveSpec(spec: SandboxSpec): Promise<ResolvedSpec> {
@@ -31,6 +42,7 @@ export async function resolveSpec(spec: SandboxSpec): Promise<ResolvedSpec> {
   if (spec.setup !== undefined && (!isStrings(spec.setup) || spec.setup.length === 0 || spec.setup[0] === ''))
     problems.push('setup: when given, a non-empty list of strings');
   const workspace = await directory(spec.workspace, 'workspace', problems);
+  const workspaceAt = typeof spec.workspace === 'string' ? resolve(spec.workspace) : '';
   if (spec.cwd !== undefined && (typeof spec.cwd !== 'string' || !isAbsolute(spec.cwd)))
     problems.push('cwd: an absolute path inside the sandbox');
   const env = spec.env ?? {};
@@ -49,20 +61,21 @@ export async function resolveSpec(spec: SandboxSpec): Promise<ResolvedSpec> {
       if (!s?.isFile()) problems.push(`stdin.file: ${spec.stdin.file} is not a regular file`);
     } else if (typeof (spec.stdin as { text?: unknown }).text !== 'string') problems.push('stdin: { text } or { file }');
   }
-  const readOnlyPaths: string[] = [];
+  const readOnlyMounts: Mount[] = [];
   for (const p of spec.readOnlyPaths ?? []) {
     if (typeof p !== 'string' || !isAbsolute(p)) problems.push(`readOnlyPaths: ${JSON.stringify(p)} is not an absolute path`);
     else {
       const real = await realpath(p).catch(() => null);
       if (!real) problems.push(`readOnlyPaths: ${p} does not exist`);
-      else if (RESERVED.some((r) => within(real, r) || within(r, real)) || real === '/')
-        problems.push(`readOnlyPaths: ${p} overlaps the sandbox's own system mounts`);
-      else readOnlyPaths.push(real);
+      else if (systemPath(real) || systemPath(resolve(p))) problems.push(`readOnlyPaths: ${p} overlaps the sandbox's own system mounts`);
+      else readOnlyMounts.push({ src: real, at: resolve(p) });
     }
   }
   const limits = limitsOf(spec.limits, problems);
+  if (workspace && systemPath(workspaceAt))
+    problems.push(`workspace: ${spec.workspace} is (or holds) a system directory the sandbox mounts read-only`);
   if (problems.length || !workspace || !limits) throw new SandboxSpecError(label, problems);
-  return { ...spec, workspace, env, readOnlyPaths, limits };
+  return { ...spec, workspace, workspaceAt, env, readOnlyMounts, limits };
 }
 
 async function directory(p: unknown, name: string, problems: string[]): Promise<string | null> {
@@ -76,7 +89,7 @@ async function directory(p: unknown, name: string, problems: string[]): Promise<
     problems.push(`${name}: ${p} is not an existing directory`);
     return null;
   }
-  if (real === '/' || RESERVED.some((r) => within(real, r) || within(r, real))) {
+  if (systemPath(real)) {
     problems.push(`${name}: ${p} is (or holds) a system directory the sandbox mounts read-only`);
     return null;
   }

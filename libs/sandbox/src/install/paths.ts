@@ -45,8 +45,17 @@ export function runtimeBase(override?: string): string {
   return dir;
 }
 
-/** Whether every directory above `path` lets `uid`/`gid` through (bwrap resolves mount sources as the sandbox's uid). */
-export function traversableBy(path: string, uid: number, gid: number): string | null {
+/**
+ * The first directory above `path` that `uid`/`gid` cannot pass through (bwrap resolves mount
+ * sources as the sandbox's uid), or, with `readLeaf`, `path` itself when it cannot read it; null
+ * when nothing is in the way.
+ */
+export function traversableBy(path: string, uid: number, gid: number, readLeaf = false): string | null {
+  if (readLeaf) {
+    const s = statSync(path);
+    const bits = s.uid === uid ? s.mode >> 6 : s.gid === gid ? s.mode >> 3 : s.mode;
+    if (!(bits & 0o4) || (s.isDirectory() && !(bits & 0o1))) return path;
+  }
   let dir = dirname(resolve(path));
   for (;;) {
     const s = statSync(dir);

@@ -88,8 +88,8 @@ export function bwrapArgs(plan: BwrapPlan): string[] {
   const size = String(spec.limits.tmpfsBytes);
   a.push('--proc', '/proc', '--dev', '/dev', '--size', size, '--tmpfs', '/dev/shm');
   a.push('--size', size, '--tmpfs', '/tmp', '--size', size, '--tmpfs', SANDBOX_HOME);
-  a.push('--bind', spec.workspace, spec.workspace);
-  for (const p of spec.readOnlyPaths ?? []) a.push('--ro-bind', p, p);
+  a.push('--bind', spec.workspace, spec.workspaceAt);
+  for (const m of spec.readOnlyMounts) a.push('--ro-bind', m.src, m.at);
   a.push('--ro-bind', plan.runtimeDir, RUNTIME_MOUNT, '--ro-bind', plan.init, INIT_MOUNT);
   // bwrap builds the tree on a tmpfs the sandbox's user owns: once built, it and /dev are made
   // read-only (not recursively: /tmp, $HOME, /dev/shm and the workspace stay writable).

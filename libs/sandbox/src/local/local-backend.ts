@@ -105,12 +105,13 @@ export class LocalSandbox implements SandboxBackend {
       if (ids) {
         await chown(dir, ids.uid, ids.gid);
         await chmod(dir, 0o700);
-        for (const p of [spec.workspace, ...(spec.readOnlyPaths ?? [])]) {
-          const blocked = traversableBy(p, ids.uid, ids.gid);
+        for (const p of [spec.workspace, ...spec.readOnlyMounts.map((m) => m.src)]) {
+          // The workspace is about to become the sandbox's own; a read-only path must already be readable.
+          const blocked = traversableBy(p, ids.uid, ids.gid, p !== spec.workspace);
           if (blocked)
             return notStarted(
-              `${p} cannot be mounted: the sandbox's uid cannot pass through ${blocked} (mode ${modeOf(blocked)}); ` +
-                'use a directory every user may traverse (e.g. under /tmp)',
+              `${p} cannot be mounted: the sandbox's uid cannot ${blocked === p ? 'read' : 'pass through'} ${blocked} (mode ${modeOf(blocked)}); ` +
+                'use a path every user may reach (e.g. under /tmp)',
             );
         }
         restoreOwner = await ownerOf(spec.workspace);
@@ -124,12 +125,12 @@ export class LocalSandbox implements SandboxBackend {
         LANG: 'C.UTF-8',
         USER: 'agent',
         LOGNAME: 'agent',
-        ...spec.env,
         HOME: SANDBOX_HOME,
         TMPDIR: '/tmp',
+        ...spec.env,
         ...(spec.session ? sessionEnv(`http://127.0.0.1:${RELAY_PORT}`) : {}),
       };
-      const args = bwrapArgs({ spec, runtimeDir: dir, init: this.tools.init, cwd: spec.cwd ?? spec.workspace });
+      const args = bwrapArgs({ spec, runtimeDir: dir, init: this.tools.init, cwd: spec.cwd ?? spec.workspaceAt });
       // As root, bwrap runs as the sandbox's uid (an unprivileged user, so it builds a user namespace).
       const { bwrap, setpriv } = this.tools;
       const [file, prefix] =

@@ -1,7 +1,7 @@
 // The local sandbox's file system and process view: a writable workspace, a read-only system,
 // nothing of the host's files, and no view of another sandbox. Real bwrap sandboxes, each
 // beside a well-behaved neighbour; after each, no process of the test's uid range is left.
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startRecordingGateway, type RecordingGateway } from '../testing/recording-gateway';
@@ -182,6 +182,37 @@ print('pids', pids, 'found', found)
     expect(r.reason).toBe('setup-failed');
     expect(r.detail).toContain(`the sandbox's uid cannot pass through ${privateParent} (mode 700)`);
     rmSync(privateParent, { recursive: true });
+  });
+
+  it('mounts readOnlyPaths read-only at the path given (a symlink resolved on the host)', async () => {
+    const install = workspace();
+    mkdirSync(join(install, 'bin'));
+    const unreadable = await backend.run({
+      label: 'unreadable',
+      workspace: workspace(),
+      readOnlyPaths: [install],
+      limits: { wallMs: 20_000 },
+      argv: ['true'],
+    });
+    expect(unreadable.detail).toMatch(/cannot be mounted: the sandbox's uid cannot read .* \(mode 700\)/);
+    chmodSync(install, 0o755);
+    writeFileSync(
+      join(install, 'bin', 'agent'),
+      '#!/bin/sh\necho "agent from $0"; touch "$(dirname "$0")/written" 2>/dev/null || echo read-only\n',
+      { mode: 0o755 },
+    );
+    const link = `${install}-link`;
+    symlinkSync(install, link);
+    const r = await backend.run({
+      label: 'installed-agent',
+      workspace: workspace(),
+      readOnlyPaths: [link],
+      limits: { wallMs: 20_000 },
+      argv: [join(link, 'bin', 'agent')],
+    });
+    expectNormal(r);
+    expect(r.stdout).toBe(`agent from ${join(link, 'bin', 'agent')}\nread-only\n`);
+    expect(existsSync(join(install, 'bin', 'written'))).toBe(false);
   });
 
   it('gives stdin from a text or a file', async () => {

@@ -63,9 +63,9 @@ export class NoneSandbox implements SandboxBackend {
       const env = {
         PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
         LANG: 'C.UTF-8',
-        ...spec.env,
         HOME: join(privateDir, 'home'),
         TMPDIR: join(privateDir, 'tmp'),
+        ...spec.env,
         ...(relay ? sessionEnv(relay.address) : {}),
       };
       const args = ['--info-fd', '3', '--subreaper', '--parent-pid', String(process.pid)];
