@@ -109,7 +109,7 @@ try {
     ],
     env,
   );
-  // The learning test (npm run main must raise held-out success) runs alone: beside the other
+  // The learning test (anvil train must raise held-out success) runs alone: beside the other
   // projects it took both cores for minutes and starved their timeouts.
   if (only.length === 0) {
     const learningReport = join(root, '.cache', 'vitest-learning-report.json');

@@ -1,7 +1,7 @@
 /**
  * What a run leaves behind, accumulated from what the services report: the trainer's steps, the
  * train rollouts' rewards, the pinned evaluations. It fills the embedded job's report rows
- * (tools/embedded/rl-report.ts StepRow / EvalRow) and its JSON summary, field for field, so a
+ * (rl-report.ts StepRow / EvalRow) and its JSON summary, field for field, so a
  * distributed run and an embedded one are read the same way.
  */
 import type { EvaluationCompletedV1 } from '@anvil/contracts';
@@ -111,7 +111,7 @@ export class RunRecorder {
     }));
   }
 
-  /** The embedded job's summary fields (tools/embedded/main.ts) for this run. */
+  /** The summary fields of a run (what `anvil train` prints last and writes to summary.json). */
   summary(o: {
     seed: number;
     wallClockSeconds: number;

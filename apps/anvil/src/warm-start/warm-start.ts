@@ -11,9 +11,9 @@
  *
  * The result is cached under <dataDir>/warm-start/<key>/ (a Hugging Face checkpoint), keyed by
  * everything that determines it (budget, seed, model shape, task config, this file's recipe
- * version), so the first `npm run main` pays for it once and later runs reuse it.
+ * version), so the first `anvil train` pays for it once and later runs reuse it.
  *
- *   npm run warm-start            # builds (or finds) the cached checkpoint and prints its path
+ *   anvil warm-start              # builds (or finds) the cached checkpoint and prints its path
  */
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync, promises as fsp } from 'node:fs';
