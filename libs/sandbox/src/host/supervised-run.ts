@@ -58,6 +58,7 @@ export function superviseRun(launch: Launch, spec: ResolvedSpec, clock: WallCloc
   let stopReason: { reason: SandboxEndReason; limit: SandboxLimitName | null } | null = null;
   let supervisorPid: number | null = null;
   let stopping = false;
+  let exited = false;
   let hardTimer: NodeJS.Timeout | undefined;
   let lastResortTimer: NodeJS.Timeout | undefined;
 
@@ -83,7 +84,7 @@ export function superviseRun(launch: Launch, spec: ResolvedSpec, clock: WallCloc
     }
   };
   const stop = (reason: SandboxEndReason, limit: SandboxLimitName | null = null) => {
-    if (stopping) return;
+    if (stopping || exited) return; // once it exited by itself, a late clock changes nothing
     stopping = true;
     stopReason = { reason, limit };
     if (supervisorPid === null) return hardKill(); // still setting up: nothing there to be graceful to
@@ -139,6 +140,11 @@ export function superviseRun(launch: Launch, spec: ResolvedSpec, clock: WallCloc
     });
     child.on('exit', (code, signal) => {
       exit = { code, signal };
+      // The supervisor is gone (bwrap only exits after it): its pid may be reused, never signal it again.
+      clearTimeout(hardTimer);
+      clearTimeout(lastResortTimer);
+      supervisorPid = null;
+      exited = true;
       // Normally the pipes close with the last process inside; one that escaped (a none-mode
       // program that killed its supervisor) may hold them: its group is killed, and we stop waiting.
       if (launch.mode === 'subreaper') kill(outerPid ? -outerPid : null, 'SIGKILL');
