@@ -131,3 +131,53 @@ export function hfToGguf(o: HfToGgufOptions): Buffer {
   });
   return writeGguf({ version: o.version, metadata, tensors });
 }
+
+/** Random transformers-named tensors of a model (for tests that need a valid file, not a meaningful model). */
+export function randomCheckpoint(c: HfModelConfig, vocabSize: number, opts: { tie?: boolean; seed?: number } = {}): HfTensor[] {
+  let s = opts.seed ?? 1;
+  const rnd = () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 0.2 - 0.1;
+  const t = (name: string, shape: number[]): HfTensor => ({
+    name,
+    shape,
+    data: Float32Array.from({ length: shape.reduce((a, d) => a * d, 1) }, rnd),
+  });
+  const h = c.hiddenSize;
+  const hd = h / c.numHeads;
+  const out = [t('model.embed_tokens.weight', [vocabSize, h])];
+  for (let i = 0; i < c.numLayers; i++) {
+    const p = `model.layers.${i}.`;
+    out.push(
+      t(`${p}input_layernorm.weight`, [h]),
+      t(`${p}self_attn.q_proj.weight`, [c.numHeads * hd, h]),
+      t(`${p}self_attn.k_proj.weight`, [c.numKvHeads * hd, h]),
+      t(`${p}self_attn.v_proj.weight`, [c.numKvHeads * hd, h]),
+      t(`${p}self_attn.o_proj.weight`, [h, c.numHeads * hd]),
+      t(`${p}post_attention_layernorm.weight`, [h]),
+      t(`${p}mlp.gate_proj.weight`, [c.intermediateSize, h]),
+      t(`${p}mlp.up_proj.weight`, [c.intermediateSize, h]),
+      t(`${p}mlp.down_proj.weight`, [h, c.intermediateSize]),
+    );
+    if (c.architecture === 'qwen2')
+      out.push(
+        t(`${p}self_attn.q_proj.bias`, [c.numHeads * hd]),
+        t(`${p}self_attn.k_proj.bias`, [c.numKvHeads * hd]),
+        t(`${p}self_attn.v_proj.bias`, [c.numKvHeads * hd]),
+      );
+  }
+  out.push(t('model.norm.weight', [h]));
+  if (!opts.tie) out.push(t('lm_head.weight', [vocabSize, h]));
+  return out;
+}
+
+/** A small valid llama config for tests that need a file, not a model. */
+export const TINY_LLAMA: HfModelConfig = {
+  architecture: 'llama',
+  hiddenSize: 32,
+  intermediateSize: 64,
+  numLayers: 1,
+  numHeads: 2,
+  numKvHeads: 1,
+  ropeTheta: 10000,
+  rmsNormEps: 1e-6,
+  contextLength: 2048,
+};

@@ -13,6 +13,7 @@ export const TINY_CORPUS = [
   'the theory of the thing is that the other thing is there',
   "It's the user's turn; they'll say what they've seen and we'd listen.",
   'Numbers: 12 123 1234 12345 and 2024, 1999, 3.14159.',
+  'Counting: 12 123 1234 12345 12 123 1234 12345 12 123 1234 12345 12 123 12',
   'def main():\n    return 42\n\nprint(main())\n',
   'Hello, hello, HELLO! Where is the capital of France? Paris is.',
 ];
