@@ -1,14 +1,13 @@
-import { closeSync, openSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { readdirSync, rmSync, statSync } from 'node:fs';
 import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandboxUnavailableError } from '../errors';
 import { isLive } from '../host/proc-scan';
-import { resultWithoutProcess, superviseRun, type RelayCounters } from '../host/supervised-run';
-import { WallClock } from '../host/wall-clock';
+import { beginRun, openStdin } from '../host/run-start';
+import { resultWithoutProcess, superviseRun } from '../host/supervised-run';
 import { isRoot, runtimeBase, traversableBy } from '../install/paths';
 import { ensureSandboxTools, type SandboxTools } from '../install/tools';
 import { startSessionRelay, type SessionRelay } from '../relay/session-relay';
-import { resolveSpec, type ResolvedSpec } from '../spec';
 import { sessionEnv, stderrLogger, type SandboxBackend, type SandboxLogger, type SandboxResult, type SandboxSpec } from '../types';
 import { bwrapArgs, etcFiles, GATEWAY_SOCKET, RELAY_PORT, SANDBOX_HOME } from './bwrap-args';
 import { checkUserNamespaces, detectCgroups, type CgroupSupport } from './probe';
@@ -75,22 +74,14 @@ export class LocalSandbox implements SandboxBackend {
   }
 
   async run(input: SandboxSpec, signal?: AbortSignal): Promise<SandboxResult> {
-    const clock = new WallClock(input.limits?.wallMs, signal);
-    let spec: ResolvedSpec;
-    try {
-      spec = await resolveSpec(input);
-    } catch (e) {
-      clock.dispose();
-      throw e;
-    }
-    const counters: RelayCounters = { forwarded: 0, refused: 0, refusedRequests: [] };
+    const { clock, spec, counters } = await beginRun(input, signal);
     const notStarted = (detail: string) =>
       resultWithoutProcess(this.kind, clock.ended ?? 'setup-failed', clock, spec.limits, counters, clock.ended ? '' : detail);
     let lease: UidLease | undefined;
     let runtimeDir: string | undefined;
     let relay: SessionRelay | undefined;
     let restoreOwner: Owner | undefined;
-    let stdinFd: number | undefined;
+    let stdinOf: ReturnType<typeof openStdin> | undefined;
     let claimed = false;
     try {
       if (clock.ended) return notStarted('');
@@ -118,7 +109,7 @@ export class LocalSandbox implements SandboxBackend {
         await chownTree(spec.workspace, ids);
       }
       if (spec.session) relay = await startSessionRelay(spec.session, { socketPath: join(dir, GATEWAY_SOCKET), owner: ids ?? undefined });
-      if (spec.stdin && 'file' in spec.stdin) stdinFd = openSync(spec.stdin.file, 'r');
+      stdinOf = openStdin(spec);
       if (clock.ended) return notStarted('');
       const env = {
         PATH: '/usr/local/bin:/usr/bin:/bin',
@@ -144,7 +135,7 @@ export class LocalSandbox implements SandboxBackend {
           args: [...prefix, ...args],
           env,
           cwd: '/',
-          stdin: stdinFd !== undefined ? { fd: stdinFd } : spec.stdin && 'text' in spec.stdin ? { text: spec.stdin.text } : null,
+          stdin: stdinOf.stdin,
           mode: 'pid-namespace',
         },
         spec,
@@ -153,7 +144,7 @@ export class LocalSandbox implements SandboxBackend {
       );
     } finally {
       clock.dispose();
-      if (stdinFd !== undefined) closeSync(stdinFd);
+      stdinOf?.close();
       await relay?.close();
       // Nothing of the uid may outlive the run: the PID namespace guarantees it, this proves it.
       const killed = (await lease?.release()) ?? [];

@@ -3,33 +3,22 @@
 // beside a well-behaved neighbour; after each, no process of the test's uid range is left.
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startRecordingGateway, type RecordingGateway } from '../testing/recording-gateway';
-import { besideNeighbour, expectNormal, isRoot, processesInUidRange, python, workspace } from '../testing/harness';
-import type { SandboxLogger } from '../types';
-import { LocalSandbox } from './local-backend';
+import { describe, expect, it } from 'vitest';
+import { besideNeighbour, expectNormal, isRoot, localSandboxSuite, processesInUidRange, python, workspace } from '../testing/harness';
 
 const UID_BASE = 1_900_000_000;
 const UID_COUNT = 64;
-const quiet: SandboxLogger = { info: () => undefined, warn: () => undefined };
 const repoFile = resolve(__dirname, '../../../../package.json');
 
-let backend: LocalSandbox;
-let gateway: RecordingGateway;
-beforeAll(async () => {
-  backend = await LocalSandbox.create({ uidBase: UID_BASE, uidCount: UID_COUNT, logger: quiet });
-  gateway = await startRecordingGateway();
-});
-afterAll(() => gateway?.close());
-afterEach(() => expect(processesInUidRange(UID_BASE, UID_COUNT)).toEqual([]));
+const suite = localSandboxSuite(UID_BASE, UID_COUNT);
 
 describe('local sandbox: files', () => {
   it('writes go to the workspace only; /tmp and $HOME are private and gone afterwards', async () => {
     const ws = workspace();
     writeFileSync(join(ws, 'given.txt'), 'from the host');
     const marker = `anvil-sandbox-marker-${process.pid}-${Date.now()}`;
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
         label: 'writes',
         workspace: ws,
         limits: { wallMs: 20_000 },
@@ -60,8 +49,8 @@ print('written:', sorted(os.listdir('${ws}')))
   });
 
   it("sees none of the host's files: not the repository, not /root, not the host's users", async () => {
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
         label: 'reads',
         workspace: workspace(),
         limits: { wallMs: 20_000 },
@@ -88,7 +77,7 @@ print('users', [l.split(':')[0] for l in open('/etc/passwd')])
     const secret = `secret-${Date.now()}`;
     const ws = workspace();
     // The victim publishes nothing but runs until the reader is done.
-    const victim = backend.run({
+    const victim = suite.backend.run({
       label: 'victim',
       workspace: ws,
       env: { VICTIM_SECRET: secret },
@@ -98,7 +87,7 @@ print('users', [l.split(':')[0] for l in open('/etc/passwd')])
     while (!existsSync(join(ws, 'started'))) await new Promise((r) => setTimeout(r, 20));
     const victimPids = processesInUidRange(UID_BASE, UID_COUNT).map((p) => p.pid);
     expect(victimPids.length).toBeGreaterThan(0);
-    const reader = await backend.run({
+    const reader = await suite.backend.run({
       label: 'reader',
       workspace: workspace(),
       limits: { wallMs: 20_000 },
@@ -125,7 +114,7 @@ print('pids', pids, 'found', found)
     const spaces = [workspace(), workspace(), workspace()];
     const runs = Promise.all(
       spaces.map((ws, i) =>
-        backend.run({
+        suite.backend.run({
           label: `uid-${i}`,
           workspace: ws,
           limits: { wallMs: 20_000 },
@@ -143,7 +132,7 @@ print('pids', pids, 'found', found)
 
   it('starts the setup command first, in the same sandbox, and ends as setup-failed when it fails', async () => {
     const ws = workspace();
-    const ok = await backend.run({
+    const ok = await suite.backend.run({
       label: 'setup-ok',
       workspace: ws,
       limits: { wallMs: 20_000 },
@@ -152,7 +141,7 @@ print('pids', pids, 'found', found)
     });
     expectNormal(ok);
     expect(ok.stdout).toBe('setup-output\nbuilt\n');
-    const bad = await backend.run({
+    const bad = await suite.backend.run({
       label: 'setup-bad',
       workspace: ws,
       limits: { wallMs: 20_000 },
@@ -168,7 +157,12 @@ print('pids', pids, 'found', found)
   });
 
   it('a command that cannot be started is setup-failed, naming it', async () => {
-    const r = await backend.run({ label: 'missing', workspace: workspace(), limits: { wallMs: 20_000 }, argv: ['no-such-agent', '--x'] });
+    const r = await suite.backend.run({
+      label: 'missing',
+      workspace: workspace(),
+      limits: { wallMs: 20_000 },
+      argv: ['no-such-agent', '--x'],
+    });
     expect({ reason: r.reason, detail: r.detail }).toEqual({
       reason: 'setup-failed',
       detail: 'cannot start the command: no-such-agent: No such file or directory',
@@ -178,7 +172,7 @@ print('pids', pids, 'found', found)
   it.skipIf(!isRoot())('a workspace the sandbox uid cannot reach is setup-failed, saying why', async () => {
     const privateParent = mkdtempSync('/root/anvil-sandbox-private-'); // 0700, root's
     const ws = mkdtempSync(join(privateParent, 'ws-'));
-    const r = await backend.run({ label: 'unreachable', workspace: ws, limits: { wallMs: 20_000 }, argv: ['true'] });
+    const r = await suite.backend.run({ label: 'unreachable', workspace: ws, limits: { wallMs: 20_000 }, argv: ['true'] });
     expect(r.reason).toBe('setup-failed');
     expect(r.detail).toContain(`the sandbox's uid cannot pass through ${privateParent} (mode 700)`);
     rmSync(privateParent, { recursive: true });
@@ -187,7 +181,7 @@ print('pids', pids, 'found', found)
   it('mounts readOnlyPaths read-only at the path given (a symlink resolved on the host)', async () => {
     const install = workspace();
     mkdirSync(join(install, 'bin'));
-    const unreadable = await backend.run({
+    const unreadable = await suite.backend.run({
       label: 'unreadable',
       workspace: workspace(),
       readOnlyPaths: [install],
@@ -203,7 +197,7 @@ print('pids', pids, 'found', found)
     );
     const link = `${install}-link`;
     symlinkSync(install, link);
-    const r = await backend.run({
+    const r = await suite.backend.run({
       label: 'installed-agent',
       workspace: workspace(),
       readOnlyPaths: [link],
@@ -218,21 +212,21 @@ print('pids', pids, 'found', found)
   it('gives stdin from a text or a file', async () => {
     const ws = workspace();
     writeFileSync(join(ws, 'task.json'), '{"task": 1}');
-    const text = await backend.run({
+    const text = await suite.backend.run({
       label: 'stdin-text',
       workspace: ws,
       limits: { wallMs: 20_000 },
       stdin: { text: 'hello' },
       argv: ['cat'],
     });
-    const file = await backend.run({
+    const file = await suite.backend.run({
       label: 'stdin-file',
       workspace: ws,
       limits: { wallMs: 20_000 },
       stdin: { file: join(ws, 'task.json') },
       argv: ['cat'],
     });
-    const none = await backend.run({ label: 'stdin-none', workspace: ws, limits: { wallMs: 20_000 }, argv: ['cat'] });
+    const none = await suite.backend.run({ label: 'stdin-none', workspace: ws, limits: { wallMs: 20_000 }, argv: ['cat'] });
     expect([text.stdout, file.stdout, none.stdout]).toEqual(['hello', '{"task": 1}', '']);
   });
 });

@@ -1,30 +1,19 @@
 // The local sandbox's resource limits: CPU seconds, memory, file size, tmpfs size, output caps.
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { besideNeighbour, expectNormal, processesInUidRange, python, workspace } from '../testing/harness';
-import { startRecordingGateway, type RecordingGateway } from '../testing/recording-gateway';
-import type { SandboxLogger } from '../types';
-import { LocalSandbox } from './local-backend';
+import { describe, expect, it } from 'vitest';
+import { besideNeighbour, expectNormal, localSandboxSuite, python, workspace } from '../testing/harness';
 
 const UID_BASE = 1_900_030_000;
 const UID_COUNT = 64;
 const MiB = 1024 * 1024;
-const quiet: SandboxLogger = { info: () => undefined, warn: () => undefined };
 
-let backend: LocalSandbox;
-let gateway: RecordingGateway;
-beforeAll(async () => {
-  backend = await LocalSandbox.create({ uidBase: UID_BASE, uidCount: UID_COUNT, logger: quiet });
-  gateway = await startRecordingGateway();
-});
-afterAll(() => gateway?.close());
-afterEach(() => expect(processesInUidRange(UID_BASE, UID_COUNT)).toEqual([]));
+const suite = localSandboxSuite(UID_BASE, UID_COUNT);
 
 describe('local sandbox: limits', () => {
   it('gigabytes of output are capped and counted, and the run still ends normally', async () => {
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
         label: 'flood',
         workspace: workspace(),
         limits: { wallMs: 60_000, stdoutBytes: 64 * 1024, stderrBytes: 1024 },
@@ -40,7 +29,12 @@ describe('local sandbox: limits', () => {
   });
 
   it('an output limit stops a program that would write forever', async () => {
-    const r = await backend.run({ label: 'yes', workspace: workspace(), limits: { wallMs: 60_000, outputBytes: 8 * MiB }, argv: ['yes'] });
+    const r = await suite.backend.run({
+      label: 'yes',
+      workspace: workspace(),
+      limits: { wallMs: 60_000, outputBytes: 8 * MiB },
+      argv: ['yes'],
+    });
     expect({ reason: r.reason, limit: r.limit, detail: r.detail }).toEqual({
       reason: 'limit',
       limit: 'output',
@@ -50,8 +44,13 @@ describe('local sandbox: limits', () => {
   });
 
   it('CPU seconds: a busy loop ends as a cpu limit', async () => {
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({ label: 'spin', workspace: workspace(), limits: { wallMs: 30_000, cpuSeconds: 1 }, argv: python('while True: pass') }),
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
+        label: 'spin',
+        workspace: workspace(),
+        limits: { wallMs: 30_000, cpuSeconds: 1 },
+        argv: python('while True: pass'),
+      }),
     );
     expect({ reason: r.reason, limit: r.limit, signal: r.signal }).toEqual({ reason: 'limit', limit: 'cpu', signal: 'SIGXCPU' });
     expect(r.cpuSeconds).toBeGreaterThan(0.5); // the kernel counts in ticks; rusage reads a little under
@@ -60,15 +59,20 @@ describe('local sandbox: limits', () => {
   it('memory: an allocation over the limit fails inside; a program within it runs', async () => {
     const limits = { wallMs: 30_000, memoryBytes: 256 * MiB };
     const big = await besideNeighbour(
-      backend,
-      gateway,
+      suite.backend,
+      suite.gateway,
       () =>
-        backend.run({ label: 'hog', workspace: workspace(), limits, argv: python('x = bytearray(512 * 1024 * 1024); print("allocated")') }),
+        suite.backend.run({
+          label: 'hog',
+          workspace: workspace(),
+          limits,
+          argv: python('x = bytearray(512 * 1024 * 1024); print("allocated")'),
+        }),
       { limits },
     );
     expect({ reason: big.reason, exitCode: big.exitCode, stdout: big.stdout }).toEqual({ reason: 'exit', exitCode: 1, stdout: '' });
     expect(big.stderr).toContain('MemoryError');
-    const small = await backend.run({
+    const small = await suite.backend.run({
       label: 'fits',
       workspace: workspace(),
       limits,
@@ -79,8 +83,8 @@ describe('local sandbox: limits', () => {
 
   it('file size: a write past the limit ends the writer, and the file stops at the limit', async () => {
     const ws = workspace();
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
         label: 'big-file',
         workspace: ws,
         limits: { wallMs: 30_000, fileSizeBytes: MiB },
@@ -92,7 +96,7 @@ describe('local sandbox: limits', () => {
   });
 
   it('the private /tmp and $HOME hold at most their size', async () => {
-    const r = await backend.run({
+    const r = await suite.backend.run({
       label: 'tmpfs',
       workspace: workspace(),
       limits: { wallMs: 30_000, tmpfsBytes: 8 * MiB },

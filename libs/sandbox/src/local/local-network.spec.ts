@@ -1,24 +1,14 @@
 // The local sandbox's network: its own namespace, in which the only reachable address is its
 // gateway session, relayed to a real HTTP server that records what reaches it.
 import { networkInterfaces } from 'node:os';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { besideNeighbour, CHAT_CALL, expectNormal, processesInUidRange, python, workspace } from '../testing/harness';
-import { startRecordingGateway, type RecordingGateway } from '../testing/recording-gateway';
-import { PLACEHOLDER_KEY, type SandboxLogger } from '../types';
-import { LocalSandbox } from './local-backend';
+import { describe, expect, it } from 'vitest';
+import { besideNeighbour, CHAT_CALL, expectNormal, localSandboxSuite, python, workspace } from '../testing/harness';
+import { PLACEHOLDER_KEY } from '../types';
 
 const UID_BASE = 1_900_010_000;
 const UID_COUNT = 64;
-const quiet: SandboxLogger = { info: () => undefined, warn: () => undefined };
 
-let backend: LocalSandbox;
-let gateway: RecordingGateway;
-beforeAll(async () => {
-  backend = await LocalSandbox.create({ uidBase: UID_BASE, uidCount: UID_COUNT, logger: quiet });
-  gateway = await startRecordingGateway();
-});
-afterAll(() => gateway?.close());
-afterEach(() => expect(processesInUidRange(UID_BASE, UID_COUNT)).toEqual([]));
+const suite = localSandboxSuite(UID_BASE, UID_COUNT);
 
 /** A Python helper: a raw request to the relay (the target sent as written), printing status and body. */
 const RAW = `
@@ -35,9 +25,9 @@ def raw(method, target, headers={}, body=b''):
 
 describe('local sandbox: network', () => {
   it("relays the session's API with the session's key, whatever key the program sends; the key never enters the sandbox", async () => {
-    const session = gateway.session();
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({
+    const session = suite.gateway.session();
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
         label: 'calls',
         workspace: workspace(),
         session,
@@ -56,29 +46,29 @@ print('environ holds the key:', '${session.apiKey}' in open('/proc/self/environ'
     expect(r.stdout).toContain('environ holds the key: False');
     expect(r.stdout).toContain(`('OPENAI_API_KEY', '${PLACEHOLDER_KEY}')`);
     expect(r.stdout).toContain("('OPENAI_BASE_URL', 'http://127.0.0.1:8080/v1')");
-    const seen = gateway.requestsOf(session.apiKey);
+    const seen = suite.gateway.requestsOf(session.apiKey);
     expect(seen.map((q) => q.url)).toEqual([`/sessions/${session.apiKey}/v1/chat/completions`, `/sessions/${session.apiKey}/v1/messages`]);
     for (const q of seen) expect(q.headers.authorization).toBe(`Bearer ${session.apiKey}`);
     expect(seen[1].headers['x-api-key']).toBe(session.apiKey);
     expect(r.relay).toEqual({ forwarded: 2, refused: 0, refusedRequests: [] });
   });
 
-  it("refuses the admin API, another session's URL, dot segments, proxy requests and CONNECT: none reaches the gateway", async () => {
-    const session = gateway.session();
-    const other = gateway.session();
-    const before = gateway.requests.length;
+  it("refuses the admin API, another session's URL, dot segments, proxy requests and CONNECT: none reaches the suite.gateway", async () => {
+    const session = suite.gateway.session();
+    const other = suite.gateway.session();
+    const before = suite.gateway.requests.length;
     const targets = [
       ['GET', '/admin/v1/sessions'],
       ['POST', '/admin/v1/sessions/batch'],
       ['POST', `/sessions/${other.apiKey}/v1/chat/completions`],
       ['GET', '/v1/../admin/v1/sessions'],
       ['GET', '/v1/%2e%2e/%2e%2e/admin/v1/sessions'],
-      ['GET', `http://127.0.0.1:${gateway.port}/admin/v1/sessions`],
-      ['GET', `http://127.0.0.1:${gateway.port}/sessions/${other.apiKey}/v1/models`],
-      ['CONNECT', `127.0.0.1:${gateway.port}`],
+      ['GET', `http://127.0.0.1:${suite.gateway.port}/admin/v1/sessions`],
+      ['GET', `http://127.0.0.1:${suite.gateway.port}/sessions/${other.apiKey}/v1/models`],
+      ['CONNECT', `127.0.0.1:${suite.gateway.port}`],
     ];
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
         label: 'refused',
         workspace: workspace(),
         session,
@@ -92,24 +82,24 @@ print('environ holds the key:', '${session.apiKey}' in open('/proc/self/environ'
       .split('\n')
       .map((l) => l.split(' ')[2]);
     expect(statuses).toEqual(targets.map(() => '403'));
-    // Only the neighbour's one call reached the gateway meanwhile.
-    expect(gateway.requests.slice(before).filter((q) => !q.url.includes('/v1/chat/completions') || q.url.includes(other.apiKey))).toEqual(
-      [],
-    );
-    expect(gateway.requestsOf(other.apiKey)).toEqual([]);
-    expect(gateway.requestsOf(session.apiKey)).toEqual([]);
+    // Only the neighbour's one call reached the suite.gateway meanwhile.
+    expect(
+      suite.gateway.requests.slice(before).filter((q) => !q.url.includes('/v1/chat/completions') || q.url.includes(other.apiKey)),
+    ).toEqual([]);
+    expect(suite.gateway.requestsOf(other.apiKey)).toEqual([]);
+    expect(suite.gateway.requestsOf(session.apiKey)).toEqual([]);
     expect(r.relay.refused).toBe(targets.length);
     expect(r.relay.refusedRequests.join('\n')).not.toContain(other.apiKey);
   });
 
   it('reaches no other address: not a host port, not the host itself, not DNS, not the internet', async () => {
-    const session = gateway.session();
+    const session = suite.gateway.session();
     const hostIp = Object.values(networkInterfaces())
       .flat()
       .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
-    const before = gateway.requests.length;
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({
+    const before = suite.gateway.requests.length;
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
         label: 'net',
         workspace: workspace(),
         session,
@@ -121,25 +111,25 @@ def attempt(name, fn):
         fn(); print(name, 'REACHED')
     except OSError as e:
         print(name, 'blocked', type(e).__name__)
-attempt('gateway-port', lambda: socket.create_connection(('127.0.0.1', ${gateway.port}), timeout=3))
-attempt('host-ip', lambda: socket.create_connection(('${hostIp ?? '10.255.255.1'}', ${gateway.port}), timeout=3))
+attempt('gateway-port', lambda: socket.create_connection(('127.0.0.1', ${suite.gateway.port}), timeout=3))
+attempt('host-ip', lambda: socket.create_connection(('${hostIp ?? '10.255.255.1'}', ${suite.gateway.port}), timeout=3))
 attempt('dns', lambda: socket.getaddrinfo('example.com', 80))
 attempt('udp-dns', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('8.8.8.8', 53)))
 attempt('internet', lambda: socket.create_connection(('1.1.1.1', 443), timeout=3))
-attempt('ipv6', lambda: socket.create_connection(('::1', ${gateway.port}), timeout=3))
+attempt('ipv6', lambda: socket.create_connection(('::1', ${suite.gateway.port}), timeout=3))
 `),
       }),
     );
     expectNormal(r);
     for (const name of ['gateway-port', 'host-ip', 'dns', 'udp-dns', 'internet', 'ipv6'])
       expect(r.stdout).toMatch(new RegExp(`^${name} blocked`, 'm'));
-    expect(gateway.requests.slice(before).filter((q) => !q.url.includes('/chat/completions'))).toEqual([]);
+    expect(suite.gateway.requests.slice(before).filter((q) => !q.url.includes('/chat/completions'))).toEqual([]);
   });
 
   it('streams server-sent events through unbuffered', async () => {
-    const session = gateway.session();
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({
+    const session = suite.gateway.session();
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
         label: 'sse',
         workspace: workspace(),
         session,
@@ -161,7 +151,7 @@ print('rest', stream.read().decode().split())
   });
 
   it('without a session there is nothing to reach at all', async () => {
-    const r = await backend.run({
+    const r = await suite.backend.run({
       label: 'offline',
       workspace: workspace(),
       limits: { wallMs: 20_000 },

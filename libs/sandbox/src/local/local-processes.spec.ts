@@ -4,25 +4,24 @@
 import { spawn } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { alive, besideNeighbour, CHAT_CALL, expectNormal, processesInUidRange, workspace } from '../testing/harness';
-import { startRecordingGateway, type RecordingGateway } from '../testing/recording-gateway';
-import type { SandboxLogger } from '../types';
+import { describe, expect, it } from 'vitest';
+import {
+  alive,
+  besideNeighbour,
+  CHAT_CALL,
+  expectNormal,
+  localSandboxSuite,
+  processesInUidRange,
+  quiet,
+  workspace,
+} from '../testing/harness';
 import { LocalSandbox } from './local-backend';
 
 const UID_BASE = 1_900_020_000;
 const UID_COUNT = 64;
-const quiet: SandboxLogger = { info: () => undefined, warn: () => undefined };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-let backend: LocalSandbox;
-let gateway: RecordingGateway;
-beforeAll(async () => {
-  backend = await LocalSandbox.create({ uidBase: UID_BASE, uidCount: UID_COUNT, logger: quiet });
-  gateway = await startRecordingGateway();
-});
-afterAll(() => gateway?.close());
-afterEach(() => expect(processesInUidRange(UID_BASE, UID_COUNT)).toEqual([]));
+const suite = localSandboxSuite(UID_BASE, UID_COUNT);
 
 /** Largest number of processes any one sandbox uid had at once while `run` ran, sampled every 20 ms. */
 async function peakPerUid<T>(run: Promise<T>): Promise<{ result: T; peak: number }> {
@@ -44,8 +43,8 @@ async function peakPerUid<T>(run: Promise<T>): Promise<{ result: T; peak: number
 
 describe('local sandbox: processes', () => {
   it('a program that never exits is stopped by the wall clock', async () => {
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({ label: 'forever', workspace: workspace(), limits: { wallMs: 1500 }, argv: ['sleep', '1000'] }),
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({ label: 'forever', workspace: workspace(), limits: { wallMs: 1500 }, argv: ['sleep', '1000'] }),
     );
     expect({ reason: r.reason, detail: r.detail, signal: r.signal }).toEqual({
       reason: 'timeout',
@@ -57,8 +56,8 @@ describe('local sandbox: processes', () => {
   });
 
   it('one that ignores SIGTERM is killed after the grace', async () => {
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
         label: 'stubborn',
         workspace: workspace(),
         limits: { wallMs: 1000, killGraceMs: 500 },
@@ -72,8 +71,8 @@ describe('local sandbox: processes', () => {
   });
 
   it('orphans (setsid, double fork, SIGTERM ignored, holding stdout) die with the program, which ends at once', async () => {
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
         label: 'orphans',
         workspace: workspace(),
         limits: { wallMs: 20_000 },
@@ -96,10 +95,10 @@ describe('local sandbox: processes', () => {
   it('a fork bomb stays within its process limit; the sandbox and its neighbour survive it', async () => {
     const { result: r, peak } = await peakPerUid(
       besideNeighbour(
-        backend,
-        gateway,
+        suite.backend,
+        suite.gateway,
         () =>
-          backend.run({
+          suite.backend.run({
             label: 'fork-bomb',
             workspace: workspace(),
             limits: { wallMs: 2500, killGraceMs: 200, processes: 40 },
@@ -122,8 +121,8 @@ describe('local sandbox: processes', () => {
 
   it('a hung setup command is covered by the wall clock; the command never starts', async () => {
     const ws = workspace();
-    const r = await besideNeighbour(backend, gateway, () =>
-      backend.run({
+    const r = await besideNeighbour(suite.backend, suite.gateway, () =>
+      suite.backend.run({
         label: 'hung-setup',
         workspace: ws,
         limits: { wallMs: 1000, killGraceMs: 300 },
@@ -141,7 +140,7 @@ describe('local sandbox: processes', () => {
   });
 
   it("a wall clock that runs out in the sandbox's own setup ends it there", async () => {
-    const r = await backend.run({ label: 'tiny-clock', workspace: workspace(), limits: { wallMs: 1 }, argv: ['true'] });
+    const r = await suite.backend.run({ label: 'tiny-clock', workspace: workspace(), limits: { wallMs: 1 }, argv: ['true'] });
     expect(r.reason).toBe('timeout');
     expect(r.detail).toMatch(/^the wall clock \(1 ms\) ran out before the command started \(in the sandbox's setup\)$/);
     expect(r.startMs).toBeNull();
@@ -150,14 +149,14 @@ describe('local sandbox: processes', () => {
   it('the caller can abort, before or during the run', async () => {
     const before = new AbortController();
     before.abort();
-    const early = await backend.run(
+    const early = await suite.backend.run(
       { label: 'abort-early', workspace: workspace(), limits: { wallMs: 5000 }, argv: ['true'] },
       before.signal,
     );
     expect({ reason: early.reason, startMs: early.startMs }).toEqual({ reason: 'aborted', startMs: null });
     const during = new AbortController();
     setTimeout(() => during.abort(), 500);
-    const r = await backend.run(
+    const r = await suite.backend.run(
       { label: 'abort', workspace: workspace(), limits: { wallMs: 20_000 }, argv: ['sleep', '1000'] },
       during.signal,
     );

@@ -1,12 +1,11 @@
-import { closeSync, openSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { resultWithoutProcess, superviseRun, type RelayCounters } from '../host/supervised-run';
-import { WallClock } from '../host/wall-clock';
+import { beginRun, openStdin } from '../host/run-start';
+import { resultWithoutProcess, superviseRun } from '../host/supervised-run';
 import { ensureSandboxTools, type SandboxTools } from '../install/tools';
 import { startSessionRelay, type SessionRelay } from '../relay/session-relay';
-import { resolveSpec, rlimitArgs, type ResolvedSpec } from '../spec';
+import { rlimitArgs } from '../spec';
 import { sessionEnv, stderrLogger, type SandboxBackend, type SandboxLogger, type SandboxResult, type SandboxSpec } from '../types';
 
 export interface NoneBackendOptions {
@@ -40,25 +39,17 @@ export class NoneSandbox implements SandboxBackend {
   }
 
   async run(input: SandboxSpec, signal?: AbortSignal): Promise<SandboxResult> {
-    const clock = new WallClock(input.limits?.wallMs, signal);
-    let spec: ResolvedSpec;
-    try {
-      spec = await resolveSpec(input);
-    } catch (e) {
-      clock.dispose();
-      throw e;
-    }
-    const counters: RelayCounters = { forwarded: 0, refused: 0, refusedRequests: [] };
+    const { clock, spec, counters } = await beginRun(input, signal);
     let privateDir: string | undefined;
     let relay: SessionRelay | undefined;
-    let stdinFd: number | undefined;
+    let stdinOf: ReturnType<typeof openStdin> | undefined;
     try {
       if (clock.ended) return resultWithoutProcess(this.kind, clock.ended, clock, spec.limits, counters, '');
       // A HOME and TMPDIR of its own, removed afterwards, as the local backend's tmpfs are.
       privateDir = await mkdtemp(join(tmpdir(), 'anvil-none-'));
       await Promise.all([mkdir(join(privateDir, 'home')), mkdir(join(privateDir, 'tmp'))]);
       if (spec.session) relay = await startSessionRelay(spec.session, { loopbackPort: 0 });
-      if (spec.stdin && 'file' in spec.stdin) stdinFd = openSync(spec.stdin.file, 'r');
+      stdinOf = openStdin(spec);
       if (clock.ended) return resultWithoutProcess(this.kind, clock.ended, clock, spec.limits, counters, '');
       const env = {
         PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
@@ -78,7 +69,7 @@ export class NoneSandbox implements SandboxBackend {
           args,
           env,
           cwd: spec.cwd ?? spec.workspace,
-          stdin: stdinFd !== undefined ? { fd: stdinFd } : spec.stdin && 'text' in spec.stdin ? { text: spec.stdin.text } : null,
+          stdin: stdinOf.stdin,
           mode: 'subreaper',
         },
         spec,
@@ -87,7 +78,7 @@ export class NoneSandbox implements SandboxBackend {
       );
     } finally {
       clock.dispose();
-      if (stdinFd !== undefined) closeSync(stdinFd);
+      stdinOf?.close();
       await relay?.close();
       if (privateDir) await rm(privateDir, { recursive: true, force: true });
     }

@@ -1,9 +1,10 @@
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { expect } from 'vitest';
-import type { SandboxBackend, SandboxResult, SandboxSpec } from '../types';
-import type { RecordingGateway } from './recording-gateway';
+import { afterAll, afterEach, beforeAll, expect } from 'vitest';
+import { LocalSandbox } from '../local/local-backend';
+import type { SandboxBackend, SandboxLogger, SandboxResult, SandboxSpec } from '../types';
+import { startRecordingGateway, type RecordingGateway } from './recording-gateway';
 
 /** A fresh workspace under the temp dir (which every sandbox uid may traverse). */
 export function workspace(): string {
@@ -86,4 +87,21 @@ export function expectNormal(r: SandboxResult): void {
     detail: '',
     stderr: r.stderr.slice(-2000),
   });
+}
+
+export const quiet: SandboxLogger = { info: () => undefined, warn: () => undefined };
+
+/**
+ * A test file's local backend on a uid range of its own, and a recording gateway; after each test,
+ * no process of that range may be left (the promise every test of a sandbox checks).
+ */
+export function localSandboxSuite(uidBase: number, uidCount = 64): { backend: LocalSandbox; gateway: RecordingGateway } {
+  const ctx = {} as { backend: LocalSandbox; gateway: RecordingGateway };
+  beforeAll(async () => {
+    ctx.backend = await LocalSandbox.create({ uidBase, uidCount, logger: quiet });
+    ctx.gateway = await startRecordingGateway();
+  });
+  afterAll(() => ctx.gateway?.close());
+  afterEach(() => expect(processesInUidRange(uidBase, uidCount)).toEqual([]));
+  return ctx;
 }
