@@ -24,6 +24,12 @@ export const gatewayEnv = z
     GATEWAY_CHAT_FORMAT: z.enum(['tiny', 'hf']).default('tiny'),
     /** With GATEWAY_CHAT_FORMAT=hf: tokenizer.json, tokenizer_config.json, the chat template. */
     GATEWAY_TOKENIZER_DIR: z.string().optional(),
+    /**
+     * How tools reach the model: `template` (its chat template renders them), `system` (the gateway
+     * writes them into the system prompt and reads Hermes `<tool_call>` blocks back, for templates
+     * without tool support), or `auto` (detected from the template).
+     */
+    GATEWAY_TOOL_PROMPT: z.enum(['auto', 'template', 'system']).default('auto'),
     /** Prompt + output tokens one call may use. */
     GATEWAY_MAX_CONTEXT_TOKENS: positiveInt(8192),
     /** max_tokens when the request sets none (clamped to what the context leaves). */

@@ -43,10 +43,17 @@ function count(v: unknown, what: string): number {
 function tokens(
   o: Record<string, unknown>,
   idsKey: string,
-): { ids: number[]; logprobs: number[]; versions: number[]; topLogprobs?: TopLogprobs[] } {
-  const out = { ids: ids(o[idsKey], idsKey), logprobs: numbers(o.logprobs, 'logprobs'), versions: ids(o.versions, 'versions') };
-  if (out.logprobs.length !== out.ids.length || out.versions.length !== out.ids.length)
+): { ids: number[]; logprobs: number[]; versions: number[]; topLogprobs?: TopLogprobs[]; constrained?: number[] } {
+  const base = { ids: ids(o[idsKey], idsKey), logprobs: numbers(o.logprobs, 'logprobs'), versions: ids(o.versions, 'versions') };
+  if (base.logprobs.length !== base.ids.length || base.versions.length !== base.ids.length)
     fail(`${idsKey}, logprobs and versions differ in length`);
+  // constrained decoding's per-token marks (0 free, 1 within a mask, 2 forced)
+  const out: { ids: number[]; logprobs: number[]; versions: number[]; constrained?: number[] } = base;
+  if (o.constrained !== undefined) {
+    const marks = ids(o.constrained, 'constrained');
+    if (marks.length !== base.ids.length || marks.some((m) => m > 2)) fail('constrained is not one mark (0..2) per token');
+    out.constrained = marks;
+  }
   if (o.topLogprobs === undefined) return out;
   if (!Array.isArray(o.topLogprobs) || o.topLogprobs.length !== out.ids.length) return fail('topLogprobs is not one entry per token');
   const top = o.topLogprobs.map((t: unknown) => {
@@ -67,6 +74,7 @@ export function parseGenerateResponse(v: unknown): GenerateResponse {
   const t = tokens(v, 'outputIds');
   return {
     ...(t.topLogprobs ? { topLogprobs: t.topLogprobs } : {}),
+    ...(t.constrained ? { constrained: t.constrained } : {}),
     requestId: v.requestId as string,
     outputIds: t.ids,
     logprobs: t.logprobs,

@@ -16,6 +16,8 @@ export interface AnsweredCall {
   outputIds: readonly number[];
   logprobs: readonly number[];
   versions: readonly number[];
+  /** Constrained decoding (a forced tool call): one mark per output id, 1 sampled within a mask, 2 forced. */
+  constrained?: readonly number[];
   finishReason: LlmCallRecordedV1['finishReason'];
   sampling: LlmCallRecordedV1['sampling'];
   timings: LlmCallRecordedV1['timings'];
@@ -58,6 +60,7 @@ export class CallRecorder {
           outputIds: Int32Array.from(c.outputIds),
           outputLogprobs: Float32Array.from(c.logprobs),
           outputVersions: Uint32Array.from(c.versions),
+          ...(c.constrained ? { outputConstraint: Uint8Array.from(c.constrained) } : {}),
           finishReason: c.finishReason,
           sampling: c.sampling,
           timings: c.timings,

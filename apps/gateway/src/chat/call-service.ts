@@ -2,14 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { GenerateRequestInput } from '@anvil/contracts';
 import { InferenceProxyClient, InferenceProxyError } from '@anvil/inference-client';
 import type { GatewaySession } from '@anvil/persistence';
-import {
-  appendFingerprint,
-  ChatTemplateError,
-  fingerprintMessages,
-  forcedToolCallOpening,
-  type ChatMessage,
-  type ToolDefinition,
-} from '@anvil/tokenizer';
+import { appendFingerprint, ChatTemplateError, fingerprintMessages, type ChatMessage, type ToolDefinition } from '@anvil/tokenizer';
 import type { Logger } from '@anvil/observability';
 import { linkAbort } from '@anvil/service-kit';
 import type { AnsweredCall, CallRecorder } from '../capture/call-recorder';
@@ -23,7 +16,7 @@ import { runGeneration, type GenerationResult } from '../generation/generation-r
 import type { SessionAuthenticator } from '../auth/session-auth';
 import { GatewayError } from '../errors';
 import type { GatewayMetrics } from '../metrics';
-import { servedModelFor, type ModelRegistry, type ServedModel } from '../models/model-registry';
+import { servedModelFor, type ModelRegistry } from '../models/model-registry';
 import { buildAssistantReply, type AssistantReply } from '../openai/assistant-reply';
 import {
   chatRequestSchema,
@@ -36,6 +29,7 @@ import { toChatMessages, toToolDefinitions } from '../openai/messages';
 import type { SessionStore } from '../sessions/session-store';
 import type { CallLimitGate } from '../sessions/call-limit-gate';
 import { StalenessGate } from '../sessions/staleness-gate';
+import { forcedToolCall } from './forced-tool-call';
 import type { PreparedCall } from './prepared-call';
 
 /** A chat request's messages, tools and template variables as rendered, with their prefix fingerprints. */
@@ -247,13 +241,15 @@ export class CallService {
         );
       throw err;
     }
-    const forcedText = forcedToolCall(model, toolChoice, tools, plan, extra);
+    const forced = forcedToolCall(model, toolChoice, tools, { messages: plan.messages, extra });
+    const forcedText = forced.text;
     if (forcedText)
       plan = { ...plan, promptIds: [...plan.promptIds, ...model.format.tokenizer.encode(forcedText)], text: plan.text + forcedText };
     const maxTokens = this.limits(plan.promptIds.length, contextLimit, req.max_completion_tokens ?? req.max_tokens);
     return {
       kind: 'chat',
       forcedText,
+      ...(forced.constraint ? { constraint: forced.constraint } : {}),
       stream: req.stream === true,
       includeUsage: req.stream_options?.include_usage === true,
       requestId: randomUUID(),
@@ -356,6 +352,7 @@ export class CallService {
         seed: call.sampling.seed === null ? null : call.sampling.seed + index,
         stopIds: call.model.format.stopTokenIds,
         ...(call.topLogprobs > 0 ? { topLogprobs: call.topLogprobs } : {}),
+        ...(call.constraint ? { constraint: call.constraint } : {}),
         // The session's choice (its task set's): finish on the old weights or abort and resume under the new ones.
         ...(call.session.weightSwap ? { weightSwap: call.session.weightSwap } : {}),
       };
@@ -441,6 +438,7 @@ export class CallService {
         outputIds: g.outputIds,
         logprobs: g.logprobs,
         versions: g.versions,
+        ...(g.constrained ? { constrained: g.constrained } : {}),
         finishReason: g.finishReason === 'abort' ? 'abort' : finishReasons[i],
         sampling: { ...call.sampling, seed: call.sampling.seed === null ? null : call.sampling.seed + i },
         timings: { receivedAt: call.receivedAt, firstTokenAt: g.firstTokenAt, finishedAt },
@@ -507,24 +505,6 @@ export class CallService {
       throw err;
     }
   }
-}
-
-/**
- * `tool_choice: "required"` or a named tool: the opening of a call in the model family's
- * format (through the name when one is named), appended to the prompt so that the model's
- * continuation is that call. '' when nothing is forced (auto, none, no tools, or a template
- * that cannot be continued into a call).
- */
-function forcedToolCall(
-  model: ServedModel,
-  toolChoice: ChatRequest['tool_choice'],
-  tools: ToolDefinition[] | null,
-  plan: PlannedPrompt,
-  extra: Record<string, unknown>,
-): string {
-  if (!tools || !toolChoice || toolChoice === 'auto' || toolChoice === 'none' || model.format.toolCallFormat === 'none') return '';
-  const name = typeof toolChoice === 'object' ? toolChoice.function.name : null;
-  return forcedToolCallOpening(model.format.template, { messages: plan.messages, tools, extra }, name) ?? '';
 }
 
 const newBranchId = () => `branch_${randomUUID()}`;

@@ -1,3 +1,4 @@
+import type { GenerateConstraint } from '@anvil/contracts';
 import type { GatewaySession } from '@anvil/persistence';
 import type { ChatMessage, ToolDefinition } from '@anvil/tokenizer';
 import type { PlannedPrompt } from '../capture/prompt-planner';
@@ -24,6 +25,8 @@ export interface PreparedCall {
    * to the prompt (already in plan.promptIds and plan.text), which the reply text starts with.
    */
   forcedText: string;
+  /** With forcedText: the rest of the forced tool call as a grammar the engine holds the model to (see forced-tool-call.ts). */
+  constraint?: GenerateConstraint;
   maxTokens: number;
   sampling: { temperature: number; topP: number; topK: number; seed: number | null };
   stop: string[];

@@ -11,6 +11,8 @@ export interface GenerationResult {
   versions: number[];
   /** One entry per output id when the request asked for alternatives. */
   topLogprobs?: TopLogprobs[];
+  /** With a constraint: one TOKEN_CONSTRAINT mark per output id (1 within a mask, 2 forced). */
+  constrained?: number[];
   finishReason: 'stop' | 'length' | 'abort';
   /** Decoded reply text (stop token ids left out, other special tokens kept), ending before a stop string. */
   text: string;
@@ -58,6 +60,7 @@ export async function runGeneration(opts: {
       logprobs: r.logprobs,
       versions: r.versions,
       ...(r.topLogprobs ? { topLogprobs: r.topLogprobs } : {}),
+      ...(r.constrained ? { constrained: r.constrained } : {}),
       finishReason: r.finishReason,
       text: decoder.text,
       stoppedByString: false,
@@ -71,6 +74,7 @@ export async function runGeneration(opts: {
   const logprobs: number[] = [];
   const versions: number[] = [];
   const top: TopLogprobs[] | undefined = (opts.request.topLogprobs ?? 0) > 0 ? [] : undefined;
+  const marks: number[] | undefined = opts.request.constraint ? [] : undefined;
   /** Decoded text length after each id: maps a stop string's position back to ids. */
   const textLengths: number[] = [];
   let firstTokenAt: number | null = null;
@@ -90,6 +94,7 @@ export async function runGeneration(opts: {
           logprobs,
           versions,
           ...(top ? { topLogprobs: top } : {}),
+          ...(marks ? { constrained: marks } : {}),
           finishReason: r.finishReason,
           text: decoder.text,
           stoppedByString: false,
@@ -107,6 +112,7 @@ export async function runGeneration(opts: {
         logprobs.push(chunk.logprobs[i]);
         versions.push(chunk.versions[i]);
         top?.push(chunk.topLogprobs?.[i] ?? { ids: [], logprobs: [] });
+        marks?.push(chunk.constrained?.[i] ?? 1);
         textLengths.push(decoder.text.length);
         if (matcher.active) {
           stopAt = matcher.find(decoder.text, before);
@@ -132,6 +138,7 @@ export async function runGeneration(opts: {
     logprobs: logprobs.slice(0, keep),
     versions: versions.slice(0, keep),
     ...(top ? { topLogprobs: top.slice(0, keep) } : {}),
+    ...(marks ? { constrained: marks.slice(0, keep) } : {}),
     finishReason: 'stop',
     text: decoder.text.slice(0, stopAt),
     stoppedByString: true,

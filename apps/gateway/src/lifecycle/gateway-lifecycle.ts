@@ -56,6 +56,9 @@ export class GatewayLifecycle implements OnModuleInit, OnApplicationBootstrap, O
         chatFormat: this.config.GATEWAY_CHAT_FORMAT,
         tokenizer: m.format.tokenizer.name,
         vocabSize: m.format.tokenizer.vocabSize,
+        // 'system': the template has no tool support, the gateway writes tools into the system prompt
+        toolPrompt: m.format.toolPrompt,
+        toolCallFormat: m.format.toolCallFormat,
         maxContextTokens: m.maxContextTokens,
       });
     }

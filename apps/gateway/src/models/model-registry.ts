@@ -24,9 +24,13 @@ export class ModelRegistry {
   }
 
   static fromConfig(
-    config: Pick<GatewayConfig, 'GATEWAY_MODEL_NAME' | 'GATEWAY_CHAT_FORMAT' | 'GATEWAY_TOKENIZER_DIR' | 'GATEWAY_MAX_CONTEXT_TOKENS'>,
+    config: Pick<GatewayConfig, 'GATEWAY_MODEL_NAME' | 'GATEWAY_CHAT_FORMAT' | 'GATEWAY_TOKENIZER_DIR' | 'GATEWAY_MAX_CONTEXT_TOKENS'> &
+      Partial<Pick<GatewayConfig, 'GATEWAY_TOOL_PROMPT'>>,
   ): ModelRegistry {
-    const format = config.GATEWAY_CHAT_FORMAT === 'hf' ? loadChatFormat(config.GATEWAY_TOKENIZER_DIR ?? '') : tinyChatFormat();
+    const format =
+      config.GATEWAY_CHAT_FORMAT === 'hf'
+        ? loadChatFormat(config.GATEWAY_TOKENIZER_DIR ?? '', { toolPrompt: config.GATEWAY_TOOL_PROMPT ?? 'auto' })
+        : tinyChatFormat();
     return new ModelRegistry([
       {
         name: config.GATEWAY_MODEL_NAME,

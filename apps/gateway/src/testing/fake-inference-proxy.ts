@@ -9,6 +9,8 @@ export interface ScriptedReply {
   version?: number;
   /** Answer this HTTP error instead. */
   error?: { status: number; message: string };
+  /** Constrained-decoding marks per id (default with a constraint: 1 for every id). */
+  constrained?: number[];
 }
 
 /**
@@ -86,6 +88,7 @@ export class FakeInferenceProxy {
             logprobs: Array.from({ length: k }, (_, j) => logprobs[i] - j),
           }))
         : undefined;
+    const marks = req.constraint ? (reply.constrained ?? ids.map(() => 1)).slice(0, ids.length) : undefined;
     const response = {
       requestId: req.requestId,
       outputIds: ids,
@@ -96,6 +99,7 @@ export class FakeInferenceProxy {
       cachedPromptTokens: 0,
       replica: 'fake',
       ...(top ? { topLogprobs: top } : {}),
+      ...(marks ? { constrained: marks } : {}),
     };
     if (!req.stream) {
       res.writeHead(200, { 'content-type': 'application/json' });
@@ -112,6 +116,7 @@ export class FakeInferenceProxy {
           logprobs: logprobs.slice(i, i + 3),
           versions: versions.slice(i, i + 3),
           ...(top ? { topLogprobs: top.slice(i, i + 3) } : {}),
+          ...(marks ? { constrained: marks.slice(i, i + 3) } : {}),
         }) + '\n',
       );
       if (this.tokenDelayMs) await new Promise((r) => setTimeout(r, this.tokenDelayMs));
