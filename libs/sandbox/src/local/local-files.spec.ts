@@ -48,7 +48,7 @@ print('written:', sorted(os.listdir('${ws}')))
     expect(statSync(join(ws, 'made.txt')).uid).toBe(owner);
   });
 
-  it("sees none of the host's files: not the repository, not /root, not the host's users", async () => {
+  it("sees none of the host's files (not the repository, not /root, not the host's users), and has no privilege", async () => {
     const r = await besideNeighbour(suite.backend, suite.gateway, () =>
       suite.backend.run({
         label: 'reads',
@@ -59,6 +59,8 @@ import os
 for path in ['${repoFile}', '/root', '/work', '/etc/shadow', '/etc/resolv.conf', '/var/lib', '/home']:
     print(path, os.path.exists(path) and sorted(os.listdir(path)) if os.path.isdir(path) else os.path.exists(path))
 print('users', [l.split(':')[0] for l in open('/etc/passwd')])
+print('caps', [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')])
+print('nested userns', os.system('unshare -U true 2>/dev/null') == 0)
 `),
       }),
     );
@@ -71,6 +73,8 @@ print('users', [l.split(':')[0] for l in open('/etc/passwd')])
     expect(r.stdout).toContain('/etc/resolv.conf False');
     expect(r.stdout).toContain("/home ['agent']");
     expect(r.stdout).toContain("users ['root', 'agent', 'nobody']");
+    expect(r.stdout).toContain("caps ['0000000000000000']");
+    expect(r.stdout).toContain('nested userns False');
   });
 
   it("cannot read another sandbox's environment (or see its processes at all)", async () => {

@@ -102,8 +102,9 @@ describe('local sandbox: processes', () => {
             label: 'fork-bomb',
             workspace: workspace(),
             limits: { wallMs: 2500, killGraceMs: 200, processes: 40 },
-            // Every process forks forever, failed forks included: the bomb stays at its limit until stopped.
-            argv: ['perl', '-e', 'while (1) { fork }'],
+            // Every process forks forever, failed forks included: the bomb stays at its limit until
+            // stopped (a 10 ms pause per fork keeps it there without eating the machine).
+            argv: ['perl', '-e', 'while (1) { fork; select(undef, undef, undef, 0.01) }'],
           }),
         // The neighbour has the same process limit and forks while the bomb is at its peak: were
         // the limit counted on a shared uid, its forks would fail.
