@@ -6,7 +6,7 @@ import { rolloutCompletedV1, rolloutStartedV1 } from './rollout';
 import { rolloutGroupSettledV1, trajectoryReadyV1 } from './trajectory';
 import { trainBatchV1, trainBatchV2 } from './train-batch';
 import { trainBatchTrainedV1 } from './trainer';
-import { policyVersionActivatedV1, weightsPublishedV1 } from './weights';
+import { policyVersionActivatedV1, weightsPublishedV1, weightsPublishedV2 } from './weights';
 
 /**
  * Every event the design names: its topic, its schema per version, and the version
@@ -26,7 +26,7 @@ export const EVENTS = {
   'train_batch.trained': { topic: TOPICS.trainBatches, current: 1, versions: { 1: trainBatchTrainedV1 } },
   'evaluation.requested': { topic: TOPICS.evaluations, current: 1, versions: { 1: evaluationRequestedV1 } },
   'evaluation.completed': { topic: TOPICS.evaluations, current: 1, versions: { 1: evaluationCompletedV1 } },
-  'weights.published': { topic: TOPICS.weights, current: 1, versions: { 1: weightsPublishedV1 } },
+  'weights.published': { topic: TOPICS.weights, current: 2, versions: { 1: weightsPublishedV1, 2: weightsPublishedV2 } },
   'policy_version.activated': { topic: TOPICS.policyVersions, current: 1, versions: { 1: policyVersionActivatedV1 } },
 } as const;
 

@@ -187,6 +187,10 @@ export function sampleEventOf(type: EventType, key: string, n = 0): AnyEventEnve
           format: 'hf-safetensors',
           sha256: 'ab'.repeat(32),
           publishedAt: now,
+          // odd samples are LoRA adapters over a base (v2), even ones full weights
+          ...(n % 2 === 1
+            ? { weights: 'lora-adapter' as const, base: { checkpointUri: 'file:///tmp/base', fingerprint: `sha256:${'cd'.repeat(32)}` } }
+            : { weights: 'full' as const }),
         },
         opts,
       ) as AnyEventEnvelope;
