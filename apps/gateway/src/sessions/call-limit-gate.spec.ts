@@ -176,6 +176,18 @@ describe('the rate limit (token bucket)', () => {
   });
 });
 
+describe('a session closed after its call was authenticated', () => {
+  it('refuses the call as closed (410) and leaves its counts as they were at the close', async () => {
+    const s = await session({ maxCalls: 1, callsPerSecond: 1, callBurst: 1 });
+    const g = gate();
+    await g.admit(s, 1);
+    await store.close(s.id, 'closed');
+    const closed = await store.find(s.id);
+    for (let i = 0; i < 3; i++) expect(await outcome(g.admit(s, 1))).toBe('session_closed');
+    expect(await store.find(s.id)).toMatchObject({ callsAdmitted: 1, refusedBudget: 0, refusedRate: 0, rateAt: closed?.rateAt });
+  });
+});
+
 describe('sessions without limits', () => {
   it('are admitted without touching the row', async () => {
     const s = await session({});

@@ -15,12 +15,13 @@ export interface AdmittedCalls {
 interface Waiting {
   sessionId: string;
   n: number;
-  resolve(d: LimitDecision): void;
+  resolve(d: LimitDecision | 'closed'): void;
   reject(err: unknown): void;
 }
 
 interface DecisionRow {
   ord: number;
+  open: boolean;
   budget_ok: boolean;
   rate_ok: boolean;
   tokens: number | null;
@@ -58,12 +59,15 @@ export class CallLimitGate {
     if (session.callBurst !== null && n > session.callBurst)
       throw GatewayError.invalid(`n is ${n}, more calls than this session's rate limit lets through at once (${session.callBurst})`, 'n');
     const decision = await this.decide(session.id, n);
+    // Closed since it was authenticated: answered as any call to a closed session, and not counted
+    // (the counts the rollout manager read at the close are final).
+    if (decision === 'closed') throw new GatewayError('gone', 'this session is closed', 'session_closed');
     if (decision.admitted) return session.maxCalls === null ? NOTHING_TO_RELEASE : { release: () => this.release(session.id, n) };
     this.d.onRefused(decision.reason);
     throw decision.reason === 'budget' ? budgetSpentError(decision) : rateLimitedError(decision);
   }
 
-  private decide(sessionId: string, n: number): Promise<LimitDecision> {
+  private decide(sessionId: string, n: number): Promise<LimitDecision | 'closed'> {
     return new Promise((resolve, reject) => {
       this.waiting.push({ sessionId, n, resolve, reject });
       this.pump();
@@ -107,7 +111,7 @@ export class CallLimitGate {
       const r = byOrd.get(ord);
       // Authenticated a moment ago: a row that is gone now has nothing left to admit against.
       if (!r) return w.reject(GatewayError.sessionNotFound());
-      w.resolve(decisionOf(r, w.n));
+      w.resolve(r.open ? decisionOf(r, w.n) : 'closed');
     });
   }
 
@@ -145,12 +149,13 @@ function decisionOf(r: DecisionRow, n: number): LimitDecision {
  * database's clock, the same for every instance): tokens as of rate_at plus the rate times the time
  * since, at most the burst (a bucket never used is full). d: the decision; the budget is judged
  * first (a spent budget is final, a rate refusal is not). u: the row written in the same
- * statement: admitted calls and tokens taken when admitted, the refusal counted when not.
+ * statement: admitted calls and tokens taken when admitted, the refusal counted when not; a
+ * session closed meanwhile is left as it was closed.
  */
 const ADMIT_SQL = `WITH "q" AS (
     SELECT * FROM unnest($1::int[], $2::varchar[], $3::int[]) AS q("ord", "sid", "n")
   ), "cur" AS (
-    SELECT q."ord", q."n", s."id", s."max_calls", s."calls_admitted", s."calls_per_second", s."call_burst",
+    SELECT q."ord", q."n", s."id", s."status" = 'open' AS "open", s."max_calls", s."calls_admitted", s."calls_per_second", s."call_burst",
       CASE WHEN s."calls_per_second" IS NULL THEN NULL ELSE LEAST(s."call_burst"::float8, COALESCE(s."rate_tokens", s."call_burst"::float8)
         + s."calls_per_second" * GREATEST(0, EXTRACT(EPOCH FROM now() - COALESCE(s."rate_at", now()))::float8)) END AS "tokens"
     FROM "q" JOIN "gateway_sessions" s ON s."id" = q."sid"
@@ -166,6 +171,6 @@ const ADMIT_SQL = `WITH "q" AS (
       "rate_at" = CASE WHEN d."tokens" IS NULL THEN NULL ELSE now() END,
       "refused_budget" = s."refused_budget" + CASE WHEN d."budget_ok" THEN 0 ELSE 1 END,
       "refused_rate" = s."refused_rate" + CASE WHEN d."budget_ok" AND NOT d."rate_ok" THEN 1 ELSE 0 END
-    FROM "d" WHERE s."id" = d."id"
+    FROM "d" WHERE s."id" = d."id" AND d."open"
   )
-  SELECT "ord", "budget_ok", "rate_ok", "tokens", "max_calls", "calls_admitted", "calls_per_second", "call_burst" FROM "d"`;
+  SELECT "ord", "open", "budget_ok", "rate_ok", "tokens", "max_calls", "calls_admitted", "calls_per_second", "call_burst" FROM "d"`;
