@@ -411,7 +411,8 @@ describe('black-box rollouts', () => {
         id: 'flooder',
         agent: { kind: 'black-box', name: 'flooder', command: ['sh', '-c', flood] },
         verifier: { kind: 'function', name: 'final-answer' },
-        limits: { timeoutMs: 3_000 },
+        // A budget it cannot reach: this one is about the timeout (rollout-call-limits.int.spec.ts is about the budget).
+        limits: { timeoutMs: 3_000, maxCalls: 1_000_000 },
       },
       [
         {

@@ -1,4 +1,5 @@
 import {
+  budgetSpentResponseSchema,
   closeSessionsResponseSchema,
   createSessionResponseSchema,
   createSessionsResponseSchema,
@@ -106,6 +107,14 @@ export class GatewayClient {
     return ids.map((id) => byId.get(id) ?? null);
   }
 
+  /** Of `sessionIds`, those that have had a call refused over their call budget (unknown ids are left out). */
+  async budgetSpent(sessionIds: string[]): Promise<string[]> {
+    const { sessions } = budgetSpentResponseSchema.parse(
+      await this.admin('/admin/v1/sessions/batch/budget-spent', { method: 'POST', body: JSON.stringify({ sessionIds }) }),
+    );
+    return sessions.map((s) => s.sessionId);
+  }
+
   get model(): string {
     return this.opts.model;
   }
@@ -157,12 +166,14 @@ export class GatewayClient {
       } catch {
         /* not JSON */
       }
+      // retry-after-ms (the rate limit's exact wait) before Retry-After (whole seconds), as the official SDKs read them.
+      const raMs = Number(header(res.headers['retry-after-ms']));
       const ra = Number(res.headers['retry-after']);
       throw new GatewayError(
         `chat: ${res.status} ${text.slice(0, 500)}`,
         res.status,
         code,
-        Number.isFinite(ra) && ra > 0 ? ra * 1000 : null,
+        Number.isFinite(raMs) && raMs > 0 ? raMs : Number.isFinite(ra) && ra > 0 ? ra * 1000 : null,
       );
     }
     const json = JSON.parse(text) as {

@@ -31,6 +31,8 @@ export interface RolloutRuntimeConfig {
   sessionLookahead?: number;
   /** How much longer than its rollout's timeout a session opened ahead lives (it may wait that long for its slot; older ones are replaced at the start). */
   sessionLookaheadTtlMs: number;
+  /** How often the running black-box agents' sessions are checked for a spent call budget (one admin request for all of them). */
+  budgetPollMs: number;
 }
 
 export const RUNTIME_DEFAULTS: RolloutRuntimeConfig = {
@@ -47,6 +49,7 @@ export const RUNTIME_DEFAULTS: RolloutRuntimeConfig = {
   stopGraceMs: 0,
   repoRoot: process.cwd(),
   sessionLookaheadTtlMs: 600_000,
+  budgetPollMs: 500,
 };
 
 export interface RolloutRuntimeOptions {

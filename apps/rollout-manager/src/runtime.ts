@@ -15,6 +15,8 @@ import { recoverGroups } from './rollouts/recovery';
 import { RolloutSessions } from './rollouts/rollout-sessions';
 import { RolloutSlots } from './rollouts/rollout-slots';
 import { SessionLookahead, type LookaheadCandidate } from './rollouts/session-lookahead';
+import { BudgetWatch } from './rollouts/budget-watch';
+import { maxStepsOf } from './rollouts/rollout-context';
 import { submissionTasks, type SubmitRequest } from './rollouts/submission';
 import { RUNTIME_DEFAULTS, type RolloutRuntimeConfig, type RolloutRuntimeOptions } from './runtime-options';
 import { RolloutStateStore } from './state-store';
@@ -77,7 +79,13 @@ export class RolloutRuntime {
     this.taskSets = new TaskSets(this.tasks, opts.environments, opts.verifiers);
     this.queue = new GroupQueue(this.state, this.logger);
     const { config, gateway, state, events, metrics, logger, queue, taskSets } = this;
-    this.sessions = new RolloutSessions({ gateway, state, logger, model: config.model });
+    this.sessions = new RolloutSessions({
+      gateway,
+      state,
+      logger,
+      model: config.model,
+      maxSteps: async (g) => maxStepsOf(g.spec, (await taskSets.get(g.spec.id)).env, g.task),
+    });
     this.lookahead = new SessionLookahead(config.sessionLookahead ?? Math.ceil(config.concurrency / 4), (rolloutId, err) =>
       logger.warn('opening a session ahead failed; the rollout opens its own', { rolloutId, err }),
     );
@@ -93,6 +101,7 @@ export class RolloutRuntime {
       metrics,
       logger,
       lookahead: this.lookahead,
+      budget: new BudgetWatch((ids) => gateway.budgetSpent(ids), config.budgetPollMs, logger),
       version,
       taskSet: (id) => taskSets.get(id),
       verifierDeps: (spec, env) => taskSets.verifierDeps(spec, env),

@@ -76,6 +76,17 @@ describe('run config', () => {
     expect(() => parseRunConfig({ scheduler: { window: 100 } })).toThrow(/scheduler\.window/);
   });
 
+  it("takes a rollout's call limits in task.limits; a burst without a rate is refused", () => {
+    expect(parseRunConfig({ task: { limits: { maxCalls: 64, callsPerSecond: 4, burst: 8 } } }).task.limits).toMatchObject({
+      maxCalls: 64,
+      callsPerSecond: 4,
+      burst: 8,
+    });
+    expect(() => parseRunConfig({ task: { limits: { burst: 8 } } })).toThrow(/task\.limits\.burst: burst needs callsPerSecond/);
+    expect(() => parseRunConfig({ task: { limits: { maxCalls: 0 } } })).toThrow(/task\.limits\.maxCalls/);
+    expect(() => parseRunConfig({ task: { limits: { maxCall: 5 } } })).toThrow(/maxCall/);
+  });
+
   it('takes a config file and environment overrides', () => {
     expect(loadRunConfig({ env: { ANVIL_SEED: '3', ANVIL_MAIN_STEPS: '7' } })).toMatchObject({ seed: 3, budget: { steps: 7 } });
     expect(() => loadRunConfig({ file: '/nonexistent/run.json', env: {} })).toThrow(/--config \/nonexistent\/run.json/);

@@ -70,7 +70,7 @@ const taskSchema = z
     agent: strictAgent
       .optional()
       .describe(
-        'who runs a rollout: `{"kind": "white-box"}` (the built-in agent loop, the default) or `{"kind": "black-box", "name", "command", "taskInput"?, "cwd"?, "env"?, "outputCapBytes"?}` (any program, once per rollout)',
+        'who runs a rollout: `{"kind": "white-box"}` (the built-in agent loop, the default) or `{"kind": "black-box", "name", "command", "taskInput"?, "cwd"?, "env"?, "outputCapBytes"?}` (any program, once per rollout; `env` may not name what the manager sets per session (`OPENAI_BASE_URL`, `OPENAI_API_BASE`, `OPENAI_API_KEY`, the `ANTHROPIC_` equivalents, any other OpenAI or Anthropic endpoint, every `ANVIL_*`) nor anything credential-like (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*_KEY`, cloud and database settings); everything else, `OPENAI_MODEL` included, is passed)',
       ),
     verifier: strictVerifier
       .optional()
@@ -85,7 +85,9 @@ const taskSchema = z
     limits: limitsSchema
       .strict()
       .optional()
-      .describe('per rollout: `maxSteps` (LLM calls), `maxContextTokens`, `timeoutMs` (default 600 s), `maxEnvRetries` (0-10, default 2)'),
+      .describe(
+        "per rollout: `maxSteps` (LLM calls), `maxContextTokens`, `timeoutMs` (default 600 s), `maxEnvRetries` (0-10, default 2); at the gateway, per rollout session: `maxCalls` (the call budget: calls answered at most, each choice counted; past it the agent's calls are refused with 429 and the rollout ends as `max_steps`; default 4 x maxSteps, at least 256), `callsPerSecond` (a rate limit: over it, 429 with Retry-After; default none) and `burst` (calls let through back to back; default one second's worth)",
+      ),
     env: z
       .string()
       .min(1)

@@ -29,18 +29,8 @@ export interface BlackBoxResult {
   cleanup(): Promise<void>;
 }
 
-/** Environment variable names an agent must never get from the manager's own environment. */
-const CREDENTIAL_NAME = /(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL|KAFKA|AWS_|GOOGLE_|AZURE_|_KEY$|^KEY$)/i;
-
-export class AgentSpecError extends Error {
-  override readonly name = 'AgentSpecError';
-}
-
-/** Load-time check: extra env names that look like credentials are refused (OPENAI_* are set per session by the manager). */
-export function checkAgentEnv(env: Record<string, string>): void {
-  const bad = Object.keys(env).filter((k) => CREDENTIAL_NAME.test(k) || k.startsWith('OPENAI_') || k.startsWith('ANVIL_'));
-  if (bad.length) throw new AgentSpecError(`agent.env: names reserved or credential-like are not passed to agents: ${bad.join(', ')}`);
-}
+// The rule of which agent.env names pass (agent-env.ts), where it has always been imported from.
+export { AgentSpecError, checkAgentEnv } from './agent-env';
 
 /** Keeps the first `cap` bytes, and the last few KiB apart (the answer is usually the last line). */
 function capped(cap: number, tailCap = Math.min(cap, 64 * 1024)) {

@@ -2,6 +2,7 @@ import { appendOnly, slidingWindow, summarizing, type ContextManager } from '@an
 import { EnvironmentError, type ChatMessage, type Episode, type ToolSpec } from '../environments/types';
 import { GatewayError, type ChatCompletion, type GatewayClient } from '../gateway-client';
 import type { ContextSpec } from '../tasks/task-set';
+import type { CallsRefused } from '@anvil/contracts';
 
 export type LoopFinish = 'completed' | 'max_steps' | 'max_context' | 'timeout' | 'aborted';
 
@@ -26,6 +27,8 @@ export interface LoopResult {
     capture: string | null;
   }[];
   subAgentRuns: number;
+  /** Calls the session's call limits refused: over its budget (the loop then ends as max_steps), over its rate (waited out). */
+  callsRefused: CallsRefused;
   error?: string;
 }
 
@@ -157,6 +160,7 @@ export async function runWhiteBoxLoop(deps: LoopDeps, opts: LoopOptions): Promis
     stepCallIds: [],
     sent: [],
     subAgentRuns: 0,
+    callsRefused: { budget: 0, rate: 0 },
   };
   const tools = [
     ...opts.tools,
@@ -184,7 +188,13 @@ export async function runWhiteBoxLoop(deps: LoopDeps, opts: LoopOptions): Promis
       } catch (err) {
         if (signal.aborted) throw new Finished(signal.reason === 'timeout' ? 'timeout' : 'aborted');
         if (err instanceof GatewayError && err.status === 400 && err.code === 'context_length_exceeded') throw new Finished('max_context');
-        // 429 (staleness backstop) on a first call: wait as told, bounded.
+        // The session's call budget is spent: no call will be answered any more.
+        if (err instanceof GatewayError && err.status === 429 && err.code === 'insufficient_quota') {
+          result.callsRefused.budget++;
+          throw new Finished('max_steps');
+        }
+        if (err instanceof GatewayError && err.status === 429 && err.code === 'rate_limit_exceeded') result.callsRefused.rate++;
+        // 429 (staleness backstop on a first call, or the session's rate limit): wait as told, bounded.
         if (err instanceof GatewayError && err.status === 429 && attempt < 30) {
           await new Promise((r) => setTimeout(r, Math.min(5000, err.retryAfterMs ?? 500)));
           continue;

@@ -95,6 +95,7 @@ async function failedAttempt(
       finishReason: failureReason(err, ctx.stopSignal.aborted, at.timedOut.aborted, retry),
       numCalls,
       error: `${(err as Error).name}: ${(err as Error).message}`,
+      ...(run?.callsRefused ? { callsRefused: run.callsRefused } : {}),
     },
     retry,
     session,

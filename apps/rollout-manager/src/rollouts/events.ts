@@ -1,4 +1,4 @@
-import { createEvent, type EventEnvelope, type RolloutFinishReason } from '@anvil/contracts';
+import { createEvent, type CallsRefused, type EventEnvelope, type RolloutFinishReason } from '@anvil/contracts';
 import type { TaskSetSpec } from '../tasks/task-set';
 import type { GroupRow, RolloutRow } from '../state-store';
 
@@ -47,6 +47,8 @@ export interface CompletedFields {
   error: string | null;
   versionAtStart: number;
   success: boolean | null;
+  /** Calls its session's call limits refused (absent: not known, e.g. the session could not be read at its close). */
+  callsRefused?: CallsRefused;
 }
 
 /** `versionsSpanned` counts the activations the manager saw between the start and the end, both counted. */
@@ -66,6 +68,7 @@ export function completedEvent(o: CompletedFields & { producer: string; versionA
       policyVersionAtEnd: o.versionAtEnd,
       versionsSpanned: versionsSpanned(o.versionAtStart, o.versionAtEnd),
       success: o.success,
+      ...(o.callsRefused ? { callsRefused: o.callsRefused } : {}),
     },
     { key: o.rolloutId, producer: o.producer, id: `${o.rolloutId}:completed` },
   );

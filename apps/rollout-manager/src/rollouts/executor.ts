@@ -1,4 +1,4 @@
-import type { RolloutFinishReason } from '@anvil/contracts';
+import type { CallsRefused, RolloutFinishReason } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
 import type { BlackBoxResult } from '../agents/black-box';
 import type { LoopResult } from '../agents/white-box';
@@ -12,6 +12,7 @@ import type { VerifierDeps } from '../verifiers/verifiers';
 import type { AgentSteps } from './agent-steps/agent-step';
 import { BlackBoxStep } from './agent-steps/black-box-step';
 import { WhiteBoxStep } from './agent-steps/white-box-step';
+import type { BudgetWatch } from './budget-watch';
 import { runAttempt, type Attempt, type AttemptDeps } from './attempt';
 import { completedEvent, versionsSpanned } from './events';
 import type { GroupState, LoadedTaskSet } from './group-state';
@@ -30,6 +31,8 @@ export interface RolloutOutcome {
   outcomeReward: number | null;
   success: boolean | null;
   numCalls: number;
+  /** Calls its gateway session's call limits refused (over the budget: it ended as max_steps; over the rate). */
+  callsRefused?: CallsRefused;
   error: string | null;
   versionsSpanned: number;
   /** From the slot being taken to rollout.completed being durable (session, events, agent, verifier: everything on the rollout's path). */
@@ -55,6 +58,7 @@ export interface ExecutorDeps {
   metrics: RolloutMetrics;
   logger: Logger;
   lookahead: SessionLookahead;
+  budget: BudgetWatch;
   version(): number;
   taskSet(id: string): Promise<LoadedTaskSet>;
   verifierDeps(spec: TaskSetSpec, env: Environment | null): VerifierDeps;
@@ -86,6 +90,7 @@ export class RolloutExecutor {
         logger: d.logger,
         repoRoot: d.config.repoRoot,
         closeSession: (id, withCalls) => d.sessions.close(id, withCalls),
+        budget: d.budget,
       }),
     };
   }
@@ -192,6 +197,7 @@ function outcomeOf(
     outcomeReward: result.outcomeReward,
     success: result.success,
     numCalls: result.numCalls,
+    ...(result.callsRefused ? { callsRefused: result.callsRefused } : {}),
     error: result.error,
     versionsSpanned: versionsSpanned(ctx.versionAtStart, t.versionAtEnd),
     wallMs: t.wallMs,

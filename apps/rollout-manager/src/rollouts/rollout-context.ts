@@ -33,6 +33,11 @@ export function unscored(): RolloutResult {
   return { finishReason: 'completed', outcomeReward: null, processRewards: [], numCalls: 0, error: null, success: null };
 }
 
+/** A rollout's step limit: its task set's, else its environment's for the task, else 16. */
+export function maxStepsOf(spec: Pick<TaskSetSpec, 'limits'>, env: Environment | null, task: StoredTask): number {
+  return spec.limits.maxSteps ?? env?.limits(task).maxSteps ?? 16;
+}
+
 export function rolloutContext(
   g: GroupState,
   r: RolloutRow,
@@ -49,7 +54,7 @@ export function rolloutContext(
     env,
     purpose: g.row.purpose,
     limits: spec.limits,
-    maxSteps: spec.limits.maxSteps ?? env?.limits(task).maxSteps ?? 16,
+    maxSteps: maxStepsOf(spec, env, task),
     verifier: task.verifier ?? spec.verifier ?? { kind: 'env' },
     seed: samplerSeed(g.row.purpose, task.id, r),
     versionAtStart,

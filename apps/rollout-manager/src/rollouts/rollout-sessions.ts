@@ -3,6 +3,7 @@ import type { ClosedSession, GatewayClient } from '../gateway-client';
 import type { RolloutRow, RolloutStateStore } from '../state-store';
 import type { GroupState } from './group-state';
 import type { OpenedSession } from './session-lookahead';
+import { sessionCallLimits } from './session-limits';
 
 /** Past this much left of its life at the start, a session opened ahead is replaced by a fresh one. */
 const SESSION_MARGIN_MS = 30_000;
@@ -18,13 +19,16 @@ export class RolloutSessions {
       state: RolloutStateStore;
       logger: Logger;
       model: string;
+      /** The rollout's step limit (its call budget's default follows it; see session-limits.ts). */
+      maxSteps(g: GroupState): Promise<number>;
     },
   ) {}
 
-  /** Opens a session for `r` and makes its id durable (rm_rollouts.session_id). */
+  /** Opens a session for `r`, with its call limits, and makes its id durable (rm_rollouts.session_id). */
   async open(g: GroupState, r: RolloutRow, lifeMs: number): Promise<OpenedSession> {
     const t0 = performance.now();
     const { spec, row } = g;
+    const limits = sessionCallLimits(spec.limits, await this.d.maxSteps(g));
     const expiresAt = Date.now() + lifeMs;
     const session = await this.d.gateway.openSession({
       rolloutId: r.id,
@@ -33,6 +37,7 @@ export class RolloutSessions {
       model: this.d.model,
       ...(spec.limits.maxContextTokens ? { maxContextTokens: spec.limits.maxContextTokens } : {}),
       ...(spec.weightSwap ? { weightSwap: spec.weightSwap } : {}),
+      ...limits,
       expiresAt,
     });
     try {

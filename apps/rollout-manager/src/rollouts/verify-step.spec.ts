@@ -55,6 +55,7 @@ describe('verifyStep', () => {
       stepCallIds: ['c1', null, 'c3'],
       sent: [],
       subAgentRuns: 0,
+      callsRefused: { budget: 0, rate: 0 },
     };
     const scored = await verifyStep(
       contextWith('f'),

@@ -15,6 +15,7 @@ export async function verifyStep(ctx: RolloutContext, run: AgentRun, deps: Verif
     numCalls: run.numCalls,
     error: run.error,
     success: null,
+    ...(run.callsRefused ? { callsRefused: run.callsRefused } : {}),
   };
   if (result.finishReason === 'aborted' || result.finishReason === 'env_error') return result;
   try {

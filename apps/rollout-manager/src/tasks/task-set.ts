@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { WEIGHT_SWAP_CHOICES } from '@anvil/contracts';
+import { MAX_CALLS, MAX_CALLS_PER_SECOND, WEIGHT_SWAP_CHOICES } from '@anvil/contracts';
 
 /** How a rollout's reward is computed (pluggable three ways, plus the environment's own). */
 export const verifierSpecSchema = z.discriminatedUnion('kind', [
@@ -57,16 +57,31 @@ export const contextSpecSchema = z.discriminatedUnion('kind', [
 ]);
 export type ContextSpec = z.infer<typeof contextSpecSchema>;
 
-export const limitsSchema = z.object({
-  /** Assistant turns (LLM calls); default: the environment's, else 16. */
-  maxSteps: z.number().int().positive().optional(),
-  /** Prompt tokens of one call (the gateway's usage count) at or above which the rollout ends as max_context. */
-  maxContextTokens: z.number().int().positive().optional(),
-  /** Wall clock of one rollout. */
-  timeoutMs: z.number().int().positive().default(600_000),
-  /** Environment failures (tool, verifier, agent start) retried before env_error. */
-  maxEnvRetries: z.number().int().nonnegative().max(10).default(2),
-});
+export const limitsSchema = z
+  .object({
+    /** Assistant turns (LLM calls); default: the environment's, else 16. */
+    maxSteps: z.number().int().positive().optional(),
+    /** Prompt tokens of one call (the gateway's usage count) at or above which the rollout ends as max_context. */
+    maxContextTokens: z.number().int().positive().optional(),
+    /** Wall clock of one rollout. */
+    timeoutMs: z.number().int().positive().default(600_000),
+    /** Environment failures (tool, verifier, agent start) retried before env_error. */
+    maxEnvRetries: z.number().int().nonnegative().max(10).default(2),
+    /**
+     * The rollout's call budget, enforced by the gateway on its session: LLM calls answered at most
+     * (each choice of an n > 1 request counts); past it the rollout ends as max_steps. Default:
+     * 4 x maxSteps, at least 256 (see defaultCallBudget).
+     */
+    maxCalls: z.number().int().positive().max(MAX_CALLS).optional(),
+    /** The rollout's rate limit at the gateway: calls per second (a token bucket; over it, 429 with Retry-After). Default: none. */
+    callsPerSecond: z.number().positive().max(MAX_CALLS_PER_SECOND).optional(),
+    /** Calls the rate limit lets through back to back (the bucket's size). Default: one second's worth, at least 1; needs callsPerSecond. */
+    burst: z.number().int().positive().max(MAX_CALLS).optional(),
+  })
+  .refine((l) => l.burst === undefined || l.callsPerSecond !== undefined, {
+    message: "burst needs callsPerSecond (it is the size of the rate limit's bucket)",
+    path: ['burst'],
+  });
 export type RolloutLimits = z.infer<typeof limitsSchema>;
 
 /** A task set's declaration, stored as task_sets.config. */

@@ -1,4 +1,4 @@
-import type { RolloutFinishReason } from '@anvil/contracts';
+import type { CallsRefused, RolloutFinishReason } from '@anvil/contracts';
 import type { BlackBoxResult } from '../../agents/black-box';
 import type { LoopResult } from '../../agents/white-box';
 import type { EnvironmentError, Episode, Transcript } from '../../environments/types';
@@ -25,6 +25,8 @@ export interface AgentRun {
   transcript: Transcript;
   agent?: VerifierInput['agent'];
   calls?: VerifierInput['calls'];
+  /** Calls its session's call limits refused (over the budget: the run ended as max_steps; over the rate). */
+  callsRefused?: CallsRefused;
   /** The step closed the session itself (a black-box session closes as its agent exits). */
   sessionClosed: boolean;
   /** The environment failed (the agent never ran): the attempt ends as if it threw this, retried when nothing was recorded. */

@@ -4,6 +4,7 @@ import { EnvironmentError, type ChatMessage } from '../../environments/types';
 import type { ClosedSession } from '../../gateway-client';
 import type { RolloutStateStore } from '../../state-store';
 import type { AgentSpec } from '../../tasks/task-set';
+import type { BudgetWatch } from '../budget-watch';
 import type { AgentRun, AgentStep, AgentStepInput } from './agent-step';
 
 export interface BlackBoxStepDeps {
@@ -12,6 +13,8 @@ export interface BlackBoxStepDeps {
   /** cwd of agents without their own. */
   repoRoot: string;
   closeSession(sessionId: string, withCalls: boolean): Promise<ClosedSession | null>;
+  /** Tells when the agent has been refused a call over its session's budget. */
+  budget: BudgetWatch;
 }
 
 type BlackBoxAgent = Extract<AgentSpec, { kind: 'black-box' }>;
@@ -20,25 +23,40 @@ type BlackBoxAgent = Extract<AgentSpec, { kind: 'black-box' }>;
  * A third-party agent program (agents/black-box.ts) given only its session's base URL and key.
  * Its session is closed as soon as it exits, before its calls are counted and scored, so nothing
  * is recorded after; its process group is durable (rm_rollouts.agent_pgid) so a restart can kill it.
+ * An agent refused a call over its session's call budget is stopped then, and its rollout ends as
+ * max_steps (the budget bounds its LLM calls as maxSteps bounds the white-box loop's).
  */
 export class BlackBoxStep implements AgentStep<'black-box'> {
   constructor(private readonly d: BlackBoxStepDeps) {}
 
   async run(agent: BlackBoxAgent, { ctx, session }: AgentStepInput): Promise<AgentRun> {
     const rolloutId = ctx.rollout.id;
-    const blackBox = await runBlackBox(agent, ctx.task, session, {
-      timeoutMs: ctx.limits.timeoutMs,
-      signal: ctx.stopSignal,
-      repoRoot: this.d.repoRoot,
-      onSpawn: (pgid) =>
-        void this.d.state
-          .setAgentPgid(rolloutId, pgid)
-          .catch((err: unknown) => this.d.logger.warn('agent pgid write failed', { rolloutId, err })),
-    });
+    // An agent refused a call over its budget is stopped then, whether it would retry, wait or loop.
+    const budget = this.d.budget.watch(session.sessionId);
+    let blackBox: BlackBoxResult;
+    try {
+      blackBox = await runBlackBox(agent, ctx.task, session, {
+        timeoutMs: ctx.limits.timeoutMs,
+        signal: AbortSignal.any([ctx.stopSignal, budget.signal]),
+        repoRoot: this.d.repoRoot,
+        onSpawn: (pgid) =>
+          void this.d.state
+            .setAgentPgid(rolloutId, pgid)
+            .catch((err: unknown) => this.d.logger.warn('agent pgid write failed', { rolloutId, err })),
+      });
+    } finally {
+      budget.done();
+    }
     // The agent is gone: close its door before counting and scoring what it recorded, so nothing is added after (one round trip).
     const closed = await this.d.closeSession(session.sessionId, true);
+    const callsRefused = closed?.callsRefused;
+    // Asked past its budget (stopped for it, or ended on its own after the refusal): the run is cut at its limit.
+    const budgetSpent = budget.signal.aborted || (callsRefused?.budget ?? 0) > 0;
     return {
-      ...howItEnded(agent, blackBox),
+      ...(budgetSpent && !ctx.stopSignal.aborted && blackBox.signal !== 'spawn-error'
+        ? { finishReason: 'max_steps' as const, error: null }
+        : howItEnded(agent, blackBox)),
+      ...(callsRefused ? { callsRefused } : {}),
       numCalls: closed?.callCount ?? 0,
       agentMs: blackBox.wallMs,
       transcript: { messages: blackBox.messages ?? ctx.task.messages, finalAnswer: blackBox.finalAnswer },

@@ -31,6 +31,7 @@ export class WhiteBoxStep implements AgentStep<'white-box'> {
       numCalls: loop.callIds.length,
       agentMs: performance.now() - a0,
       transcript: { messages: loop.messages, finalAnswer: loop.finalAnswer },
+      callsRefused: loop.callsRefused,
       sessionClosed: false,
       loop,
     };
