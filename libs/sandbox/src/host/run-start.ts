@@ -1,6 +1,6 @@
 import { closeSync, openSync } from 'node:fs';
 import { resolveSpec, type ResolvedSpec } from '../spec';
-import type { SandboxSpec } from '../types';
+import type { SandboxLogger, SandboxResult, SandboxSpec } from '../types';
 import type { Launch, RelayCounters } from './supervised-run';
 import { WallClock } from './wall-clock';
 
@@ -28,4 +28,15 @@ export function openStdin(spec: ResolvedSpec): { stdin: Launch['stdin']; close()
   if ('text' in spec.stdin) return { stdin: { text: spec.stdin.text }, close: () => undefined };
   const fd = openSync(spec.stdin.file, 'r');
   return { stdin: { fd }, close: () => closeSync(fd) };
+}
+
+/** A run that did not simply exit is worth a line naming it (a plain exit is the caller's to log). */
+export function logEnd(logger: SandboxLogger, label: string, r: SandboxResult): void {
+  if (r.reason === 'exit') return;
+  logger.info(`sandbox ${r.backend}: ${label} ended: ${r.reason}${r.detail ? ` (${r.detail})` : ''}`, {
+    label,
+    reason: r.reason,
+    limit: r.limit,
+    wallMs: Math.round(r.wallMs),
+  });
 }

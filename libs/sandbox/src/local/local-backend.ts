@@ -3,7 +3,7 @@ import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandboxUnavailableError } from '../errors';
 import { isLive } from '../host/proc-scan';
-import { beginRun, openStdin } from '../host/run-start';
+import { beginRun, logEnd, openStdin } from '../host/run-start';
 import { resultWithoutProcess, superviseRun } from '../host/supervised-run';
 import { isRoot, runtimeBase, traversableBy } from '../install/paths';
 import { ensureSandboxTools, type SandboxTools } from '../install/tools';
@@ -128,7 +128,7 @@ export class LocalSandbox implements SandboxBackend {
         ids && setpriv
           ? [setpriv, ['--reuid', String(ids.uid), '--regid', String(ids.gid), '--clear-groups', '--pdeathsig', 'SIGKILL', '--', bwrap]]
           : [bwrap, []];
-      return await superviseRun(
+      const result = await superviseRun(
         {
           backend: this.kind,
           file,
@@ -142,6 +142,8 @@ export class LocalSandbox implements SandboxBackend {
         clock,
         relay?.stats ?? counters,
       );
+      logEnd(this.logger, spec.label, result);
+      return result;
     } finally {
       clock.dispose();
       stdinOf?.close();

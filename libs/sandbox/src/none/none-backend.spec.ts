@@ -12,7 +12,8 @@ import { NoneSandbox } from './none-backend';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const warnings: string[] = [];
-const logger = { info: () => undefined, warn: (msg: string) => void warnings.push(msg) };
+const infos: string[] = [];
+const logger = { info: (msg: string) => void infos.push(msg), warn: (msg: string) => void warnings.push(msg) };
 const pidsIn = (ws: string) =>
   ['main.pid', 'child.pid', 'grandchild.pid'].filter((f) => existsSync(join(ws, f))).map((f) => Number(readFileSync(join(ws, f), 'utf8')));
 
@@ -70,6 +71,7 @@ socket.create_connection(('127.0.0.1', ${gateway.port}), timeout=3); print('host
     });
     expect(r.reason).toBe('timeout');
     expect(r.wallMs).toBeLessThan(4000);
+    expect(infos).toContain('sandbox none: none-stubborn ended: timeout (the wall clock (800 ms) ran out)');
     const pids = pidsIn(ws);
     expect(pids.length).toBe(2);
     expect(pids.filter(alive)).toEqual([]);

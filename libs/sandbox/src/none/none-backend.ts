@@ -1,7 +1,7 @@
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { beginRun, openStdin } from '../host/run-start';
+import { beginRun, logEnd, openStdin } from '../host/run-start';
 import { resultWithoutProcess, superviseRun } from '../host/supervised-run';
 import { ensureSandboxTools, type SandboxTools } from '../install/tools';
 import { startSessionRelay, type SessionRelay } from '../relay/session-relay';
@@ -62,7 +62,7 @@ export class NoneSandbox implements SandboxBackend {
       const args = ['--info-fd', '3', '--subreaper', '--parent-pid', String(process.pid)];
       if (spec.setup) args.push('--setup', String(spec.setup.length));
       args.push(...rlimitArgs(spec.limits), '--', ...(spec.setup ?? []), ...spec.argv);
-      return await superviseRun(
+      const result = await superviseRun(
         {
           backend: this.kind,
           file: this.tools.init,
@@ -76,6 +76,8 @@ export class NoneSandbox implements SandboxBackend {
         clock,
         relay?.stats ?? counters,
       );
+      logEnd(this.logger, spec.label, result);
+      return result;
     } finally {
       clock.dispose();
       stdinOf?.close();
