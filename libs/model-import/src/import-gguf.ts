@@ -3,9 +3,9 @@
 // anvil-import.json (where it came from). Everything is checked before the first byte is
 // written, and the directory lands atomically (atomic-dir.ts).
 import { promises as fsp } from 'node:fs';
-import { basename, join } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { hfConfigJson, modelShape, planTensors, unpermuteRows, type ModelShape } from './architecture';
-import { writeDirAtomically } from './atomic-dir';
+import { checkTarget, writeDirAtomically } from './atomic-dir';
 import { DEQUANTIZABLE, dequantize, UnsupportedTensorTypeError, unsupportedTypeMessage } from './dequantize';
 import { GgufMetadata } from './gguf-metadata';
 import { GgufError, GgufFile } from './gguf-reader';
@@ -40,6 +40,7 @@ const json = (v: unknown) => JSON.stringify(v, null, 2) + '\n';
 
 export async function importGguf(ggufPath: string, targetDir: string, opts: ImportOptions = {}): Promise<ImportResult> {
   const progress = opts.onProgress ?? (() => undefined);
+  await checkTarget(resolve(targetDir), opts.overwrite ?? false); // before the work, not only after it
   const file = await GgufFile.open(ggufPath);
   try {
     const meta = new GgufMetadata(file.metadata, ggufPath);

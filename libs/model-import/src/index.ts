@@ -27,9 +27,10 @@ export { PRE_TOKENIZERS, UnsupportedTokenizerError, preTokenizerFor, type PreTok
 export { buildTokenizerFiles, TOKEN_TYPE, type TokenizerFiles } from './tokenizer-files';
 export { TargetExistsError } from './atomic-dir';
 export { IMPORT_RECORD, importGguf, type ImportOptions, type ImportResult } from './import-gguf';
-export { KNOWN_MODELS, knownModel, type KnownModel } from './registry';
+export { KNOWN_MODELS, knownModel, UnknownModelError, type KnownModel } from './registry';
 export {
   ChecksumMismatchError,
+  DownloadError,
   defaultCacheDir,
   fetchModel,
   isFetched,

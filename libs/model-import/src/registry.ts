@@ -21,8 +21,12 @@ export const KNOWN_MODELS: readonly KnownModel[] = [
   },
 ];
 
+export class UnknownModelError extends Error {
+  override name = 'UnknownModelError';
+}
+
 export function knownModel(name: string, registry: readonly KnownModel[] = KNOWN_MODELS): KnownModel {
   const m = registry.find((k) => k.name === name);
-  if (!m) throw new Error(`unknown model ${JSON.stringify(name)} (known: ${registry.map((k) => k.name).join(', ')})`);
+  if (!m) throw new UnknownModelError(`unknown model ${JSON.stringify(name)} (known: ${registry.map((k) => k.name).join(', ')})`);
   return m;
 }
