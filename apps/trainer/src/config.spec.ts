@@ -1,9 +1,11 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '@anvil/config';
+import { tinyConfig, toHfConfig } from '@anvil/engine';
 import { optimizerOf, trainerEnv, trainerOptionsOf } from './config';
+import { loraOptionsOf } from './lora/lora-settings';
 
 const base = {
   KAFKA_BROKERS: '127.0.0.1:19092',
@@ -26,6 +28,13 @@ function problemsOf(env: Record<string, string>): string[] {
 describe('trainer configuration', () => {
   const model = mkdtempSync(join(tmpdir(), 'anvil-trainer-config-'));
   writeFileSync(join(model, 'config.json'), '{}');
+  // a model directory of another shape than the tiny default: hidden 96, 3 query / 1 KV heads of 32 (k/v_proj: 96 -> 32)
+  const tinyDir = join(model, 'tiny');
+  mkdirSync(tinyDir);
+  writeFileSync(
+    join(tinyDir, 'config.json'),
+    JSON.stringify(toHfConfig(tinyConfig({ hiddenSize: 96, numAttentionHeads: 3, numKeyValueHeads: 1 }))),
+  );
   afterAll(() => rmSync(model, { recursive: true, force: true }));
 
   it('defaults: CISPO [0, 5], token mean, AdamW (0.9, 0.95, 1e-15), a version per batch, a resume point every 20, no budget', () => {
@@ -117,6 +126,66 @@ describe('trainer configuration', () => {
     });
     expect(trainerOptionsOf(load({ ...base, TRAINER_LOSS: 'ppo', TRAINER_DUAL_CLIP: '3' })).settings.loss.dualClip).toBe(3);
     expect(trainerOptionsOf(load({ ...base, TRAINER_LOSS: 'ppo' })).settings.loss.dualClip).toBeUndefined();
+  });
+
+  it('LoRA: unset rank is full fine-tuning; a rank takes alpha, dropout and targets (all seven projections by default) and the publish format', () => {
+    expect(loraOptionsOf(load(base))).toBeNull();
+    expect(trainerOptionsOf(load(base))).toMatchObject({ publish: 'merged', baseCheckpointUri: null });
+    expect(loraOptionsOf(load({ ...base, TRAINER_LORA_RANK: '8', TRAINER_LORA_ALPHA: '16' }))).toEqual({
+      rank: 8,
+      alpha: 16,
+      dropout: 0,
+      targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
+      seed: 0,
+    });
+    const c = load({
+      ...base,
+      TRAINER_INITIAL_CHECKPOINT_DIR: tinyDir,
+      TRAINER_LORA_RANK: '4',
+      TRAINER_LORA_ALPHA: '8',
+      TRAINER_LORA_DROPOUT: '0.05',
+      TRAINER_LORA_TARGETS: 'q_proj, down_proj',
+      TRAINER_PUBLISH_FORMAT: 'adapter',
+    });
+    expect(loraOptionsOf(c)).toMatchObject({ rank: 4, alpha: 8, dropout: 0.05, targets: ['q_proj', 'down_proj'] });
+    expect(trainerOptionsOf(c)).toMatchObject({ publish: 'adapter', baseCheckpointUri: tinyDir });
+  });
+
+  it('refuses LoRA knobs the starting model cannot take or that contradict each other, naming the variable, at start', () => {
+    // the tiny model's narrowest projections (k_proj, v_proj: 128 -> 64) bound the rank
+    expect(() => load({ ...base, TRAINER_LORA_RANK: '65', TRAINER_LORA_ALPHA: '8' })).toThrow(
+      /TRAINER_LORA_RANK: rank 65 is out of range for k_proj \(128 -> 64 features\): it must be in \[1, 64\]/,
+    );
+    expect(() => load({ ...base, TRAINER_LORA_RANK: '64', TRAINER_LORA_ALPHA: '8', TRAINER_LORA_TARGETS: 'q_proj,up_proj' })).not.toThrow();
+    // a model directory's own shape
+    expect(
+      problemsOf({
+        ...base,
+        TRAINER_INITIAL_CHECKPOINT_DIR: tinyDir,
+        TRAINER_LORA_RANK: '100',
+        TRAINER_LORA_ALPHA: '8',
+        TRAINER_LORA_TARGETS: 'v_proj',
+      }),
+    ).toEqual(['TRAINER_LORA_RANK']);
+    expect(() => load({ ...base, TRAINER_LORA_RANK: '4', TRAINER_LORA_ALPHA: '8', TRAINER_LORA_TARGETS: 'q_proj,lm_head' })).toThrow(
+      /TRAINER_LORA_TARGETS: .*"lm_head" is not a projection \(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj\)/,
+    );
+    expect(problemsOf({ ...base, TRAINER_LORA_RANK: '0', TRAINER_LORA_ALPHA: '0', TRAINER_LORA_DROPOUT: '1' })).toEqual([
+      'TRAINER_LORA_ALPHA',
+      'TRAINER_LORA_DROPOUT',
+      'TRAINER_LORA_RANK',
+    ]);
+    expect(() => load({ ...base, TRAINER_LORA_RANK: '4' })).toThrow(/TRAINER_LORA_ALPHA: is required with TRAINER_LORA_RANK/);
+    expect(problemsOf({ ...base, TRAINER_LORA_ALPHA: '8', TRAINER_LORA_TARGETS: 'q_proj', TRAINER_LORA_DROPOUT: '0.1' })).toEqual([
+      'TRAINER_LORA_ALPHA',
+      'TRAINER_LORA_DROPOUT',
+      'TRAINER_LORA_TARGETS',
+    ]);
+    expect(() => load({ ...base, TRAINER_PUBLISH_FORMAT: 'adapter' })).toThrow(/TRAINER_PUBLISH_FORMAT: adapter needs LoRA/);
+    expect(() => load({ ...base, TRAINER_LORA_RANK: '4', TRAINER_LORA_ALPHA: '8', TRAINER_PUBLISH_FORMAT: 'adapter' })).toThrow(
+      /TRAINER_PUBLISH_FORMAT: adapter needs TRAINER_INITIAL_CHECKPOINT_DIR/,
+    );
+    expect(problemsOf({ ...base, TRAINER_PUBLISH_FORMAT: 'delta' })).toEqual(['TRAINER_PUBLISH_FORMAT']);
   });
 
   it('refuses a dual-clip outside the PPO kinds or at c <= 1, naming TRAINER_DUAL_CLIP', () => {

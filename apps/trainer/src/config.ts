@@ -1,8 +1,9 @@
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { port, serviceBaseEnv } from '@anvil/config';
 import { AGGREGATIONS, LOSS_KINDS, LossConfigError, lossConfig, type Aggregation, type LossConfig, type LossKind } from '@anvil/rl';
+import { loraEnvShape, loraProblems } from './lora/lora-settings';
 import type { TrainerOptions } from './runtime';
 
 // Integers checked with a refinement, not zod's int format: a failed int format aborts the whole
@@ -111,6 +112,7 @@ const shape = {
   ENGINE_THREADS: int(1, 256, 2),
   /** Apply committed migrations (under the shared advisory lock) at start: the Data Pool's batch tables must exist before the trainer reads them. */
   DB_MIGRATE_ON_START: flag('true'),
+  ...loraEnvShape,
 };
 
 export const trainerEnv = z.object(shape).superRefine(
@@ -122,6 +124,7 @@ export const trainerEnv = z.object(shape).superRefine(
         path: ['TRAINER_INITIAL_CHECKPOINT_DIR'],
         message: 'has no config.json (a Hugging Face model directory: config.json + safetensors)',
       });
+    for (const [name, message] of loraProblems(env)) ctx.addIssue({ code: 'custom', path: [name], message });
     // Relations between the loss knobs, exactly as libs/rl refuses them; only once each knob parsed on its own.
     const knobs = [
       'TRAINER_LOSS',
@@ -210,6 +213,9 @@ export function trainerOptionsOf(c: TrainerConfig): TrainerOptions {
     initialVersion: c.INITIAL_POLICY_VERSION,
     maxBatches: c.TRAINER_MAX_BATCHES,
     group: c.TRAINER_CONSUMER_GROUP,
+    publish: c.TRAINER_PUBLISH_FORMAT,
+    // Absolute: the inference-proxy reads it from its own working directory.
+    baseCheckpointUri: c.TRAINER_INITIAL_CHECKPOINT_DIR ? resolve(c.TRAINER_INITIAL_CHECKPOINT_DIR) : null,
   };
 }
 

@@ -9,3 +9,5 @@ export { PostgresBatchSource } from './batches/batch-source';
 export { CheckpointStore, type TrainerState } from './checkpoints/checkpoint-store';
 export type { LoggedStep } from './http/step-log';
 export { trainOnTree, type TrainSettings } from './training/train-step';
+export { configureTrainerModel, loadTrainerModels, type TrainerModels } from './trainer-models';
+export { loraOptionsOf, PUBLISH_FORMATS, type PublishFormat } from './lora/lora-settings';

@@ -4,6 +4,7 @@ import type { MessageBus } from '@anvil/messaging';
 import type { Logger } from '@anvil/observability';
 import type { PrefixTree } from '@anvil/rl';
 import type { CheckpointStore } from './checkpoints/checkpoint-store';
+import type { PublishFormat } from './lora/lora-settings';
 import type { StepReport, TrainSettings } from './training/train-step';
 
 export type TrainBatchEvent = EventEnvelope<'train_batch.created'>;
@@ -31,6 +32,10 @@ export interface TrainerOptions {
   maxBatches: number;
   /** Consumer group (one per trainer role). */
   group: string;
+  /** With LoRA adapters on the model: a version publishes the merged weights ('merged', the default) or the adapter alone ('adapter'). */
+  publish?: PublishFormat;
+  /** The starting checkpoint directory: the base a published adapter applies to (required with publish 'adapter'). */
+  baseCheckpointUri?: string | null;
 }
 
 export interface TrainerStepEvent {

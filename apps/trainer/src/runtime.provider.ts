@@ -1,6 +1,6 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import { Model, setThreads } from '@anvil/engine';
+import { setThreads, type Model } from '@anvil/engine';
 import type { MessageBus } from '@anvil/messaging';
 import type { Logger, ServiceMetrics } from '@anvil/observability';
 import { runMigrations } from '@anvil/persistence';
@@ -8,9 +8,10 @@ import { BackgroundStart, DATA_SOURCE, EVENT_BUS, LOGGER, METRICS, ReadinessRegi
 import { PostgresBatchSource } from './batches/batch-source';
 import { CheckpointStore } from './checkpoints/checkpoint-store';
 import { StepLog } from './http/step-log';
-import { optimizerOf, trainerOptionsOf, type TrainerConfig } from './config';
+import { trainerOptionsOf, type TrainerConfig } from './config';
 import { TrainerMetrics } from './metrics';
 import { TrainerRuntime } from './runtime';
+import { loadTrainerModels } from './trainer-models';
 import { TRAINER_CONFIG } from './tokens';
 
 /** The Data Pool's tables the trainer reads (claim-check blobs, the batch log for catch-up). */
@@ -43,32 +44,39 @@ export async function startTrainer(
 ): Promise<Started> {
   setThreads(config.ENGINE_THREADS);
   const dir = config.TRAINER_INITIAL_CHECKPOINT_DIR;
-  const model = dir ? await Model.load(dir) : Model.tiny({ seed: 0 });
+  // The reference is loaded from the starting weights, not from a restored checkpoint: a resumed run keeps the same one.
+  const { model, reference } = await loadTrainerModels(config);
   if (!dir) deps.logger.warn('no TRAINER_INITIAL_CHECKPOINT_DIR: training the built-in tiny model (random init, seed 0)');
-  model.configureOptimizer(optimizerOf(config));
+  const lora = model.lora;
+  if (lora) deps.logger.info('training LoRA adapters, the base frozen', { ...lora, publish: config.TRAINER_PUBLISH_FORMAT });
   const options = trainerOptionsOf(config);
-  // Loaded from the starting weights, not from a restored checkpoint: a resumed run keeps the same reference.
-  const reference = (options.settings.loss.klCoef ?? 0) > 0 ? (dir ? await Model.load(dir) : Model.tiny({ seed: 0 })) : null;
-  const runtime = new TrainerRuntime(options, {
-    bus: deps.bus,
-    model,
-    ...(reference ? { reference } : {}),
-    store: new CheckpointStore(config.CHECKPOINT_DIR, {
-      keepPublished: config.CHECKPOINT_KEEP_PUBLISHED,
-      keepFull: config.CHECKPOINT_KEEP_FULL,
-      ...(config.TRAINER_TOKENIZER_DIR || dir ? { tokenizerDir: config.TRAINER_TOKENIZER_DIR ?? dir } : {}),
-    }),
-    batches: new PostgresBatchSource(deps.dataSource),
-    logger: deps.logger,
-    onStep: (e) => {
-      deps.metrics.step(e, runtime.dataPosition);
-      deps.steps?.push(e);
-    },
-    onFatal: (err) => {
-      deps.metrics.fatal.set(1);
-      deps.onFatal?.(err);
-    },
-  });
+  let runtime: TrainerRuntime;
+  try {
+    runtime = new TrainerRuntime(options, {
+      bus: deps.bus,
+      model,
+      ...(reference ? { reference } : {}),
+      store: new CheckpointStore(config.CHECKPOINT_DIR, {
+        keepPublished: config.CHECKPOINT_KEEP_PUBLISHED,
+        keepFull: config.CHECKPOINT_KEEP_FULL,
+        ...(config.TRAINER_TOKENIZER_DIR || dir ? { tokenizerDir: config.TRAINER_TOKENIZER_DIR ?? dir } : {}),
+      }),
+      batches: new PostgresBatchSource(deps.dataSource),
+      logger: deps.logger,
+      onStep: (e) => {
+        deps.metrics.step(e, runtime.dataPosition);
+        deps.steps?.push(e);
+      },
+      onFatal: (err) => {
+        deps.metrics.fatal.set(1);
+        deps.onFatal?.(err);
+      },
+    });
+  } catch (err) {
+    model.dispose();
+    reference?.dispose();
+    throw err;
+  }
   try {
     await runtime.start();
   } catch (err) {

@@ -7,49 +7,12 @@ import { Model, verifyCheckpointDigest } from '@anvil/engine';
 import { MemoryBus, silentLogger } from '@anvil/messaging';
 import { createLogger } from '@anvil/observability';
 import { waitFor } from '@anvil/testing';
-import { lossConfig, seededRandom } from '@anvil/rl';
+import { lossConfig } from '@anvil/rl';
 import { CheckpointStore } from './checkpoints/checkpoint-store';
-import { TrainerRuntime, type BatchSource, type TrainBatchEvent, type TrainerStepEvent } from './runtime';
+import { TrainerRuntime, type TrainBatchEvent, type TrainerStepEvent } from './runtime';
+import { batchEvent, LogSource } from './testing/batch-log';
 
 const logger = createLogger({ service: 'trainer-test', level: 'error' });
-
-/** A v1 (inline) batch of two groups x two rollouts, each one call. */
-function batchEvent(step: number, seed: number): TrainBatchEvent {
-  const rand = seededRandom(seed);
-  const tok = () => Math.floor(rand() * 250);
-  const prompt = Array.from({ length: 8 }, tok);
-  const samples = [0, 1, 2, 3].map((i) => {
-    const out = Array.from({ length: 4 }, tok);
-    return {
-      sampleId: `s${step}-${i}`,
-      trajectoryId: `t${step}-${i}`,
-      groupId: `g${step}-${i >> 1}`,
-      promptIds: Int32Array.from([...prompt, i]),
-      outputIds: Int32Array.from(out),
-      behaviourLogprobs: Float32Array.from(out, () => -5.6),
-      outputVersions: Uint32Array.from(out, () => step),
-      advantage: i % 2 ? 1 : -1,
-      lossWeight: 1,
-    };
-  });
-  return createEventAt(
-    'train_batch.created',
-    1,
-    { batchId: `b${step}`, step, trajectoryIds: samples.map((s) => s.trajectoryId), samples, policyVersion: step, createdAt: Date.now() },
-    { key: 'run', producer: 'test' },
-  ) as unknown as TrainBatchEvent;
-}
-
-/** The batch log a Data Pool keeps: every cut batch by step. */
-class LogSource implements BatchSource {
-  constructor(readonly log: TrainBatchEvent[]) {}
-  tree(): never {
-    throw new Error('v2 batches are not used in this test');
-  }
-  async since(_run: string | null, from: number) {
-    return this.log.filter((e) => e.payload.step >= from).sort((a, b) => a.payload.step - b.payload.step);
-  }
-}
 
 const options = {
   runId: 'run',

@@ -44,7 +44,7 @@ export class TrainerRuntime {
     if (kl > 0 && !deps.reference)
       throw new Error(`loss.klCoef is ${kl}: the trainer needs a reference model (the run's starting weights) to take the KL against`);
     this.progress = new TrainerProgress(options.initialVersion);
-    this.publisher = new WeightsPublisher(deps, options.runId, this.progress, this.totals);
+    this.publisher = new WeightsPublisher(deps, options, this.progress, this.totals);
     this.training = new BatchTraining(options, deps, this.progress, this.publisher, this.totals);
     this.intake = new BatchIntake({
       runId: options.runId,

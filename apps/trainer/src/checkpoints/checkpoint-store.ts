@@ -9,12 +9,21 @@
 //     optimizer.safetensors                 AdamW m and v (full checkpoints only)
 //     trainer-state.json                    step, version, data position, digest (full checkpoints only)
 //
+// With LoRA the model's weights are the merged ones (W + (alpha / r) B A), and a full checkpoint
+// keeps the adapters and their AdamW state in adapter/ instead of optimizer.safetensors; versions
+// published as adapters hold a PEFT adapter directory instead (adapter_config.json,
+// adapter_model.safetensors, and for a resume point adapter_optimizer.safetensors), see
+// adapter-checkpoint.ts.
+//
 // Only full checkpoints (every K steps) are resume points; the others exist so inference can load
 // each published version, and are pruned to the newest `keepPublished`.
 import { randomUUID } from 'node:crypto';
 import { existsSync, promises as fsp } from 'node:fs';
 import { join } from 'node:path';
+import type { PublishedWeights } from '@anvil/contracts';
 import { checkpointDigest, Model, parseSafetensors, toFloat32, writeSafetensors } from '@anvil/engine';
+import type { PublishFormat } from '../lora/lora-settings';
+import { ADAPTER_SUBDIR, AdapterCheckpointError, restoreAdapterState, verifyAdapterState, type AdapterState } from './adapter-checkpoint';
 
 /** Where the trainer is in the Data Pool's batch sequence: the next batch sequence number it will train. */
 export interface DataPosition {
@@ -41,6 +50,8 @@ export interface TrainerState {
   /** checkpointDigest of the weights in this directory. */
   sha256: string;
   writtenAt: number;
+  /** A LoRA run's resume point: where its adapters and their AdamW state are (absent: full fine-tuning). */
+  lora?: AdapterState;
 }
 
 export class CheckpointError extends Error {
@@ -51,6 +62,14 @@ export interface WrittenCheckpoint {
   dir: string;
   sha256: string;
   full: boolean;
+  /** What the directory holds: a whole model, or (LoRA published as adapters) a PEFT adapter. */
+  weights: PublishedWeights;
+}
+
+/** How a LoRA model's versions are written: the merged weights or the adapter alone, and the base name adapter_config.json records. */
+export interface WriteOptions {
+  format?: PublishFormat;
+  baseModelNameOrPath?: string | null;
 }
 
 const STATE_FILE = 'trainer-state.json';
@@ -76,8 +95,13 @@ async function fsyncDir(dir: string): Promise<void> {
 }
 
 async function fsyncFiles(dir: string): Promise<void> {
-  for (const f of await fsp.readdir(dir)) {
-    const h = await fsp.open(join(dir, f), 'r+');
+  for (const f of await fsp.readdir(dir, { withFileTypes: true })) {
+    if (f.isDirectory()) {
+      await fsyncFiles(join(dir, f.name));
+      await fsyncDir(join(dir, f.name));
+      continue;
+    }
+    const h = await fsp.open(join(dir, f.name), 'r+');
     try {
       await h.sync();
     } finally {
@@ -105,28 +129,44 @@ export class CheckpointStore {
 
   /**
    * Writes the model as policy version `state.version`; with `full` also the optimizer moments and
-   * the trainer state (a resume point). Returns the directory and the weights' digest.
+   * the trainer state (a resume point). A LoRA model's version holds its merged weights, or with
+   * format 'adapter' the adapter alone; its resume point holds the adapters and their AdamW state.
+   * Returns the directory and the weights' digest.
    */
-  async write(model: Model, state: Omit<TrainerState, 'format' | 'sha256' | 'writtenAt'>, full: boolean): Promise<WrittenCheckpoint> {
+  async write(
+    model: Model,
+    state: Omit<TrainerState, 'format' | 'sha256' | 'writtenAt' | 'lora'>,
+    full: boolean,
+    opts: WriteOptions = {},
+  ): Promise<WrittenCheckpoint> {
     const final = this.dirOf(state.version);
     const tmp = join(this.root, `.tmp-${randomUUID()}`);
-    await model.save(tmp);
-    for (const f of TOKENIZER_FILES) {
-      const src = this.opts.tokenizerDir ? join(this.opts.tokenizerDir, f) : null;
-      if (src && existsSync(src)) await fsp.copyFile(src, join(tmp, f));
+    const lora = model.lora !== null;
+    const adapterOnly = lora && opts.format === 'adapter';
+    const baseModelNameOrPath = opts.baseModelNameOrPath ?? null;
+    if (adapterOnly) await model.saveAdapter(tmp, { optimizer: full, baseModelNameOrPath });
+    else {
+      await model.save(tmp);
+      for (const f of TOKENIZER_FILES) {
+        const src = this.opts.tokenizerDir ? join(this.opts.tokenizerDir, f) : null;
+        if (src && existsSync(src)) await fsp.copyFile(src, join(tmp, f));
+      }
+      if (full && lora) await model.saveAdapter(join(tmp, ADAPTER_SUBDIR), { optimizer: true, baseModelNameOrPath });
     }
     const sha256 = await checkpointDigest(tmp);
     if (full) {
-      const opt = model.optimizerState();
-      const tensors =
-        opt.m && opt.v
-          ? [
-              { name: 'adam_m', shape: [opt.m.length], dtype: 'F32' as const, data: opt.m },
-              { name: 'adam_v', shape: [opt.v.length], dtype: 'F32' as const, data: opt.v },
-            ]
-          : [];
-      await writeSafetensors(join(tmp, OPTIMIZER_FILE), tensors, { step: String(opt.step), format: 'anvil-adamw/1' });
-      const full: TrainerState = { format: 'anvil-trainer-state/1', ...state, sha256, writtenAt: Date.now() };
+      let adapters: AdapterState | undefined;
+      if (lora) {
+        const adapterDir = adapterOnly ? '.' : ADAPTER_SUBDIR;
+        adapters = { adapterDir, sha256: adapterOnly ? sha256 : await checkpointDigest(join(tmp, adapterDir)) };
+      } else await this.writeOptimizer(model, tmp);
+      const full: TrainerState = {
+        format: 'anvil-trainer-state/1',
+        ...state,
+        sha256,
+        writtenAt: Date.now(),
+        ...(adapters ? { lora: adapters } : {}),
+      };
       await fsp.writeFile(join(tmp, STATE_FILE), JSON.stringify(full, null, 2) + '\n');
     }
     await fsyncFiles(tmp);
@@ -134,7 +174,20 @@ export class CheckpointStore {
     await fsp.rename(tmp, final);
     await fsyncDir(this.root);
     await this.prune();
-    return { dir: final, sha256, full };
+    return { dir: final, sha256, full, weights: adapterOnly ? 'lora-adapter' : 'full' };
+  }
+
+  /** AdamW's moments and step of a full fine-tuning resume point. */
+  private async writeOptimizer(model: Model, dir: string): Promise<void> {
+    const opt = model.optimizerState();
+    const tensors =
+      opt.m && opt.v
+        ? [
+            { name: 'adam_m', shape: [opt.m.length], dtype: 'F32' as const, data: opt.m },
+            { name: 'adam_v', shape: [opt.v.length], dtype: 'F32' as const, data: opt.v },
+          ]
+        : [];
+    await writeSafetensors(join(dir, OPTIMIZER_FILE), tensors, { step: String(opt.step), format: 'anvil-adamw/1' });
   }
 
   /** The newest full checkpoint whose files verify (a corrupt one is reported and passed over), or null. */
@@ -174,13 +227,37 @@ export class CheckpointStore {
     }
     if (digest !== state.sha256)
       throw new CheckpointError(`${dir}: weights do not match the digest recorded at write time (truncated or altered)`);
-    if (!existsSync(join(dir, OPTIMIZER_FILE))) throw new CheckpointError(`${dir}: ${OPTIMIZER_FILE} is missing`);
+    if (state.lora) {
+      try {
+        await verifyAdapterState(dir, state.lora);
+      } catch (e) {
+        if (e instanceof AdapterCheckpointError) throw new CheckpointError(e.message);
+        throw e;
+      }
+    } else if (!existsSync(join(dir, OPTIMIZER_FILE))) throw new CheckpointError(`${dir}: ${OPTIMIZER_FILE} is missing`);
     return state;
   }
 
-  /** Loads a full checkpoint's weights and optimizer moments into `model` (same shape). */
+  /**
+   * Loads a full checkpoint into `model` (same shape): its weights and optimizer moments, or for a
+   * LoRA run (the model holding the starting weights and the configured adapters) the adapters and
+   * their moments. A checkpoint of the other kind, or adapters of another base or configuration,
+   * are refused with the model unchanged.
+   */
   async restoreInto(model: Model, dir: string): Promise<TrainerState> {
     const state = await this.readState(dir);
+    if (state.lora || model.lora) {
+      if (!state.lora)
+        throw new CheckpointError(
+          `${dir}: a full fine-tuning checkpoint, but this trainer trains LoRA adapters (TRAINER_LORA_RANK): unset it, or start the LoRA run in another checkpoint directory`,
+        );
+      if (!model.lora)
+        throw new CheckpointError(
+          `${dir}: a LoRA checkpoint (adapters over frozen starting weights), but this trainer does full fine-tuning: set the run's TRAINER_LORA_* again, or start in another checkpoint directory`,
+        );
+      await restoreAdapterState(model, dir, state.lora);
+      return state;
+    }
     const loaded = await Model.load(dir);
     try {
       if (

@@ -12,7 +12,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { Model } from '@anvil/engine';
+import type { Model } from '@anvil/engine';
 import { GatewayModule, gatewayEnv } from '@anvil/gateway';
 import { InferenceProxyModule, inferenceProxyEnv } from '@anvil/inference-proxy';
 import { MiddlewareModule, middlewareEnv } from '@anvil/middleware';
@@ -22,7 +22,7 @@ import { RolloutRuntime, rolloutManagerEnv, rolloutRuntimeConfigOf } from '@anvi
 import { createSharedInfra, hostedServiceContext, startHostedService, type HostedService, type SharedInfra } from '@anvil/service-kit';
 import {
   CheckpointStore,
-  optimizerOf,
+  loadTrainerModels,
   PostgresBatchSource,
   trainerEnv,
   trainerOptionsOf,
@@ -97,14 +97,14 @@ export async function startInProcessServices(cfg: RunConfig, opts: InProcessOpti
     for (const s of started) await waitReady(s);
 
     const trainerConfig = hostedServiceContext('trainer', trainerEnv, settings('trainer'), infra).config;
-    const startDir = trainerConfig.TRAINER_INITIAL_CHECKPOINT_DIR ?? opts.model.checkpointDir;
-    const model = await Model.load(startDir);
+    // The trainer's own construction (starting weights, AdamW, LoRA adapters, the KL penalty's reference), as its service builds it.
+    const { model, reference } = await loadTrainerModels({
+      ...trainerConfig,
+      TRAINER_INITIAL_CHECKPOINT_DIR: trainerConfig.TRAINER_INITIAL_CHECKPOINT_DIR ?? opts.model.checkpointDir,
+    });
     disposers.push(() => model.dispose());
-    model.configureOptimizer(optimizerOf(trainerConfig));
-    const options = trainerOptionsOf(trainerConfig);
-    // The KL penalty's reference: the starting weights, a second copy that is never trained.
-    const reference = (options.settings.loss.klCoef ?? 0) > 0 ? await Model.load(startDir) : null;
     if (reference) disposers.push(() => reference.dispose());
+    const options = trainerOptionsOf(trainerConfig);
     const stepListeners: ((e: TrainerStepEvent, atMs: number) => void)[] = [];
     const split = opts.mismatchSplit;
     const trainer = new TrainerRuntime(options, {
