@@ -1,11 +1,12 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { SandboxSpecError } from './errors';
 import { resolveSpec, rlimitArgs } from './spec';
 
 const ws = mkdtempSync(join(tmpdir(), 'anvil-spec-'));
+afterAll(() => rmSync(ws, { recursive: true, force: true }));
 
 describe('resolveSpec', () => {
   it('fills in the defaults', async () => {

@@ -1,7 +1,7 @@
 // The local backend started by a user that is not root: no uid to drop to, so bwrap runs as
 // the caller (its own unprivileged user namespace); the isolation is the same.
 import { spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, mkdtempSync, statSync } from 'node:fs';
+import { chmodSync, chownSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -47,5 +47,6 @@ describe('local sandbox, host not root', () => {
       stdout: '1000\n2\n',
     });
     expect(statSync(join(ws, 'made')).uid).toBe(NOBODY);
+    rmSync(ws, { recursive: true });
   });
 });

@@ -1,12 +1,16 @@
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { SandboxUnavailableError } from '../errors';
 import { checkUserNamespaces, detectCgroups } from './probe';
 
+const trees: string[] = [];
+afterAll(() => trees.forEach((t) => rmSync(t, { recursive: true, force: true })));
+
 function cgroupTree(files: Record<string, string>): string {
   const root = mkdtempSync(join(tmpdir(), 'anvil-cgroup-'));
+  trees.push(root);
   for (const [path, text] of Object.entries(files)) {
     mkdirSync(join(root, path, '..'), { recursive: true });
     writeFileSync(join(root, path), text);

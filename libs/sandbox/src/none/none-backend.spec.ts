@@ -5,7 +5,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { alive, CHAT_CALL, expectNormal, python, workspace } from '../testing/harness';
+import { alive, CHAT_CALL, expectNormal, python, removeWorkspaces, workspace } from '../testing/harness';
 import { startRecordingGateway, type RecordingGateway } from '../testing/recording-gateway';
 import { PLACEHOLDER_KEY } from '../types';
 import { NoneSandbox } from './none-backend';
@@ -23,7 +23,10 @@ beforeAll(async () => {
   backend = await NoneSandbox.create({ logger });
   gateway = await startRecordingGateway();
 });
-afterAll(() => gateway?.close());
+afterAll(async () => {
+  await gateway?.close();
+  removeWorkspaces();
+});
 
 describe('none backend', () => {
   it('says in the log that it is unsandboxed', () => {

@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, expect } from 'vitest';
@@ -6,9 +6,20 @@ import { LocalSandbox } from '../local/local-backend';
 import type { SandboxBackend, SandboxLogger, SandboxResult, SandboxSpec } from '../types';
 import { startRecordingGateway, type RecordingGateway } from './recording-gateway';
 
-/** A fresh workspace under the temp dir (which every sandbox uid may traverse). */
+const made: string[] = [];
+
+/** A fresh workspace under the temp dir (which every sandbox uid may traverse); removeWorkspaces() deletes them. */
 export function workspace(): string {
-  return mkdtempSync(join(tmpdir(), 'anvil-sandbox-test-'));
+  const dir = mkdtempSync(join(tmpdir(), 'anvil-sandbox-test-'));
+  made.push(dir);
+  return dir;
+}
+
+export function removeWorkspaces(): void {
+  for (const dir of made.splice(0)) {
+    rmSync(dir, { recursive: true, force: true });
+    rmSync(`${dir}-link`, { force: true });
+  }
 }
 
 export const isRoot = (): boolean => process.getuid?.() === 0;
@@ -101,7 +112,10 @@ export function localSandboxSuite(uidBase: number, uidCount = 64): { backend: Lo
     ctx.backend = await LocalSandbox.create({ uidBase, uidCount, logger: quiet });
     ctx.gateway = await startRecordingGateway();
   });
-  afterAll(() => ctx.gateway?.close());
+  afterAll(async () => {
+    await ctx.gateway?.close();
+    removeWorkspaces();
+  });
   afterEach(() => expect(processesInUidRange(uidBase, uidCount)).toEqual([]));
   return ctx;
 }
