@@ -1,4 +1,5 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 
 /** Live (not zombie) processes whose real uid is `uid`, from /proc. */
 export function processesOfUid(uid: number): number[] {
@@ -47,5 +48,14 @@ export async function killUid(uid: number, timeoutMs = 5000): Promise<{ found: n
       }
     }
     await sleep(10);
+  }
+}
+
+/** Removes `<prefix><pid>-*` directories under `base` whose host process died mid-run (its sandboxes died with it). */
+export function removeDeadHostsDirs(base: string, prefix: string): void {
+  for (const name of readdirSync(base)) {
+    if (!name.startsWith(prefix)) continue;
+    const pid = Number(/^(\d+)-/.exec(name.slice(prefix.length))?.[1]);
+    if (pid && pid !== process.pid && !isLive(pid)) rmSync(join(base, name), { recursive: true, force: true });
   }
 }

@@ -1,8 +1,8 @@
-import { readdirSync, rmSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandboxUnavailableError } from '../errors';
-import { isLive } from '../host/proc-scan';
+import { removeDeadHostsDirs } from '../host/proc-scan';
 import { beginRun, logEnd, openStdin } from '../host/run-start';
 import { resultWithoutProcess, superviseRun } from '../host/supervised-run';
 import { isRoot, runtimeBase, traversableBy } from '../install/paths';
@@ -59,7 +59,7 @@ export class LocalSandbox implements SandboxBackend {
     if (!bwrap) throw new SandboxUnavailableError('bubblewrap (bwrap) is missing: apt-get install bubblewrap');
     if (isRoot() && !tools.setpriv) throw new SandboxUnavailableError("util-linux's setpriv is missing: apt-get install util-linux");
     const backend = new LocalSandbox({ ...tools, bwrap }, opts, logger);
-    removeDeadHostsDirs(backend.base);
+    removeDeadHostsDirs(backend.base, 'run-');
     const lease = await backend.pool?.acquire();
     try {
       checkUserNamespaces(bwrap, tools.setpriv, lease?.uid ?? null);
@@ -156,14 +156,6 @@ export class LocalSandbox implements SandboxBackend {
       if (runtimeDir) await rm(runtimeDir, { recursive: true, force: true });
       if (claimed) this.busy.delete(spec.workspace);
     }
-  }
-}
-
-/** Runtime dirs of hosts that died mid-run (run-<pid>-*): their sandboxes died with them. */
-function removeDeadHostsDirs(base: string): void {
-  for (const name of readdirSync(base)) {
-    const pid = Number(/^run-(\d+)-/.exec(name)?.[1]);
-    if (pid && pid !== process.pid && !isLive(pid)) rmSync(join(base, name), { recursive: true, force: true });
   }
 }
 

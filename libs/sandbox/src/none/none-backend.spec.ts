@@ -2,7 +2,8 @@
 // namespaces — the wall clock, the stop sequence, rlimits, output caps, the session relay, and
 // no process left behind (the supervisor adopts orphans).
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { alive, CHAT_CALL, expectNormal, python, removeWorkspaces, workspace } from '../testing/harness';
@@ -119,7 +120,7 @@ socket.create_connection(('127.0.0.1', ${gateway.port}), timeout=3); print('host
     expect({ reason: file.reason, limit: file.limit }).toEqual({ reason: 'limit', limit: 'file-size' });
   });
 
-  it('kills everything the program started when the host process dies', async () => {
+  it('kills everything the program started when the host process dies; the next host removes its private dirs', async () => {
     const ws = workspace();
     const host = spawn(process.execPath, ['--import', 'tsx', resolve(__dirname, '../testing/host-that-dies.ts'), ws], {
       env: { ...process.env, SANDBOX_TEST_BACKEND: 'none' },
@@ -129,8 +130,13 @@ socket.create_connection(('127.0.0.1', ${gateway.port}), timeout=3); print('host
     const pids = pidsIn(ws);
     expect(pids.length).toBe(2);
     expect(pids.filter(alive)).toEqual(pids);
+    const privateDirs = () => readdirSync(tmpdir()).filter((n) => n.startsWith(`anvil-none-${host.pid}-`));
+    expect(privateDirs().length).toBe(1);
     host.kill('SIGKILL');
     for (let i = 0; i < 100 && pids.some(alive); i++) await sleep(50);
     expect(pids.filter(alive)).toEqual([]);
+    // Its private HOME and TMPDIR are left; the next host to start removes them.
+    await NoneSandbox.create({ logger });
+    expect(privateDirs()).toEqual([]);
   });
 });

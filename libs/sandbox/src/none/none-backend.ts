@@ -1,6 +1,7 @@
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { removeDeadHostsDirs } from '../host/proc-scan';
 import { beginRun, logEnd, openStdin } from '../host/run-start';
 import { resultWithoutProcess, superviseRun } from '../host/supervised-run';
 import { ensureSandboxTools, type SandboxTools } from '../install/tools';
@@ -35,6 +36,7 @@ export class NoneSandbox implements SandboxBackend {
       "sandbox none: programs run UNSANDBOXED (the host's files, network and processes, as this uid); only trusted agents belong here",
       { uid: process.getuid?.() },
     );
+    removeDeadHostsDirs(tmpdir(), 'anvil-none-');
     return new NoneSandbox(tools, logger);
   }
 
@@ -46,7 +48,7 @@ export class NoneSandbox implements SandboxBackend {
     try {
       if (clock.ended) return resultWithoutProcess(this.kind, clock.ended, clock, spec.limits, counters, '');
       // A HOME and TMPDIR of its own, removed afterwards, as the local backend's tmpfs are.
-      privateDir = await mkdtemp(join(tmpdir(), 'anvil-none-'));
+      privateDir = await mkdtemp(join(tmpdir(), `anvil-none-${process.pid}-`));
       await Promise.all([mkdir(join(privateDir, 'home')), mkdir(join(privateDir, 'tmp'))]);
       if (spec.session) relay = await startSessionRelay(spec.session, { loopbackPort: 0 });
       stdinOf = openStdin(spec);
