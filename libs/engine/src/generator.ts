@@ -227,19 +227,36 @@ export class Generator {
    * The prefix cache is cleared either way. Resolves once later steps use the new weights.
    */
   async loadCheckpoint(dir: string): Promise<void> {
+    await this.swapIn(() => Model.load(dir));
+  }
+
+  /**
+   * Takes over `model` (a plain model, no unmerged adapters) as the weights, exactly as
+   * loadCheckpoint takes a checkpoint's: same config, its weights are copied in place and `model`
+   * is disposed; another config, it becomes the generator's model. What a server that builds its
+   * weights in memory uses (a LoRA adapter merged into its copy of the base).
+   */
+  async loadModel(model: Model): Promise<void> {
+    if (model.lora) throw new Error('loadModel: merge the LoRA adapters first (mergeLora)');
+    await this.swapIn(async () => model);
+  }
+
+  private async swapIn(load: () => Promise<Model>): Promise<void> {
     while (this.paused) await this.paused;
     let release!: () => void;
     this.paused = new Promise<void>((r) => (release = r));
     try {
       await this.waitIdle();
-      const loaded = await Model.load(dir);
+      const loaded = await load();
       const sameShape =
         loaded.tensors.length === this.model.tensors.length &&
         loaded.tensors.every((t, i) => t.name === this.model.tensors[i].name && t.numel === this.model.tensors[i].numel) &&
         JSON.stringify(loaded.config) === JSON.stringify(this.model.config);
       if (sameShape) {
+        await loaded.syncToHost();
         loaded.tensors.forEach((t, i) => this.model.tensors[i].data.set(t.data));
         loaded.dispose();
+        await this.model.syncToDevice(); // CUDA: the views are a host mirror of the device weights
         this.native.clearCache();
       } else {
         for (const seq of [...this.active.values()]) this.finish(seq, 'abort', false);
