@@ -86,8 +86,15 @@ export interface BackendHealth {
 
 export interface LoadWeightsRequest {
   version: number;
-  /** Hugging Face layout (config.json + safetensors): a path the engine can read. */
+  /**
+   * A path the engine can read: a Hugging Face model (config.json + safetensors), or with
+   * weights 'lora-adapter' a PEFT LoRA adapter directory to apply to `base`.
+   */
   checkpointUri: string;
+  /** What checkpointUri holds (weights.published v2); absent: a whole model. */
+  weights?: 'full' | 'lora-adapter';
+  /** The base a LoRA adapter applies to: its Hugging Face directory and the engine fingerprint of its weights. */
+  base?: { checkpointUri: string; fingerprint: string };
 }
 
 export interface InferenceBackend {

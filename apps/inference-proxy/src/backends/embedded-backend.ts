@@ -10,6 +10,7 @@ import type {
   InferenceBackend,
   LoadWeightsRequest,
 } from './backend';
+import { EmbeddedAdapters } from './embedded-adapters';
 import type { EmbeddedGenerator } from './embedded-generator';
 
 /**
@@ -30,6 +31,7 @@ export class EmbeddedBackend implements InferenceBackend {
   private running = 0;
   private readonly controllers = new Set<AbortController>();
   private compiler: ConstraintCompiler | null = null;
+  private readonly adapters = new EmbeddedAdapters();
 
   /**
    * `tokenizer`: the served model's vocabulary (its token bytes), which constrained decoding
@@ -135,10 +137,19 @@ export class EmbeddedBackend implements InferenceBackend {
     return { ok: true, detail: JSON.stringify(this.generator.stats()) };
   }
 
-  /** checkpointUri: a directory path, or a file:// URL of one. */
-  loadWeights(req: LoadWeightsRequest): Promise<void> {
-    const dir = req.checkpointUri.startsWith('file://') ? fileURLToPath(req.checkpointUri) : req.checkpointUri;
-    return this.generator.loadCheckpoint(dir);
+  /**
+   * checkpointUri: a directory path, or a file:// URL of one. A LoRA adapter version is merged into
+   * a copy of its base (embedded-adapters.ts) and that model swapped in.
+   */
+  async loadWeights(req: LoadWeightsRequest): Promise<void> {
+    const dir = localPath(req.checkpointUri);
+    if (req.weights !== 'lora-adapter') return this.generator.loadCheckpoint(dir);
+    if (!req.base) throw new Error(`version ${req.version}: a LoRA adapter without the base it applies to`);
+    const merged = await this.adapters.merged({
+      adapterDir: dir,
+      base: { dir: localPath(req.base.checkpointUri), fingerprint: req.base.fingerprint },
+    });
+    await this.generator.loadModel(merged);
   }
 
   async abortAll(): Promise<void> {
@@ -148,8 +159,11 @@ export class EmbeddedBackend implements InferenceBackend {
   async close(): Promise<void> {
     await this.abortAll();
     await this.generator.close?.();
+    this.adapters.close();
   }
 }
+
+const localPath = (uri: string) => (uri.startsWith('file://') ? fileURLToPath(uri) : uri);
 
 const alternatives = (top: readonly { id: number; logprob: number }[] | undefined) => ({
   ids: (top ?? []).map((t) => t.id),

@@ -1,3 +1,4 @@
+import type { Model } from '@anvil/engine';
 import type { FinishReason, SamplingParams } from './backend';
 
 /**
@@ -36,6 +37,8 @@ export interface EmbeddedGenerator {
   readonly vocabSize: number;
   /** Loads Hugging Face weights (config.json + safetensors) from a directory; later generations use them. */
   loadCheckpoint(dir: string): Promise<void>;
+  /** Takes over a model built in memory (a LoRA adapter merged into a copy of the base) as the weights, as loadCheckpoint does. */
+  loadModel(model: Model): Promise<void>;
   stats(): EmbeddedGeneratorStats;
   /** Aborts what runs and releases the engine's memory. */
   close?(): Promise<void>;

@@ -15,6 +15,17 @@ export async function postJson(
   body: unknown,
   opts: { timeoutMs: number; signal?: AbortSignal },
 ): Promise<unknown> {
+  const text = await postText(backendId, url, body, opts);
+  return text ? JSON.parse(text) : null;
+}
+
+/** As postJson, for endpoints that answer plain text (vLLM's LoRA endpoints): the body as text. */
+export async function postText(
+  backendId: string,
+  url: string,
+  body: unknown,
+  opts: { timeoutMs: number; signal?: AbortSignal },
+): Promise<string> {
   const signal = opts.signal ? AbortSignal.any([opts.signal, AbortSignal.timeout(opts.timeoutMs)]) : AbortSignal.timeout(opts.timeoutMs);
   let res: Response;
   try {
@@ -27,7 +38,7 @@ export async function postJson(
     const message = `POST ${new URL(url).pathname} answered ${res.status}: ${text.slice(0, 500)}`;
     throw res.status >= 500 ? new BackendUnavailableError(backendId, message) : new BackendRequestError(backendId, res.status, message);
   }
-  return text ? JSON.parse(text) : null;
+  return text;
 }
 
 /**

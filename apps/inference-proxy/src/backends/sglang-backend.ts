@@ -1,4 +1,5 @@
 import {
+  BackendRequestError,
   BackendUnavailableError,
   type BackendGenerateRequest,
   type BackendHealth,
@@ -7,6 +8,7 @@ import {
 } from './backend';
 import { ExternalBackend, type StreamState, type StreamStep } from './external-backend';
 import { postJson } from './http-stream';
+import { ServedAdapters } from './served-adapters';
 
 /**
  * SGLang through its native runtime API (`python -m sglang.launch_server`).
@@ -36,10 +38,22 @@ import { postJson } from './http-stream';
  * whose client disconnected). Health: GET /health.
  * Weight updates: POST /update_weights_from_disk {model_path} loads the checkpoint in place
  * and flushes the radix cache; it answers {success, message}.
+ *
+ * LoRA adapter versions (weights.published with weights 'lora-adapter'; see ServedAdapters): the
+ * base is loaded as above, then POST /load_lora_adapter {lora_name, lora_path} ({success,
+ * error_message}) and /generate names the adapter in `lora_path`; the previous version's adapter
+ * is removed with POST /unload_lora_adapter. SGLang applies it unmerged. Server flags:
+ * `--enable-lora --max-lora-rank <r> --lora-target-modules <the trainer's targets>
+ * --max-loras-per-batch 2`.
  */
 export class SglangBackend extends ExternalBackend {
   readonly kind = 'sglang' as const;
   protected readonly streamPath = '/generate';
+  private readonly adapters = new ServedAdapters(this.id, {
+    loadFull: (dir) => this.loadCheckpoint(dir),
+    loadAdapter: (name, path) => this.loraCall('/load_lora_adapter', { lora_name: name, lora_path: path }),
+    unloadAdapter: (name) => this.loraCall('/unload_lora_adapter', { lora_name: name }),
+  });
 
   protected requestBody(req: BackendGenerateRequest, grammar: string | null): unknown {
     const s = req.sampling;
@@ -58,6 +72,8 @@ export class SglangBackend extends ExternalBackend {
         // constrained decoding: the grammar as EBNF (SGLang's grammar backend, xgrammar by default)
         ...(grammar !== null ? { ebnf: grammar } : {}),
       },
+      // a LoRA adapter version: the adapter's name in SGLang's LoRA registry
+      ...(this.adapters.current !== null ? { lora_path: this.adapters.current } : {}),
       return_logprob: true,
       logprob_start_len: -1,
       ...((s.topLogprobs ?? 0) > 0 ? { top_logprobs_num: s.topLogprobs } : {}),
@@ -101,11 +117,24 @@ export class SglangBackend extends ExternalBackend {
     return this.getOk('/health');
   }
 
-  async loadWeights(req: LoadWeightsRequest): Promise<void> {
+  loadWeights(req: LoadWeightsRequest): Promise<void> {
+    return this.adapters.load(req);
+  }
+
+  /** SGLang's LoRA endpoints answer {success, error_message}, with 400 on failure. */
+  private async loraCall(path: string, body: unknown): Promise<void> {
+    const res = (await postJson(this.id, `${this.baseUrl}${path}`, body, { timeoutMs: this.loadTimeoutMs })) as {
+      success?: boolean;
+      error_message?: string | null;
+    } | null;
+    if (!res?.success) throw new BackendRequestError(this.id, 400, `${path} failed: ${res?.error_message ?? 'no answer'}`);
+  }
+
+  private async loadCheckpoint(dir: string): Promise<void> {
     const res = (await postJson(
       this.id,
       `${this.baseUrl}/update_weights_from_disk`,
-      { model_path: req.checkpointUri },
+      { model_path: dir },
       { timeoutMs: this.loadTimeoutMs },
     )) as {
       success?: boolean;

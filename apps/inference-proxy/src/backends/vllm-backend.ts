@@ -6,7 +6,8 @@ import {
   type LoadWeightsRequest,
 } from './backend';
 import { ExternalBackend, type ExternalBackendOptions, type StreamState, type StreamStep } from './external-backend';
-import { postJson } from './http-stream';
+import { postJson, postText } from './http-stream';
+import { ServedAdapters } from './served-adapters';
 
 /**
  * vLLM through its OpenAI-compatible server (`vllm serve`), tokens in and out.
@@ -50,13 +51,29 @@ import { postJson } from './http-stream';
  * calling them, so vLLM's /pause is not needed. Required server flags:
  *   VLLM_SERVER_DEV_MODE=1 vllm serve <model> --enable-prefix-caching \
  *     --logprobs-mode processed_logprobs --enable-prompt-tokens-details
+ *
+ * LoRA adapter versions (weights.published with weights 'lora-adapter'; see ServedAdapters): the
+ * base is loaded as above, then POST /v1/load_lora_adapter {lora_name, lora_path} (plain text on
+ * success) and completions name the adapter as their `model`; the previous version's adapter is
+ * removed with POST /v1/unload_lora_adapter. vLLM applies it unmerged, with its own LoRA kernels.
+ * Additional server flags: VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and
+ * `--enable-lora --max-lora-rank <r> --max-loras 2` (the served adapter and the next one).
  */
 export class VllmBackend extends ExternalBackend {
   readonly kind = 'vllm' as const;
   protected readonly streamPath = '/v1/completions';
 
+  private readonly adapters: ServedAdapters;
+
   constructor(private readonly options: ExternalBackendOptions) {
     super(options);
+    const opts = () => ({ timeoutMs: this.loadTimeoutMs });
+    this.adapters = new ServedAdapters(this.id, {
+      loadFull: (dir) => this.loadCheckpoint(dir),
+      loadAdapter: async (name, path) =>
+        void (await postText(this.id, `${this.baseUrl}/v1/load_lora_adapter`, { lora_name: name, lora_path: path }, opts())),
+      unloadAdapter: async (name) => void (await postText(this.id, `${this.baseUrl}/v1/unload_lora_adapter`, { lora_name: name }, opts())),
+    });
   }
 
   protected requestBody(req: BackendGenerateRequest, grammar: string | null): unknown {
@@ -64,7 +81,8 @@ export class VllmBackend extends ExternalBackend {
     return {
       // constrained decoding (vLLM >= 0.12: `structured_outputs`; the guided_* fields were removed)
       ...(grammar !== null ? { structured_outputs: { grammar } } : {}),
-      ...(this.options.model ? { model: this.options.model } : {}),
+      // a LoRA adapter version is served under its adapter's name
+      ...(this.adapters.current !== null ? { model: this.adapters.current } : this.options.model ? { model: this.options.model } : {}),
       prompt: req.promptIds,
       max_tokens: s.maxTokens,
       temperature: s.temperature,
@@ -114,14 +132,13 @@ export class VllmBackend extends ExternalBackend {
     return this.getOk('/health');
   }
 
-  async loadWeights(req: LoadWeightsRequest): Promise<void> {
+  loadWeights(req: LoadWeightsRequest): Promise<void> {
+    return this.adapters.load(req);
+  }
+
+  private async loadCheckpoint(dir: string): Promise<void> {
     const opts = { timeoutMs: this.loadTimeoutMs };
-    await postJson(
-      this.id,
-      `${this.baseUrl}/collective_rpc`,
-      { method: 'update_config', args: [{ model_config: { model: req.checkpointUri } }] },
-      opts,
-    );
+    await postJson(this.id, `${this.baseUrl}/collective_rpc`, { method: 'update_config', args: [{ model_config: { model: dir } }] }, opts);
     await postJson(this.id, `${this.baseUrl}/collective_rpc`, { method: 'reload_weights' }, opts);
     await postJson(this.id, `${this.baseUrl}/reset_prefix_cache`, {}, { timeoutMs: this.controlTimeoutMs });
   }

@@ -1,6 +1,7 @@
 import type { WeightSwapChoice } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
 import type { ActiveAttempts } from '../generation/active-attempts';
+import type { LoadWeightsRequest } from '../backends/backend';
 import type { InferenceMetrics } from '../metrics';
 import type { Replica } from '../routing/replica';
 import type { AdmissionGate } from './admission-gate';
@@ -54,13 +55,13 @@ export class WeightSwapper {
     return this.swapping;
   }
 
-  apply(target: { version: number; checkpointUri: string }): Promise<SwapOutcome> {
+  apply(target: LoadWeightsRequest): Promise<SwapOutcome> {
     const run = this.chain.then(() => this.swap(target));
     this.chain = run.catch(() => undefined);
     return run;
   }
 
-  private async swap(target: { version: number; checkpointUri: string }): Promise<SwapOutcome> {
+  private async swap(target: LoadWeightsRequest): Promise<SwapOutcome> {
     if (target.version <= this.versions.current) {
       return { status: 'ignored', reason: `version ${target.version} is not newer than the active ${this.versions.current}` };
     }
@@ -104,6 +105,7 @@ export class WeightSwapper {
       }
       this.versions.current = target.version;
       this.versions.checkpointUri = target.checkpointUri;
+      this.versions.loaded = target;
       this.metrics.policyVersion.set(target.version);
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       this.metrics.swapSeconds.observe({ policy: this.options.policy }, seconds);
@@ -118,8 +120,8 @@ export class WeightSwapper {
   /** Loads the active weights onto a replica that missed them (HealthMonitor's recovery hook). */
   resync(replica: Replica): Promise<void> {
     const run = this.chain.then(async () => {
-      if (!replica.stale || this.versions.checkpointUri === null) return;
-      await replica.backend.loadWeights({ version: this.versions.current, checkpointUri: this.versions.checkpointUri });
+      if (!replica.stale || this.versions.loaded === null) return;
+      await replica.backend.loadWeights(this.versions.loaded);
       replica.weightsVersion = this.versions.current;
       replica.stale = false;
       this.logger.info('replica resynced to the active weights', { replica: replica.id, version: this.versions.current });

@@ -7,7 +7,9 @@ import type { PolicyVersionState } from './policy-version';
 import type { SwapOutcome, WeightSwapper } from './weight-swapper';
 
 /**
- * weights.published -> swap -> policy_version.activated. Idempotent by version, not only by
+ * weights.published -> swap -> policy_version.activated. A version may be a whole model or a LoRA
+ * adapter over a named base (v2): each backend applies what it is given (see loadWeights) or
+ * refuses it, which fails the swap like any failed load. Idempotent by version, not only by
  * event id: a redelivered event, a second event for the same version or an older version
  * changes nothing (the swapper ignores it). The activation is re-published for the ACTIVE
  * version if it has not gone out yet, so a crash or a failed publish between the swap and the
@@ -23,7 +25,8 @@ export class WeightsPublishedHandler {
   ) {}
 
   async handle(event: EventEnvelope<'weights.published'>): Promise<SwapOutcome> {
-    const { version, checkpointUri, sha256 } = event.payload;
+    // v1 events carry neither field: a whole model
+    const { version, checkpointUri, sha256, weights, base } = event.payload;
     const refused = await this.verify(checkpointUri, sha256);
     if (refused) {
       this.logger.error('weights.published refused: the checkpoint does not match its checksum, the active weights stay', {
@@ -34,7 +37,7 @@ export class WeightsPublishedHandler {
       });
       return { status: 'ignored', reason: refused };
     }
-    const outcome = await this.swapper.apply({ version, checkpointUri });
+    const outcome = await this.swapper.apply({ version, checkpointUri, ...(weights ? { weights } : {}), ...(base ? { base } : {}) });
     if (outcome.status === 'ignored') this.logger.info('weights.published ignored', { version, eventId: event.id, reason: outcome.reason });
     if (version === this.versions.current && !this.versions.announced.has(version)) {
       await this.bus.publish(
