@@ -16,8 +16,9 @@
  *  4. The agent protocols side by side on the capture-on gateway and the same backend: chat
  *     completions, the Responses API and the Anthropic Messages API, each as JSON and as a stream,
  *     for the same one-turn request: added latency p50/p99 at BENCH_GW_LOW_RATE req/s and calls/s
- *     at 256 sessions. Target: every Responses and Messages row within 1.2x of chat completions in
- *     the same mode (calls/s at least 1/1.2 of it, added latency at most 1.2x).
+ *     at 256 sessions, in BENCH_GW_PROTOCOL_ROUNDS interleaved rounds. Target: every Responses and
+ *     Messages row within 1.2x of chat completions in the same mode (calls/s at least 1/1.2 of it,
+ *     added latency at most 1.2x).
  * Everything (load generator, gateway, proxy, fixture, nginx, Kafka, PostgreSQL) shares this
  * machine's cores. Prints readable tables, then ONE JSON object as the last line of stdout.
  */
@@ -47,6 +48,12 @@ const CONCURRENCY = [256, 1024];
 /** Sessions of the agent-protocol comparison (section 4), and its target ratio to chat completions. */
 const PROTOCOL_SESSIONS = 256;
 const PROTOCOL_RATIO_MAX = 1.2;
+/**
+ * The comparison runs in rounds, every target once per round in a rotating order, and pools each
+ * target's samples over the rounds: on a machine whose other load comes and goes, each API then
+ * meets the same mix of it, instead of one API drawing a busy minute.
+ */
+const PROTOCOL_ROUNDS = Number(process.env.BENCH_GW_PROTOCOL_ROUNDS ?? 4);
 const ADMIN = 'bench-gateway-admin-token-0123456789abcdefghij';
 const MODEL = 'anvil-tiny';
 const NGINX_PORT = Number(process.env.BENCH_GW_NGINX_PORT ?? 39380);
@@ -266,7 +273,7 @@ function summarize(
 }
 
 /** Open loop: request i is due at start + i/rate; latency counts from when it was due. */
-async function openLoop(t: Target, rate: number, seconds: number): Promise<Measured> {
+async function openLoop(t: Target, rate: number, seconds: number, sink?: number[]): Promise<Measured> {
   const agent = new Agent({ keepAlive: true, maxSockets: 2048 });
   const total = Math.round(rate * seconds);
   const lat: number[] = [];
@@ -293,11 +300,12 @@ async function openLoop(t: Target, rate: number, seconds: number): Promise<Measu
   const s = (performance.now() - start) / 1000;
   agent.destroy();
   if (total - lat.length - errors > 0) kinds.unfinished = total - lat.length - errors;
+  sink?.push(...lat);
   return summarize(t.name, `open loop ${rate}/s`, lat, errors + (total - lat.length - errors), s, kinds);
 }
 
 /** Fixed concurrency: `n` sessions, each sending its next call when the last one is answered. */
-async function closedLoop(t: Target, n: number, seconds: number): Promise<Measured> {
+async function closedLoop(t: Target, n: number, seconds: number, sink?: number[]): Promise<Measured> {
   const agent = new Agent({ keepAlive: true, maxSockets: n });
   const lat: number[] = [];
   let errors = 0;
@@ -325,6 +333,7 @@ async function closedLoop(t: Target, n: number, seconds: number): Promise<Measur
   );
   const s = (performance.now() - start) / 1000;
   agent.destroy();
+  sink?.push(...lat);
   return summarize(t.name, `${n} sessions`, lat, errors, s, kinds);
 }
 
@@ -545,17 +554,40 @@ async function main() {
     console.error(`[bench] agent protocols: ${LOW_RATE} req/s and ${PROTOCOL_SESSIONS} sessions per API and mode, capture on`);
     const protocols = protocolTargets(gwOn, keysOn, content);
     for (const t of protocols) await closedLoop(t, PROTOCOL_SESSIONS, 2);
-    const protoDirect = await openLoop(direct, LOW_RATE, LATENCY_S);
-    const protoLight: Measured[] = [];
-    for (const t of protocols) {
-      protoLight.push(await openLoop(t, LOW_RATE, LATENCY_S));
-      await sleep(500);
+    const probed = [direct, ...protocols];
+    const pooled = (runs: Measured[][], samples: number[][], mode: string) =>
+      probed.map((t, i) => {
+        const kinds: Record<string, number> = {};
+        for (const r of runs) for (const [k, v] of Object.entries(r[i].errorKinds)) kinds[k] = (kinds[k] ?? 0) + v;
+        const sum = (f: (m: Measured) => number) => runs.reduce((a, r) => a + f(r[i]), 0);
+        return summarize(
+          t.name,
+          mode,
+          samples[i],
+          sum((m) => m.errors),
+          sum((m) => m.seconds),
+          kinds,
+        );
+      });
+    const lightRuns: Measured[][] = [];
+    const loadRuns: Measured[][] = [];
+    const lightSamples: number[][] = probed.map(() => []);
+    const loadSamples: number[][] = probed.map(() => []);
+    for (let round = 0; round < PROTOCOL_ROUNDS; round++) {
+      const light: Measured[] = new Array(probed.length);
+      const load: Measured[] = new Array(probed.length);
+      for (let j = 0; j < probed.length; j++) {
+        const i = (j + round) % probed.length;
+        light[i] = await openLoop(probed[i], LOW_RATE, LATENCY_S / 2, lightSamples[i]);
+        if (i > 0) load[i] = await closedLoop(probed[i], PROTOCOL_SESSIONS, LOAD_S / 2, loadSamples[i]);
+        await sleep(300);
+      }
+      load[0] = light[0]; // the direct path's throughput is not compared
+      lightRuns.push(light);
+      loadRuns.push(load);
     }
-    const protoLoad: Measured[] = [];
-    for (const t of protocols) {
-      protoLoad.push(await closedLoop(t, PROTOCOL_SESSIONS, LOAD_S));
-      await sleep(1000);
-    }
+    const [protoDirect, ...protoLight] = pooled(lightRuns, lightSamples, `open loop ${LOW_RATE}/s, ${PROTOCOL_ROUNDS} rounds`);
+    const protoLoad = pooled(loadRuns, loadSamples, `${PROTOCOL_SESSIONS} sessions, ${PROTOCOL_ROUNDS} rounds`).slice(1);
     const protoRows = compareProtocols(protoDirect, protoLight, protoLoad);
 
     const addedOver = (base: Measured) => (m: Measured) => ({ p50: m.p50ms - base.p50ms, p99: m.p99ms - base.p99ms });
