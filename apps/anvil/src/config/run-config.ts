@@ -8,8 +8,10 @@ import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
 import { WEIGHT_SWAP_CHOICES } from '@anvil/contracts';
+import { LORA_TARGETS } from '@anvil/engine';
 import { lossConfig, LossConfigError } from '@anvil/rl';
 import { agentSpecSchema, contextSpecSchema, limitsSchema, verifierSpecSchema } from '@anvil/rollout-manager';
+import { PUBLISH_FORMATS } from '@anvil/trainer';
 
 const positiveInt = () => z.number().int().positive();
 const nonNegInt = () => z.number().int().nonnegative();
@@ -270,6 +272,24 @@ const algorithmSchema = z
       .describe(
         'β of a KL penalty (k3 on the sampled tokens) to the starting weights, which the trainer then also holds; absent: 0.05 for the tiny model, 0 for a model directory',
       ),
+    lora: z
+      .object({
+        rank: positiveInt().max(65_536),
+        alpha: z.number().positive().max(1e6),
+        dropout: z.number().min(0).lt(1).optional(),
+        targets: z.array(z.enum(LORA_TARGETS)).min(1).optional(),
+      })
+      .strict()
+      .optional()
+      .describe(
+        `LoRA: \`{ "rank", "alpha", "dropout"?, "targets"? }\`, rank-r adapters (scaled by alpha / rank, dropout on their input while training, default 0) on \`targets\` of every layer (${LORA_TARGETS.map((t) => `\`${t}\``).join(', ')}; default all), the starting weights frozen: AdamW state for the adapters only; the rank must fit every targeted projection of the model. Absent: full fine-tuning`,
+      ),
+    publish: z
+      .enum(PUBLISH_FORMATS)
+      .default('merged')
+      .describe(
+        'with `lora`, what each published version holds: `merged` (the whole model, the adapters merged in) or `adapter` (the PEFT adapter alone, which the inference-proxy applies to its copy of the starting weights)',
+      ),
   })
   .strict();
 
@@ -337,6 +357,12 @@ export const runConfigSchema = z
       });
     if (c.algorithm.aggregation === 'constant' && c.algorithm.constantNormalizer === undefined)
       ctx.addIssue({ code: 'custom', path: ['algorithm', 'constantNormalizer'], message: "is required with aggregation 'constant'" });
+    if (c.algorithm.publish === 'adapter' && c.algorithm.lora === undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['algorithm', 'publish'],
+        message: "'adapter' needs algorithm.lora (full fine-tuning publishes whole models)",
+      });
     if (c.algorithm.constantNormalizer !== undefined && c.algorithm.aggregation !== 'constant')
       ctx.addIssue({ code: 'custom', path: ['algorithm', 'constantNormalizer'], message: "is only used with aggregation 'constant'" });
     try {

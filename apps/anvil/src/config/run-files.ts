@@ -7,7 +7,7 @@
 import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
 import type { z } from 'zod';
-import { parseHfConfig } from '@anvil/engine';
+import { LORA_TARGETS, LoraConfigError, normalizeLoraOptions, parseHfConfig, tinyConfig } from '@anvil/engine';
 import { loadChatFormat } from '@anvil/tokenizer';
 import { vocabularyMismatch } from '@anvil/gateway';
 import {
@@ -52,6 +52,28 @@ export function checkModelDir(dir: string): string[] {
     problems.push(`model: tokenizer or chat template: ${(e as Error).message}`);
   }
   return problems;
+}
+
+/**
+ * algorithm.lora against the starting model's shape (a rank must fit every targeted projection),
+ * known from its config.json before anything starts; an unreadable one is checkModelDir's to report.
+ */
+export function checkLoraShape(cfg: RunConfig): string[] {
+  const lora = cfg.algorithm.lora;
+  if (!lora) return [];
+  let shape;
+  try {
+    shape = cfg.model === 'tiny' ? tinyConfig() : parseHfConfig(JSON.parse(readFileSync(join(cfg.model, 'config.json'), 'utf8')));
+  } catch {
+    return [];
+  }
+  try {
+    normalizeLoraOptions({ ...lora, targets: lora.targets ?? [...LORA_TARGETS] }, shape);
+    return [];
+  } catch (e) {
+    if (!(e instanceof LoraConfigError)) throw e;
+    return [`algorithm.lora: ${e.message.replace(/^LoRA: /, '')} (the model's projections)`];
+  }
 }
 
 /** Whether argv[0] of a command can be started: an executable file (relative to cwd) or a name on PATH. */
@@ -120,8 +142,8 @@ export function checkTaskFile(path: string, f: TaskFields): string[] {
       );
       break;
     }
-    if (v?.kind === 'function' && v.name === 'final-answer' && t.data.answer === undefined) {
-      problems.push(`task.set: task ${t.id}: the final-answer verifier needs data.answer`);
+    if (v?.kind === 'function' && (v.name === 'final-answer' || v.name === 'number') && t.data.answer === undefined) {
+      problems.push(`task.set: task ${t.id}: the ${v.name} verifier needs data.answer`);
       break;
     }
     if (v?.kind === 'env' && t.verifier && !f.env) {
@@ -161,6 +183,7 @@ export function runConfigProblems(raw: Record<string, unknown>): { cfg: RunConfi
       };
   const model = raw.model;
   if (typeof model === 'string' && model !== 'tiny' && model !== '') problems.push(...checkModelDir(model));
+  if (cfg) problems.push(...checkLoraShape(cfg));
   if (typeof rawTask.set === 'string' && rawTask.set !== 'chain-add' && rawTask.set !== '') problems.push(...checkTaskFile(rawTask.set, f));
   if (f.agent?.kind === 'black-box') {
     try {

@@ -7,7 +7,7 @@ import { gatewayEnv } from '@anvil/gateway';
 import { inferenceProxyEnv } from '@anvil/inference-proxy';
 import { middlewareEnv } from '@anvil/middleware';
 import { rolloutManagerEnv } from '@anvil/rollout-manager';
-import { lossConfigOf as trainerLossConfigOf, trainerEnv } from '@anvil/trainer';
+import { loraOptionsOf, lossConfigOf as trainerLossConfigOf, trainerEnv } from '@anvil/trainer';
 import type { z } from 'zod';
 import { taskSetOf } from '../run/task-set';
 import { lossConfigOf, parseRunConfig, runConfigSchema, trainPass, type RunConfig } from './run-config';
@@ -118,6 +118,14 @@ describe('the services environments of a stack run', () => {
     const seqTrainer = loadConfig('trainer', trainerEnv, serviceEnv('trainer', seqTis, wiring, urls));
     expect(seqTrainer.TRAINER_SEQ_TIS_CAP).toBe(8);
     expect(trainerLossConfigOf(seqTrainer)).toEqual(lossConfigOf(seqTis));
+    // LoRA: the adapters and the publish format reach the trainer; absent, it fine-tunes every weight
+    const lora = parseRunConfig({
+      algorithm: { lora: { rank: 8, alpha: 16, dropout: 0.05, targets: ['q_proj', 'v_proj'] }, publish: 'adapter' },
+    });
+    const loraTrainer = loadConfig('trainer', trainerEnv, serviceEnv('trainer', lora, wiring, urls));
+    expect(loraOptionsOf(loraTrainer)).toEqual({ rank: 8, alpha: 16, dropout: 0.05, targets: ['q_proj', 'v_proj'], seed: 0 });
+    expect(loraTrainer.TRAINER_PUBLISH_FORMAT).toBe('adapter');
+    expect(loraOptionsOf(trainer)).toBeNull();
     for (const app of APPS) expect(env[app]).toMatchObject({ KAFKA_TOPIC_PREFIX: 'stack-run-1.', PORT: '0', HOST: '127.0.0.1' });
   });
 
@@ -219,6 +227,12 @@ describe('every knob of the run configuration reaches the services of both ways 
     'algorithm.weightDecay': { set: { algorithm: { weightDecay: 0.1 } }, reaches: 'service' },
     'algorithm.packTokens': { set: { algorithm: { packTokens: 4096 } }, reaches: 'service' },
     'algorithm.klCoef': { set: { algorithm: { klCoef: 0.1 } }, reaches: 'service' },
+    'algorithm.lora': { set: { algorithm: { lora: { rank: 8, alpha: 16 } } }, reaches: 'service' },
+    'algorithm.publish': {
+      set: { algorithm: { lora: { rank: 8, alpha: 16 }, publish: 'adapter' } },
+      base: { algorithm: { lora: { rank: 8, alpha: 16 } } },
+      reaches: 'service',
+    },
     'budget.steps': { set: { budget: { steps: 10 } }, reaches: 'service' },
     'budget.seconds': { set: { budget: { seconds: 60 } }, reaches: 'driver', why: 'the wall-clock cap the driver keeps' },
     'budget.stallSeconds': { set: { budget: { stallSeconds: 30 } }, reaches: 'driver', why: 'the driver ends a stalled run' },
@@ -288,7 +302,10 @@ describe('every knob of the run configuration reaches the services of both ways 
   it('hands each service only variables its own schema knows (none silently dropped), in both ways to run', () => {
     const far = parseRunConfig({
       engineThreads: 2,
-      algorithm: { loss: 'ppo', tokenTisCap: 2, weightDecay: 0.1, packTokens: 4096, klCoef: 0.1, epsLow: 0.1, epsHigh: 0.3 },
+      algorithm: {
+        ...{ loss: 'ppo', tokenTisCap: 2, weightDecay: 0.1, packTokens: 4096, klCoef: 0.1, epsLow: 0.1, epsHigh: 0.3 },
+        ...{ lora: { rank: 8, alpha: 16, dropout: 0.05, targets: ['q_proj', 'v_proj'] }, publish: 'adapter' },
+      },
       scheduler: { window: 16 },
     });
     const userModel = { ...wiring, model: { checkpointDir: model, chatFormatDir: model, servedName: 'policy' } };

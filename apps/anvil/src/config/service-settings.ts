@@ -92,6 +92,13 @@ export function knobEnvs(cfg: RunConfig): Record<App, Env> {
   if (a.tokenTisCap !== undefined) trainer.TRAINER_TOKEN_TIS_CAP = String(a.tokenTisCap);
   if (a.seqTisCap !== undefined) trainer.TRAINER_SEQ_TIS_CAP = String(a.seqTisCap);
   if (a.klCoef > 0) trainer.TRAINER_KL_COEF = String(a.klCoef);
+  if (a.lora) {
+    trainer.TRAINER_LORA_RANK = String(a.lora.rank);
+    trainer.TRAINER_LORA_ALPHA = String(a.lora.alpha);
+    if (a.lora.dropout !== undefined) trainer.TRAINER_LORA_DROPOUT = String(a.lora.dropout);
+    if (a.lora.targets) trainer.TRAINER_LORA_TARGETS = a.lora.targets.join(',');
+    trainer.TRAINER_PUBLISH_FORMAT = a.publish;
+  }
   return {
     middleware,
     'inference-proxy': {
