@@ -61,6 +61,19 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 
 /** Built-in function verifiers usable from JSONL task sets. */
 export const BUILTIN_VERIFIERS: Record<string, VerifierFn> = {
+  /**
+   * The first number in the final answer equals task.data.answer (a number): 1, else 0. For models
+   * that answer in a sentence ("The larger number is 98."), where final-answer wants the bare value.
+   */
+  number: ({ task, transcript }) => {
+    const want = Number(task.data.answer);
+    if (task.data.answer === undefined || !Number.isFinite(want))
+      throw new VerifierError(`task ${task.id}: the number verifier needs a numeric data.answer`);
+    const m = /-?\d+(?:\.\d+)?/.exec(transcript.finalAnswer ?? '');
+    const got = m ? Number(m[0]) : null;
+    const ok = got === want;
+    return { outcomeReward: ok ? 1 : 0, success: ok, detail: `first number ${got ?? 'none'}, expected ${want}` };
+  },
   /** The final answer (trimmed) equals task.data.answer (as text): 1, else 0. */
   'final-answer': ({ task, transcript }) => {
     const want = task.data.answer;
