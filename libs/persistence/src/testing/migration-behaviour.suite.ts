@@ -14,6 +14,7 @@ export const SCHEMA_TABLES = [
   'gateway_calls',
   'gateway_outbox',
   'gateway_policy_state',
+  'gateway_responses',
   'gateway_sessions',
   'llm_calls',
   'policy_activations',
