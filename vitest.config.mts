@@ -26,7 +26,7 @@ const alias = {
   '@anvil/testing': `${root}libs/testing/src/index.ts`,
   '@anvil/inference-client': `${root}libs/inference-client/src/index.ts`,
   '@anvil/tokenizer': `${root}libs/tokenizer/src/index.ts`,
-  '@anvil/infra': `${root}tools/infra/lib.mjs`,
+  '@anvil/infra': `${root}tools/infra/index.ts`,
   '@anvil/model-import': `${root}libs/model-import/src/index.ts`,
   '@anvil/guided-decoding': `${root}libs/guided-decoding/src/index.ts`,
   '@anvil/sandbox': `${root}libs/sandbox/src/index.ts`,

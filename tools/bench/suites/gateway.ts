@@ -27,7 +27,6 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { createGenerator, Model, setThreads, type ModelConfigInput } from '@anvil/engine';
 import { repoRoot, startService, waitFor, type ServiceProcess, spawnVllmFixture } from '@anvil/testing';
 import { tinyChatFormat } from '@anvil/tokenizer';
@@ -427,10 +426,7 @@ async function main() {
   console.error('[bench] engine decode tokens/s (before any service runs)');
   const engine = await engineDecode();
 
-  // By file, not by the @anvil/infra alias: under tsx the alias resolves to its declaration file
-  // (lib.d.mts), a module with no exports.
-  const infra = (await import(pathToFileURL(join(repoRoot, 'tools', 'infra', 'lib.mjs')).href)) as typeof import('@anvil/infra');
-  const { startStack, stopStack } = infra;
+  const { startStack, stopStack } = await import('@anvil/infra');
   let fixture: { child: ChildProcess; url: string } | undefined;
   let nginx: { child: ChildProcess; url: string; dir: string } | undefined;
   const services: ServiceProcess[] = [];
