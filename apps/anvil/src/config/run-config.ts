@@ -12,6 +12,7 @@ import { LORA_TARGETS } from '@anvil/engine';
 import { lossConfig, LossConfigError } from '@anvil/rl';
 import { agentSpecSchema, contextSpecSchema, limitsSchema, verifierSpecSchema } from '@anvil/rollout-manager';
 import { PUBLISH_FORMATS } from '@anvil/trainer';
+import { isKnownModelName } from './known-models';
 
 const positiveInt = () => z.number().int().positive();
 const nonNegInt = () => z.number().int().nonnegative();
@@ -322,7 +323,9 @@ export const runConfigSchema = z
       .string()
       .min(1)
       .default('tiny')
-      .describe('`tiny` (the built-in Llama-family model, 272-token byte vocabulary) or a Hugging Face model directory (Llama or Qwen2)'),
+      .describe(
+        '`tiny` (the built-in Llama-family model, 272-token byte vocabulary), a known model by name (`anvil model list`: `smollm2-135m`; fetched into <dataDir>/models on first use), or a Hugging Face model directory (Llama or Qwen2)',
+      ),
     servedModelName: z
       .string()
       .min(1)
@@ -487,7 +490,8 @@ export function runConfigInput({ file, env }: RunConfigSource): Record<string, u
     const base = dirname(resolve(file));
     const rel = (p: unknown, builtin: string) =>
       typeof p === 'string' && p !== builtin && p !== '' && !isAbsolute(p) ? resolve(base, p) : p;
-    if (raw.model !== undefined) raw.model = rel(raw.model, 'tiny');
+    // A known model's name (`anvil model list`) is no path.
+    if (raw.model !== undefined && !(typeof raw.model === 'string' && isKnownModelName(raw.model))) raw.model = rel(raw.model, 'tiny');
     const task = raw.task as Record<string, unknown> | undefined;
     if (task && typeof task === 'object') {
       const agent = task.agent as Record<string, unknown> | undefined;

@@ -162,3 +162,19 @@ describe('a user run: the files a run configuration names', () => {
     expect(servedModelName(parseRunConfig({ model: '/models/x', servedModelName: 'policy' }))).toBe('policy');
   });
 });
+
+describe('a known model by name', () => {
+  it('is no path, and is checked like a model directory once it is fetched', () => {
+    const dir = join(work, 'known');
+    mkdirSync(dir, { recursive: true });
+    const cfgFile = join(dir, 'run.json');
+    writeFileSync(cfgFile, JSON.stringify({ model: 'smollm2-135m', dataDir: join(work, 'known-data') }));
+    const raw = runConfigInput({ file: cfgFile, env: {} });
+    expect(raw.model).toBe('smollm2-135m');
+    // not fetched into this data directory yet: fetched at the start of the run, nothing to refuse
+    expect(runConfigProblems(raw).problems).toEqual([]);
+    expect(servedModelName(parseRunConfig(raw))).toBe('smollm2-135m');
+    // a directory that only looks like a name is still a path
+    expect(runConfigProblems({ model: 'smollm2-135m/' }).problems.join('\n')).toMatch(/is not a directory/);
+  });
+});

@@ -23,6 +23,7 @@ import {
   type VerifierSpec,
   BUILTIN_VERIFIERS,
 } from '@anvil/rollout-manager';
+import { isKnownModelName, knownModelPlace } from './known-models';
 import { parseRunConfig, RunConfigError, runConfigInput, type RunConfig, type RunConfigSource } from './run-config';
 
 /** A task line's problems listed per file, at most this many (the count of the rest follows). */
@@ -63,7 +64,8 @@ export function checkLoraShape(cfg: RunConfig): string[] {
   if (!lora) return [];
   let shape;
   try {
-    shape = cfg.model === 'tiny' ? tinyConfig() : parseHfConfig(JSON.parse(readFileSync(join(cfg.model, 'config.json'), 'utf8')));
+    const dir = isKnownModelName(cfg.model) ? knownModelPlace(cfg.model, cfg.dataDir).dir : cfg.model;
+    shape = cfg.model === 'tiny' ? tinyConfig() : parseHfConfig(JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')));
   } catch {
     return [];
   }
@@ -182,7 +184,11 @@ export function runConfigProblems(raw: Record<string, unknown>): { cfg: RunConfi
         envConfig: isObject(rawTask.envConfig) ? rawTask.envConfig : undefined,
       };
   const model = raw.model;
-  if (typeof model === 'string' && model !== 'tiny' && model !== '') problems.push(...checkModelDir(model));
+  if (typeof model === 'string' && isKnownModelName(model)) {
+    // Fetched on first use; once there it is checked like any model directory.
+    const place = knownModelPlace(model, typeof raw.dataDir === 'string' ? raw.dataDir : '.anvil');
+    if (place.fetched) problems.push(...checkModelDir(place.dir));
+  } else if (typeof model === 'string' && model !== 'tiny' && model !== '') problems.push(...checkModelDir(model));
   if (cfg) problems.push(...checkLoraShape(cfg));
   if (typeof rawTask.set === 'string' && rawTask.set !== 'chain-add' && rawTask.set !== '') problems.push(...checkTaskFile(rawTask.set, f));
   if (f.agent?.kind === 'black-box') {

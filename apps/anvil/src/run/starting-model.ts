@@ -4,6 +4,7 @@
  * when warmStart.enabled asks), with how the gateway serves it. Every way to run starts from it.
  */
 import { chainAddConfigOf, type RunConfig } from '../config/run-config';
+import { ensureKnownModel, isKnownModelName } from '../config/known-models';
 import type { RunModel } from '../config/service-settings';
 import { warmStart } from '../warm-start/warm-start';
 import { servedModelName } from './task-set';
@@ -13,7 +14,8 @@ export async function startingModel(
   cfg: RunConfig,
   log: (line: string) => void,
 ): Promise<{ model: RunModel; warmStart: Record<string, unknown> }> {
-  const userDir = cfg.model === 'tiny' ? null : cfg.model;
+  const userDir =
+    cfg.model === 'tiny' ? null : isKnownModelName(cfg.model) ? await ensureKnownModel(cfg.model, cfg.dataDir, log) : cfg.model;
   const served = servedModelName(cfg);
   if (userDir && cfg.warmStart.enabled !== true) {
     log(`model: ${userDir} (served as ${served}), RL starts from its weights as given (no warm start)`);
