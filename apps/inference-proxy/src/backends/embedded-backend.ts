@@ -10,7 +10,7 @@ import type {
   InferenceBackend,
   LoadWeightsRequest,
 } from './backend';
-import { EmbeddedAdapters } from './embedded-adapters';
+import { mergedAdapterModel } from './embedded-adapters';
 import type { EmbeddedGenerator } from './embedded-generator';
 
 /**
@@ -31,7 +31,6 @@ export class EmbeddedBackend implements InferenceBackend {
   private running = 0;
   private readonly controllers = new Set<AbortController>();
   private compiler: ConstraintCompiler | null = null;
-  private readonly adapters = new EmbeddedAdapters();
 
   /**
    * `tokenizer`: the served model's vocabulary (its token bytes), which constrained decoding
@@ -145,7 +144,7 @@ export class EmbeddedBackend implements InferenceBackend {
     const dir = localPath(req.checkpointUri);
     if (req.weights !== 'lora-adapter') return this.generator.loadCheckpoint(dir);
     if (!req.base) throw new Error(`version ${req.version}: a LoRA adapter without the base it applies to`);
-    const merged = await this.adapters.merged({
+    const merged = await mergedAdapterModel({
       adapterDir: dir,
       base: { dir: localPath(req.base.checkpointUri), fingerprint: req.base.fingerprint },
     });
@@ -159,7 +158,6 @@ export class EmbeddedBackend implements InferenceBackend {
   async close(): Promise<void> {
     await this.abortAll();
     await this.generator.close?.();
-    this.adapters.close();
   }
 }
 
