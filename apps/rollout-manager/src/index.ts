@@ -11,11 +11,14 @@ export {
   agentSpecSchema,
   contextSpecSchema,
   limitsSchema,
+  sandboxLimitsSchema,
+  SANDBOX_KINDS,
   taskSetSpecSchema,
   verifierSpecSchema,
   type AgentSpec,
   type ContextSpec,
   type RolloutLimits,
+  type SandboxLimitsSpec,
   type TaskSetSpec,
   type TaskSetSpecInput,
   type VerifierSpec,
@@ -26,3 +29,7 @@ export { BUILTIN_ENVIRONMENTS, type EnvironmentFactory } from './environments/re
 export { ChainAddEnvironment, chainAddDemonstration, type ChainAddConfig } from './environments/chain-add';
 export { BUILTIN_VERIFIERS, type VerifierFn } from './verifiers/verifiers';
 export { AgentSpecError, checkAgentEnv } from './agents/black-box';
+export { blackBoxLaunch, type BlackBoxLaunch } from './agents/black-box-launch';
+export { blackBoxAgentProblems, commandVerifierProblems, taskWorkspaceProblems } from './tasks/sandbox-checks';
+export { localSandboxProblem, type SandboxOptions } from './sandbox/sandboxes';
+export { SANDBOX_LIMIT_DEFAULTS } from './sandbox/limits';

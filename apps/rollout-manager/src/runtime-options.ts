@@ -2,6 +2,7 @@ import type { DataSource } from 'typeorm';
 import type { MessageBus } from '@anvil/messaging';
 import type { Logger, ServiceMetrics } from '@anvil/observability';
 import type { EnvironmentFactory } from './environments/registry';
+import type { SandboxOptions } from './sandbox/sandboxes';
 import type { VerifierFn } from './verifiers/verifiers';
 
 export interface RolloutRuntimeConfig {
@@ -25,7 +26,7 @@ export interface RolloutRuntimeConfig {
   requestTimeoutMs: number;
   /** Stop: how long running rollouts get before they are aborted. */
   stopGraceMs: number;
-  /** cwd of black-box agents without their own. */
+  /** The directory of black-box agents without their own (the base of their relative paths), and of verifier commands. */
   repoRoot: string;
   /** Rollouts, the next to start, whose gateway sessions are opened while they wait for a slot (see SessionLookahead); default ⌈N/4⌉, 0 = none. */
   sessionLookahead?: number;
@@ -64,4 +65,6 @@ export interface RolloutRuntimeOptions {
   verifiers?: Record<string, VerifierFn>;
   logger?: Logger;
   metrics?: ServiceMetrics;
+  /** Where the local sandboxes of agents and verifier commands run (uid range, runtime directory); default @anvil/sandbox's. */
+  sandbox?: SandboxOptions;
 }

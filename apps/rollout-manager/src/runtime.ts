@@ -19,6 +19,7 @@ import { BudgetWatch } from './rollouts/budget-watch';
 import { maxStepsOf } from './rollouts/rollout-context';
 import { submissionTasks, type SubmitRequest } from './rollouts/submission';
 import { RUNTIME_DEFAULTS, type RolloutRuntimeConfig, type RolloutRuntimeOptions } from './runtime-options';
+import { Sandboxes } from './sandbox/sandboxes';
 import { RolloutStateStore } from './state-store';
 import type { StoredTask } from './tasks/jsonl';
 import type { TaskSetSpecInput } from './tasks/task-set';
@@ -76,7 +77,15 @@ export class RolloutRuntime {
     });
     this.tasks = new RolloutTaskStore(opts.dataSource);
     this.state = new RolloutStateStore(opts.dataSource, this.config.consumerGroup);
-    this.taskSets = new TaskSets(this.tasks, opts.environments, opts.verifiers);
+    // Agents' and verifier commands' sandboxes log through the manager's logger: an unsandboxed run says so in the run's log.
+    const sandboxes = new Sandboxes(this.logger, opts.sandbox);
+    this.taskSets = new TaskSets(this.tasks, {
+      sandboxes,
+      repoRoot: this.config.repoRoot,
+      logger: this.logger,
+      environments: opts.environments,
+      verifiers: opts.verifiers,
+    });
     this.queue = new GroupQueue(this.state, this.logger);
     const { config, gateway, state, events, metrics, logger, queue, taskSets } = this;
     this.sessions = new RolloutSessions({
@@ -102,6 +111,7 @@ export class RolloutRuntime {
       logger,
       lookahead: this.lookahead,
       budget: new BudgetWatch((ids) => gateway.budgetSpent(ids), config.budgetPollMs, logger),
+      sandboxes,
       version,
       taskSet: (id) => taskSets.get(id),
       verifierDeps: (spec, env) => taskSets.verifierDeps(spec, env),

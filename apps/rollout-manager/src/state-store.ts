@@ -25,7 +25,6 @@ export interface RolloutRow {
   sessionId: string | null;
   policyVersionAtStart: number | null;
   attempts: number;
-  agentPgid?: number | null;
 }
 
 /**
@@ -137,15 +136,11 @@ export class RolloutStateStore {
 
   /** Forgets a session a restart closed before any call was recorded in it (the rollout runs again with a new one). */
   async clearSession(id: string): Promise<void> {
-    await this.ds.query(`UPDATE "rm_rollouts" SET "session_id" = NULL, "agent_pgid" = NULL, "updated_at" = now() WHERE "id" = $1`, [id]);
+    await this.ds.query(`UPDATE "rm_rollouts" SET "session_id" = NULL, "updated_at" = now() WHERE "id" = $1`, [id]);
   }
 
   rolloutRunning(id: string, sessionId: string, version: number, attempts: number): Promise<void> {
     return this.runningWrites.push({ id, sessionId, version, attempts });
-  }
-
-  async setAgentPgid(id: string, pgid: number): Promise<void> {
-    await this.ds.query(`UPDATE "rm_rollouts" SET "agent_pgid" = $2 WHERE "id" = $1`, [id, pgid]);
   }
 
   rolloutCompleted(id: string, finishReason: string): Promise<void> {
@@ -177,7 +172,7 @@ export class RolloutStateStore {
   async rolloutsOfGroups(groupIds: string[]): Promise<RolloutRow[]> {
     if (groupIds.length === 0) return [];
     const rows = (await this.ds.query(
-      `SELECT "id","group_id","task_id","sample_index","queue_position","status","session_id","policy_version_at_start","attempts","agent_pgid" FROM "rm_rollouts" WHERE "group_id" = ANY($1) ORDER BY "queue_position"`,
+      `SELECT "id","group_id","task_id","sample_index","queue_position","status","session_id","policy_version_at_start","attempts" FROM "rm_rollouts" WHERE "group_id" = ANY($1) ORDER BY "queue_position"`,
       [groupIds],
     )) as Record<string, unknown>[];
     return rows.map((r) => ({
@@ -190,7 +185,6 @@ export class RolloutStateStore {
       sessionId: r.session_id === null ? null : String(r.session_id),
       policyVersionAtStart: r.policy_version_at_start === null ? null : Number(r.policy_version_at_start),
       attempts: Number(r.attempts),
-      agentPgid: r.agent_pgid === null || r.agent_pgid === undefined ? null : Number(r.agent_pgid),
     }));
   }
 }

@@ -1,7 +1,8 @@
 /**
  * The files a run configuration names (a Hugging Face model directory, a task JSONL, an agent's
  * and a verifier's commands, a task environment), checked before anything starts with every
- * problem listed at once, together with the knobs. The built-in model ('tiny') and task set
+ * problem listed at once, together with the knobs; and whether this machine can start the
+ * sandbox its agent and verifier commands run in. The built-in model ('tiny') and task set
  * ('chain-add') need no files.
  */
 import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
@@ -12,7 +13,11 @@ import { loadChatFormat } from '@anvil/tokenizer';
 import { vocabularyMismatch } from '@anvil/gateway';
 import {
   AgentSpecError,
+  blackBoxAgentProblems,
   checkAgentEnv,
+  commandVerifierProblems,
+  localSandboxProblem,
+  taskWorkspaceProblems,
   BUILTIN_ENVIRONMENTS,
   parseTaskJsonl,
   TaskFileError,
@@ -136,6 +141,15 @@ export function checkTaskFile(path: string, f: TaskFields): string[] {
     problems.push(
       `task.set: ${unscored.length} task(s) have no verifier (${unscored.slice(0, 5).join(', ')}${unscored.length > 5 ? ', ...' : ''}): give task.verifier, a verifier per line, or task.env`,
     );
+  const agent = f.agent ?? { kind: 'white-box' as const, name: 'anvil-loop' };
+  const machine = tasks.flatMap((t) => [
+    ...taskWorkspaceProblems(t, agent, process.cwd()),
+    ...(t.verifier ? commandVerifierProblems(t.verifier, process.cwd(), `task.set: task ${t.id}: verifier`) : []),
+  ]);
+  problems.push(...machine.slice(0, MAX_LINE_PROBLEMS));
+  if (machine.length > MAX_LINE_PROBLEMS) problems.push(`task.set: ${path}: ${machine.length - MAX_LINE_PROBLEMS} more such problem(s)`);
+  const sandboxed = tasks.find((t) => t.verifier?.kind === 'command' && t.verifier.sandbox === 'local');
+  if (sandboxed) problems.push(...sandboxProblem(`task.set: task ${sandboxed.id}: verifier.sandbox`, `its verifier command`));
   for (const t of tasks) {
     const v = verifierOf(t, f);
     if (v?.kind === 'function' && !(v.name in BUILTIN_VERIFIERS)) {
@@ -198,16 +212,14 @@ export function runConfigProblems(raw: Record<string, unknown>): { cfg: RunConfi
       if (!(e instanceof AgentSpecError)) throw e;
       problems.push(`task.${e.message}`);
     }
-    const cwd = f.agent.cwd ?? process.cwd();
-    if (!existsSync(cwd)) problems.push(`task.agent.cwd: ${cwd} does not exist`);
-    else {
-      const p = commandProblem('task.agent.command', f.agent.command[0], cwd);
-      if (p) problems.push(p);
-    }
+    problems.push(...blackBoxAgentProblems(f.agent, process.cwd(), 'task.agent'));
+    if (f.agent.sandbox === 'local') problems.push(...sandboxProblem('task.agent.sandbox', `agent ${f.agent.name}`));
   }
   if (f.verifier?.kind === 'command') {
     const p = commandProblem('task.verifier.command', f.verifier.command[0], process.cwd());
     if (p) problems.push(p);
+    problems.push(...commandVerifierProblems(f.verifier, process.cwd(), 'task.verifier'));
+    if (f.verifier.sandbox === 'local') problems.push(...sandboxProblem('task.verifier.sandbox', 'the verifier command'));
   }
   if (f.verifier?.kind === 'function' && !(f.verifier.name in BUILTIN_VERIFIERS))
     problems.push(
@@ -225,7 +237,21 @@ export function runConfigProblems(raw: Record<string, unknown>): { cfg: RunConfi
       }
     }
   }
-  return { cfg, problems };
+  return { cfg, problems: [...new Set(problems)] };
+}
+
+/**
+ * The local sandbox (every black-box agent's and verifier command's default) probed once: a
+ * machine whose kernel forbids it is told so here, before anything starts, never by a run that
+ * falls back to running the agent unsandboxed.
+ */
+function sandboxProblem(field: string, who: string): string[] {
+  const why = localSandboxProblem();
+  return why
+    ? [
+        `${field}: ${who} cannot run in the local sandbox (the default) on this machine: ${why} (set ${field} to "none" only for a trusted program)`,
+      ]
+    : [];
 }
 
 /** A run configuration whose knobs and files all check out (cfg), or every problem at once. */

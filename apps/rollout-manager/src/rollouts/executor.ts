@@ -6,6 +6,7 @@ import type { Environment } from '../environments/types';
 import type { EventBatcher } from '../event-batcher';
 import type { GatewayClient } from '../gateway-client';
 import type { RolloutMetrics } from '../metrics';
+import type { Sandboxes } from '../sandbox/sandboxes';
 import type { RolloutRow, RolloutStateStore } from '../state-store';
 import type { TaskSetSpec } from '../tasks/task-set';
 import type { VerifierDeps } from '../verifiers/verifiers';
@@ -59,6 +60,7 @@ export interface ExecutorDeps {
   logger: Logger;
   lookahead: SessionLookahead;
   budget: BudgetWatch;
+  sandboxes: Sandboxes;
   version(): number;
   taskSet(id: string): Promise<LoadedTaskSet>;
   verifierDeps(spec: TaskSetSpec, env: Environment | null): VerifierDeps;
@@ -86,9 +88,9 @@ export class RolloutExecutor {
     this.steps = {
       'white-box': new WhiteBoxStep(d.gateway),
       'black-box': new BlackBoxStep({
-        state: d.state,
         logger: d.logger,
         repoRoot: d.config.repoRoot,
+        sandboxes: d.sandboxes,
         closeSession: (id, withCalls) => d.sessions.close(id, withCalls),
         budget: d.budget,
       }),

@@ -1,5 +1,4 @@
 import type { Logger } from '@anvil/observability';
-import { killLeftoverAgent } from '../agents/black-box';
 import type { EventBatcher } from '../event-batcher';
 import { GatewayError, type GatewayClient } from '../gateway-client';
 import type { RolloutRow, RolloutStateStore } from '../state-store';
@@ -33,7 +32,8 @@ export interface Recovered {
 /**
  * What a previous process of this manager left (its rm_groups / rm_rollouts rows): every rollout
  * that holds a session (running, or about to, with a session opened ahead) has the session
- * closed and its black-box agent's process group killed; one whose session recorded nothing runs
+ * closed (its black-box agent died with that process: its sandbox's supervisor has the host's
+ * death as its own); one whose session recorded nothing runs
  * again with a new session, any other is reported aborted once (deterministic event ids: a
  * republish is the same event). Eval groups are dropped (their caller is gone); queued work is
  * queued again; the staleness counters are rebuilt.
@@ -51,8 +51,6 @@ export async function recoverGroups(d: RecoveryDeps): Promise<Recovered> {
     }
     const members = rows.filter((r) => r.groupId === row.id);
     for (const m of members.filter((r) => r.status === 'running' || (r.status === 'queued' && r.sessionId))) {
-      if (m.agentPgid && killLeftoverAgent(m.agentPgid))
-        d.logger.warn('killed a black-box agent left by the previous process', { rolloutId: m.id, pgid: m.agentPgid });
       const calls = m.sessionId ? await closeForRecovery(d, m.sessionId) : 0;
       if (m.status === 'queued' && calls === 0) {
         await d.state.clearSession(m.id);

@@ -1,7 +1,7 @@
 import type { Environment } from '../environments/types';
 import type { RolloutRow } from '../state-store';
 import type { StoredTask } from '../tasks/jsonl';
-import type { RolloutLimits, TaskSetSpec, VerifierSpec } from '../tasks/task-set';
+import { verifierSpecSchema, type RolloutLimits, type TaskSetSpec, type VerifierSpec } from '../tasks/task-set';
 import type { CompletedFields } from './events';
 import type { GroupState } from './group-state';
 import { samplerSeed } from './sampler-seed';
@@ -55,7 +55,8 @@ export function rolloutContext(
     purpose: g.row.purpose,
     limits: spec.limits,
     maxSteps: maxStepsOf(spec, env, task),
-    verifier: task.verifier ?? spec.verifier ?? { kind: 'env' },
+    // A task's own verifier is stored as it was loaded: parsed again, so one stored before a field existed gets its default.
+    verifier: task.verifier ? verifierSpecSchema.parse(task.verifier) : (spec.verifier ?? { kind: 'env' }),
     seed: samplerSeed(g.row.purpose, task.id, r),
     versionAtStart,
     t0: performance.now(),

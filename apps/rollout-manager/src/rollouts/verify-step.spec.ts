@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { LoopResult } from '../agents/white-box';
+import { Sandboxes } from '../sandbox/sandboxes';
 import { taskSetSpecSchema } from '../tasks/task-set';
 import type { VerifierDeps, VerifierFn } from '../verifiers/verifiers';
 import type { AgentRun } from './agent-steps/agent-step';
@@ -32,7 +33,12 @@ function contextWith(verifier: string) {
   return rolloutContext(group, rollout, null, 0, new AbortController().signal);
 }
 
-const deps = (fns: Record<string, VerifierFn>): VerifierDeps => ({ environments: new Map(), functions: fns });
+const deps = (fns: Record<string, VerifierFn>): VerifierDeps => ({
+  environments: new Map(),
+  functions: fns,
+  sandboxes: new Sandboxes({ info: () => undefined, warn: () => undefined }),
+  repoRoot: process.cwd(),
+});
 
 const run = (over: Partial<AgentRun>): AgentRun => ({
   finishReason: 'completed',

@@ -1,9 +1,13 @@
 import type { EnvTask, Split } from '../environments/types';
 import { taskLineSchema, type VerifierSpec } from './task-set';
 
-/** A task as stored in tasks.spec: the environment's task plus its verifier. */
+/** A task as stored in tasks.spec: the environment's task plus its verifier, and what a black-box agent's workspace starts from. */
 export interface StoredTask extends EnvTask {
   verifier?: VerifierSpec;
+  /** A directory copied into the rollout's workspace before the agent starts (absolute, or relative to the agent's cwd). */
+  workspace?: string;
+  /** Run first in the agent's sandbox, on the rollout's wall clock. */
+  setup?: string[];
 }
 
 export interface TaskFileProblem {
@@ -70,6 +74,8 @@ export function parseTaskJsonl(text: string, source = '<jsonl>'): StoredTask[] {
       data: t.data,
       metadata: t.metadata,
       ...(t.verifier ? { verifier: t.verifier } : {}),
+      ...(t.workspace ? { workspace: t.workspace } : {}),
+      ...(t.setup ? { setup: t.setup } : {}),
     });
   });
   if (problems.length) throw new TaskFileError(problems, source);

@@ -1,6 +1,31 @@
 import { z } from 'zod';
 import { MAX_CALLS, MAX_CALLS_PER_SECOND, WEIGHT_SWAP_CHOICES } from '@anvil/contracts';
 
+/** The sandbox backends a task set may name (@anvil/sandbox's kinds). */
+export const SANDBOX_KINDS = ['local', 'none'] as const;
+
+/**
+ * Resource limits of a sandbox, each per process (rlimits); defaults in sandbox/limits.ts. The
+ * wall clock is the rollout's `limits.timeoutMs` and the kept output the agent's `outputCapBytes`.
+ */
+export const sandboxLimitsSchema = z
+  .object({
+    /** CPU seconds of one process (default: the rollout's timeout in seconds, one core's worth). */
+    cpuSeconds: z.number().int().positive().optional(),
+    /** Private writable memory of one process (RLIMIT_DATA). */
+    memoryBytes: z.number().int().positive().optional(),
+    /** Processes and threads at once, all of the sandbox's together (RLIMIT_NPROC on its own uid). */
+    processes: z.number().int().positive().max(1_000_000).optional(),
+    /** Largest file it may write. */
+    fileSizeBytes: z.number().int().positive().optional(),
+    /** Size of its private /tmp and of its $HOME (each). */
+    tmpfsBytes: z.number().int().positive().optional(),
+    /** stdout + stderr after which it is stopped (default: never; past outputCapBytes output is only counted). */
+    outputBytes: z.number().int().positive().optional(),
+  })
+  .strict();
+export type SandboxLimitsSpec = z.infer<typeof sandboxLimitsSchema>;
+
 /** How a rollout's reward is computed (pluggable three ways, plus the environment's own). */
 export const verifierSpecSchema = z.discriminatedUnion('kind', [
   /** The built-in environment's programmatic verifier. */
@@ -14,12 +39,19 @@ export const verifierSpecSchema = z.discriminatedUnion('kind', [
     timeoutMs: z.number().int().positive().default(10_000),
     retries: z.number().int().nonnegative().max(10).default(2),
   }),
-  /** A command: the verifier input as JSON on stdin; exit code 0 = reward 1 (mode exit-code) or a JSON result on stdout (mode json). */
+  /**
+   * A command: the verifier input as JSON on stdin; exit code 0 = reward 1 (mode exit-code) or a
+   * JSON result on stdout (mode json). It runs in a sandbox of its own (default 'local') whose
+   * workspace is the black-box agent's (else an empty one), seeing `readOnlyPaths` (relative to the
+   * manager's directory) and nothing else of the host.
+   */
   z.object({
     kind: z.literal('command'),
     command: z.array(z.string().min(1)).min(1),
     mode: z.enum(['exit-code', 'json']).default('json'),
     timeoutMs: z.number().int().positive().default(10_000),
+    sandbox: z.enum(SANDBOX_KINDS).default('local'),
+    readOnlyPaths: z.array(z.string().min(1)).default([]),
   }),
 ]);
 export type VerifierSpec = z.infer<typeof verifierSpecSchema>;
@@ -29,9 +61,10 @@ export const agentSpecSchema = z.discriminatedUnion('kind', [
   z.object({
     kind: z.literal('black-box'),
     name: z.string().min(1),
-    /** argv; `{taskFile}` in an argument is replaced by the task file's path. */
+    /** argv; `{taskFile}`, `{answerFile}` and `{prompt}` in an argument are replaced by the task file's path, the answer file's and the prompt. */
     command: z.array(z.string().min(1)).min(1),
     taskInput: z.enum(['stdin', 'file']).default('stdin'),
+    /** The agent's directory, which relative paths (command, readOnlyPaths, a task's workspace) start from; default the manager's. */
     cwd: z.string().optional(),
     /** Extra environment for the agent (never credentials: checked at load). */
     env: z.record(z.string(), z.string()).default({}),
@@ -41,6 +74,12 @@ export const agentSpecSchema = z.discriminatedUnion('kind', [
       .int()
       .positive()
       .default(1 << 20),
+    /** Where it runs: 'local' (a bubblewrap sandbox, sandbox/README.md) or 'none' (unsandboxed, for trusted agents). */
+    sandbox: z.enum(SANDBOX_KINDS).default('local'),
+    /** Host paths the agent may read (its install directory, its interpreter's venv), relative to cwd; read-only, at the same path. */
+    readOnlyPaths: z.array(z.string().min(1)).default([]),
+    /** Resource limits of its sandbox; each absent one has the default of sandbox/limits.ts. */
+    sandboxLimits: sandboxLimitsSchema.default({}),
   }),
 ]);
 export type AgentSpec = z.infer<typeof agentSpecSchema>;
@@ -146,6 +185,10 @@ export const taskLineSchema = z
     difficulty: z.number().finite().optional(),
     data: z.record(z.string(), z.unknown()).default({}),
     metadata: z.record(z.string(), z.unknown()).default({}),
+    /** Black-box agents: a directory (absolute, or relative to the agent's cwd) copied into the rollout's workspace first (a repository snapshot). */
+    workspace: z.string().min(1).optional(),
+    /** Black-box agents: a command run first in the agent's sandbox, on the same wall clock (installing the snapshot's dependencies). */
+    setup: z.array(z.string().min(1)).min(1).optional(),
   })
   .refine((t) => (t.messages === undefined) !== (t.prompt === undefined), {
     message: 'exactly one of messages or prompt is required',

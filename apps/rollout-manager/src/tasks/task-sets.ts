@@ -1,11 +1,23 @@
+import type { SandboxKind, SandboxLogger } from '@anvil/sandbox';
 import { checkAgentEnv } from '../agents/black-box';
 import { BUILTIN_ENVIRONMENTS, type EnvironmentFactory } from '../environments/registry';
 import type { Environment } from '../environments/types';
 import type { LoadedTaskSet } from '../rollouts/group-state';
+import type { Sandboxes } from '../sandbox/sandboxes';
 import { checkVerifier, type VerifierDeps, type VerifierFn } from '../verifiers/verifiers';
 import { parseTaskJsonl, type StoredTask } from './jsonl';
-import { taskSetSpecSchema, type TaskSetSpec, type TaskSetSpecInput } from './task-set';
+import { blackBoxAgentProblems, commandVerifierProblems, taskWorkspaceProblems } from './sandbox-checks';
+import { taskSetSpecSchema, type TaskSetSpec, type TaskSetSpecInput, type VerifierSpec } from './task-set';
 import type { RolloutTaskStore } from './task-store';
+
+/** What task sets need of the manager besides their store: the sandboxes their programs run in, the base of relative paths, the log. */
+export interface TaskSetsDeps {
+  sandboxes: Sandboxes;
+  repoRoot: string;
+  logger: SandboxLogger;
+  environments?: Record<string, EnvironmentFactory>;
+  verifiers?: Record<string, VerifierFn>;
+}
 
 /** A built-in environment's task set: its declaration and how many train and eval tasks its seeded generator makes. */
 export type BuiltinTaskSetInput = TaskSetSpecInput & { env: string; seed: number; trainCount: number; evalCount: number };
@@ -22,22 +34,28 @@ export class TaskSets {
 
   constructor(
     private readonly store: RolloutTaskStore,
-    environments?: Record<string, EnvironmentFactory>,
-    verifiers?: Record<string, VerifierFn>,
+    private readonly d: TaskSetsDeps,
   ) {
-    this.envFactories = { ...BUILTIN_ENVIRONMENTS, ...environments };
-    this.verifierFns = { ...verifiers };
+    this.envFactories = { ...BUILTIN_ENVIRONMENTS, ...d.environments };
+    this.verifierFns = { ...d.verifiers };
   }
 
-  /** Registers a task set and its tasks (idempotent by id). Unknown environment, agent env or verifier: refused before anything is written. */
+  /**
+   * Registers a task set and its tasks (idempotent by id). Refused before anything is written: an
+   * unknown environment, agent env or verifier, what its programs need of this machine missing
+   * (sandbox-checks.ts), or a sandbox this machine cannot start.
+   */
   async load(input: TaskSetSpecInput, tasks: StoredTask[]): Promise<{ taskSetId: string; tasks: number }> {
     const spec = taskSetSpecSchema.parse(input);
     const env = this.check(spec);
+    const verifiers: VerifierSpec[] = spec.verifier ? [spec.verifier] : [];
     for (const t of tasks) {
       const v = t.verifier ?? spec.verifier ?? (spec.env ? { kind: 'env' as const } : undefined);
       if (!v) throw new Error(`task ${t.id}: verifier: none given and the task set has no environment`);
       checkVerifier(v, spec.env, this.verifierDeps(spec, env));
+      if (t.verifier) verifiers.push(t.verifier);
     }
+    await this.checkMachine(spec, tasks, verifiers);
     const r = await this.store.load(spec, tasks);
     this.loaded.set(spec.id, { spec, env });
     return r;
@@ -78,7 +96,38 @@ export class TaskSets {
   }
 
   verifierDeps(spec: TaskSetSpec, env: Environment | null): VerifierDeps {
-    return { environments: new Map(env && spec.env ? [[spec.env, env]] : []), functions: this.verifierFns };
+    return {
+      environments: new Map(env && spec.env ? [[spec.env, env]] : []),
+      functions: this.verifierFns,
+      sandboxes: this.d.sandboxes,
+      repoRoot: this.d.repoRoot,
+    };
+  }
+
+  /** What the agent, the tasks' workspaces and the command verifiers need of this machine, and their sandboxes started once. */
+  private async checkMachine(spec: TaskSetSpec, tasks: StoredTask[], verifiers: VerifierSpec[]): Promise<void> {
+    const { agent } = spec;
+    const root = this.d.repoRoot;
+    const problems = [
+      ...(agent.kind === 'black-box' ? blackBoxAgentProblems(agent, root) : []),
+      ...tasks.flatMap((t) => taskWorkspaceProblems(t, agent, root)),
+      ...[...new Set(verifiers)].flatMap((v) => commandVerifierProblems(v, root)),
+    ];
+    if (problems.length) throw new Error(`task set ${spec.id}: ${[...new Set(problems)].join('; ')}`);
+    const users = new Map<SandboxKind, string>();
+    if (agent.kind === 'black-box') users.set(agent.sandbox, `agent ${agent.name}`);
+    for (const v of verifiers) if (v.kind === 'command' && !users.has(v.sandbox)) users.set(v.sandbox, `verifier command ${v.command[0]}`);
+    for (const [kind, who] of users) {
+      try {
+        await this.d.sandboxes.get(kind);
+      } catch (e) {
+        throw new Error(`task set ${spec.id}: ${who}: its ${kind} sandbox cannot start on this machine: ${(e as Error).message}`);
+      }
+    }
+    if (users.has('none'))
+      this.d.logger.warn(`task set ${spec.id}: ${users.get('none')} runs UNSANDBOXED (sandbox 'none'): trusted programs only`, {
+        taskSetId: spec.id,
+      });
   }
 
   private check(spec: TaskSetSpec): Environment | null {

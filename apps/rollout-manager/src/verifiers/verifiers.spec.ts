@@ -1,7 +1,11 @@
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChainAddEnvironment, chainAddTask } from '../environments/chain-add';
+import { Sandboxes } from '../sandbox/sandboxes';
 import { verifierSpecSchema } from '../tasks/task-set';
 import { checkVerifier, runVerifier, UnknownVerifierError, VerifierError, type VerifierDeps } from './verifiers';
 
@@ -17,8 +21,16 @@ const deps: VerifierDeps = {
     hangs: () => new Promise(() => undefined),
     garbage: () => ({ outcomeReward: Number.NaN }) as never,
   },
+  // Command verifiers run in real sandboxes, on a uid range of this file's own.
+  sandboxes: new Sandboxes({ info: () => undefined, warn: () => undefined }, { uidBase: 1_800_200_100, uidCount: 16 }),
+  repoRoot: process.cwd(),
 };
 const spec = (v: unknown) => verifierSpecSchema.parse(v);
+const commandSpec = (v: Record<string, unknown>) => {
+  const s = spec({ kind: 'command', ...v });
+  if (s.kind !== 'command') throw new Error('unreachable');
+  return s;
+};
 
 describe('verifiers', () => {
   let server: Server;
@@ -113,6 +125,39 @@ describe('verifiers', () => {
       runVerifier(spec({ kind: 'command', command: ['sh', '-c', 'sleep 30'], timeoutMs: 200 }), null, input, deps),
     ).rejects.toThrow(/within 200 ms/);
     expect(performance.now() - t0).toBeLessThan(3000);
+  });
+
+  it('command verifier: sandboxed (its read-only paths, the agent’s workspace, nothing else of the host); none runs on the host', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rm-verifier-'));
+    const workspace = mkdtempSync(join(tmpdir(), 'rm-verifier-ws-'));
+    chmodSync(dir, 0o755);
+    try {
+      writeFileSync(join(dir, 'score.sh'), 'cat >/dev/null; cat "$1"; id -u >&2; test -e /root && exit 9; echo {\\"outcomeReward\\":1}\n');
+      writeFileSync(join(workspace, 'left-by-agent'), 'agent output\n');
+      const withWorkspace = { ...input, agent: { exitCode: 0, stdout: '', stderr: '', answerFile: null, workspace } };
+      const local = commandSpec({
+        command: ['sh', join(dir, 'score.sh'), join(workspace, 'left-by-agent')],
+        readOnlyPaths: [dir],
+      });
+      expect(await runVerifier(local, null, withWorkspace, deps)).toMatchObject({ outcomeReward: 1 });
+      // Without its read-only path the script is not there.
+      await expect(runVerifier({ ...local, readOnlyPaths: [] }, null, withWorkspace, deps)).rejects.toThrow(
+        /exited 2: .*score.sh: No such file/,
+      );
+      // Unsandboxed it sees the host (/root), as a trusted program may.
+      await expect(runVerifier({ ...local, sandbox: 'none' }, null, withWorkspace, deps)).rejects.toThrow(/exited 9/);
+      // It wrote in the workspace it was given, as the sandbox's uid, handed back to its owner afterwards.
+      await runVerifier(
+        spec({ kind: 'command', command: ['sh', '-c', 'cat >/dev/null; echo scored > mark'], mode: 'exit-code' }),
+        null,
+        withWorkspace,
+        deps,
+      );
+      expect(readFileSync(join(workspace, 'mark'), 'utf8')).toBe('scored\n');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      rmSync(workspace, { recursive: true, force: true });
+    }
   });
 
   it('unknown verifiers are refused by name at load', () => {

@@ -1,7 +1,9 @@
-import { spawn } from 'node:child_process';
-import { z } from 'zod';
 import type { ChatMessage, Environment, EnvTask, Transcript, VerifyResult } from '../environments/types';
 import type { VerifierSpec } from '../tasks/task-set';
+import { commandVerifier, type CommandVerifierDeps } from './command-verifier';
+import { checked, VerifierError } from './verifier-result';
+
+export { VerifierError } from './verifier-result';
 
 /** What every verifier gets: the task and what the agent did. */
 export interface VerifierInput {
@@ -19,34 +21,8 @@ export interface VerifierInput {
 
 export type VerifierFn = (input: VerifierInput) => VerifyResult | Promise<VerifyResult>;
 
-/** The verifier failed (threw, hung, answered garbage): the rollout ends as env_error. */
-export class VerifierError extends Error {
-  override readonly name = 'VerifierError';
-}
-
 export class UnknownVerifierError extends Error {
   override readonly name = 'UnknownVerifierError';
-}
-
-const resultSchema = z.object({
-  outcomeReward: z.number().finite(),
-  success: z.boolean().optional(),
-  processRewards: z.array(z.number().finite()).optional(),
-  detail: z.string().max(10_000).optional(),
-});
-
-function checked(value: unknown, what: string): VerifyResult {
-  const r = resultSchema.safeParse(value);
-  if (!r.success)
-    throw new VerifierError(
-      `${what} answered garbage: ${r.error.issues.map((i) => `${i.path.join('.') || '(result)'}: ${i.message}`).join(', ')}`,
-    );
-  return {
-    outcomeReward: r.data.outcomeReward,
-    success: r.data.success ?? r.data.outcomeReward > 0,
-    processRewards: r.data.processRewards,
-    detail: r.data.detail,
-  };
 }
 
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
@@ -88,7 +64,7 @@ export const BUILTIN_VERIFIERS: Record<string, VerifierFn> = {
   },
 };
 
-export interface VerifierDeps {
+export interface VerifierDeps extends CommandVerifierDeps {
   environments: ReadonlyMap<string, Environment>;
   functions: Readonly<Record<string, VerifierFn>>;
 }
@@ -143,7 +119,7 @@ export async function runVerifier(
       case 'http':
         return await httpVerifier(spec, input, signal);
       case 'command':
-        return await commandVerifier(spec, input, signal);
+        return await commandVerifier(spec, verifierRequest(input), input.agent?.workspace ?? null, deps, signal);
     }
   } catch (err) {
     if (err instanceof VerifierError || err instanceof UnknownVerifierError) throw err;
@@ -163,7 +139,7 @@ async function httpVerifier(
       const res = await fetch(spec.url, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ task: input.task, transcript: input.transcript, agent: input.agent ?? null, calls: input.calls ?? null }),
+        body: verifierRequest(input),
         signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(spec.timeoutMs)]) : AbortSignal.timeout(spec.timeoutMs),
       });
       const text = await res.text();
@@ -187,70 +163,7 @@ async function httpVerifier(
   throw new VerifierError(`reward service ${spec.url}: ${spec.retries + 1} attempts failed (last: ${last})`);
 }
 
-function commandVerifier(
-  spec: Extract<VerifierSpec, { kind: 'command' }>,
-  input: VerifierInput,
-  signal?: AbortSignal,
-): Promise<VerifyResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(spec.command[0], spec.command.slice(1), {
-      stdio: ['pipe', 'pipe', 'pipe'],
-      detached: true,
-      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
-    });
-    let out = '';
-    let err = '';
-    const cap = 1 << 20;
-    const kill = () => {
-      try {
-        if (child.pid) process.kill(-child.pid, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-    };
-    const timer = setTimeout(() => {
-      kill();
-      reject(new VerifierError(`verifier command ${spec.command[0]} did not finish within ${spec.timeoutMs} ms`));
-    }, spec.timeoutMs);
-    const onAbort = () => {
-      kill();
-      reject(new VerifierError('verifier command aborted'));
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-    child.stdout.on('data', (d: Buffer) => {
-      if (out.length < cap) out += d.toString('utf8');
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      if (err.length < cap) err += d.toString('utf8');
-    });
-    child.on('error', (e) => {
-      clearTimeout(timer);
-      reject(new VerifierError(`verifier command ${spec.command[0]}: ${e.message}`));
-    });
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', onAbort);
-      if (spec.mode === 'exit-code') {
-        if (code === null) return reject(new VerifierError(`verifier command ${spec.command[0]} was killed`));
-        return resolve({ outcomeReward: code === 0 ? 1 : 0, success: code === 0, detail: `exit ${code}` });
-      }
-      if (code !== 0) return reject(new VerifierError(`verifier command ${spec.command[0]} exited ${code}: ${err.slice(0, 500)}`));
-      const lastLine = out.trim().split('\n').pop() ?? '';
-      let json: unknown;
-      try {
-        json = JSON.parse(lastLine);
-      } catch {
-        return reject(new VerifierError(`verifier command ${spec.command[0]} answered garbage: last stdout line is not JSON`));
-      }
-      try {
-        resolve(checked(json, `verifier command ${spec.command[0]}`));
-      } catch (e) {
-        reject(e as Error);
-      }
-    });
-    child.stdin.on('error', () => undefined);
-    child.stdin.end(
-      JSON.stringify({ task: input.task, transcript: input.transcript, agent: input.agent ?? null, calls: input.calls ?? null }),
-    );
-  });
+/** What an HTTP or command verifier is sent: the task, the transcript, and (black-box) the agent's run and recorded calls. */
+function verifierRequest(input: VerifierInput): string {
+  return JSON.stringify({ task: input.task, transcript: input.transcript, agent: input.agent ?? null, calls: input.calls ?? null });
 }

@@ -1,17 +1,18 @@
 import type { Logger } from '@anvil/observability';
 import { runBlackBox, type BlackBoxResult } from '../../agents/black-box';
+import { blackBoxLaunch } from '../../agents/black-box-launch';
 import { EnvironmentError, type ChatMessage } from '../../environments/types';
 import type { ClosedSession } from '../../gateway-client';
-import type { RolloutStateStore } from '../../state-store';
+import type { Sandboxes } from '../../sandbox/sandboxes';
 import type { AgentSpec } from '../../tasks/task-set';
 import type { BudgetWatch } from '../budget-watch';
 import type { AgentRun, AgentStep, AgentStepInput } from './agent-step';
 
 export interface BlackBoxStepDeps {
-  state: RolloutStateStore;
   logger: Logger;
-  /** cwd of agents without their own. */
+  /** The base of agents' relative paths (their cwd when they name none). */
   repoRoot: string;
+  sandboxes: Sandboxes;
   closeSession(sessionId: string, withCalls: boolean): Promise<ClosedSession | null>;
   /** Tells when the agent has been refused a call over its session's budget. */
   budget: BudgetWatch;
@@ -20,11 +21,13 @@ export interface BlackBoxStepDeps {
 type BlackBoxAgent = Extract<AgentSpec, { kind: 'black-box' }>;
 
 /**
- * A third-party agent program (agents/black-box.ts) given only its session's base URL and key.
- * Its session is closed as soon as it exits, before its calls are counted and scored, so nothing
- * is recorded after; its process group is durable (rm_rollouts.agent_pgid) so a restart can kill it.
- * An agent refused a call over its session's call budget is stopped then, and its rollout ends as
- * max_steps (the budget bounds its LLM calls as maxSteps bounds the white-box loop's).
+ * A third-party agent program (agents/black-box.ts) in a sandbox of its task set's kind, given
+ * only its session. Its session is closed as soon as it exits, before its calls are counted and
+ * scored, so nothing is recorded after. Nothing it started outlives its run, and nothing outlives
+ * this process either (the sandbox's supervisor dies with its host: bwrap --die-with-parent under
+ * setpriv --pdeathsig, or the none backend's parent-death signal), so a restart has no agent left
+ * to kill. An agent refused a call over its session's call budget is stopped then, and its rollout
+ * ends as max_steps (the budget bounds its LLM calls as maxSteps bounds the white-box loop's).
  */
 export class BlackBoxStep implements AgentStep<'black-box'> {
   constructor(private readonly d: BlackBoxStepDeps) {}
@@ -35,27 +38,33 @@ export class BlackBoxStep implements AgentStep<'black-box'> {
     const budget = this.d.budget.watch(session.sessionId);
     let blackBox: BlackBoxResult;
     try {
-      blackBox = await runBlackBox(agent, ctx.task, session, {
-        timeoutMs: ctx.limits.timeoutMs,
-        signal: AbortSignal.any([ctx.stopSignal, budget.signal]),
-        repoRoot: this.d.repoRoot,
-        onSpawn: (pgid) =>
-          void this.d.state
-            .setAgentPgid(rolloutId, pgid)
-            .catch((err: unknown) => this.d.logger.warn('agent pgid write failed', { rolloutId, err })),
-      });
+      blackBox = await runBlackBox(
+        blackBoxLaunch(agent, ctx.task, this.d.repoRoot),
+        ctx.task,
+        session,
+        () => this.d.sandboxes.get(agent.sandbox),
+        { timeoutMs: ctx.limits.timeoutMs, signal: AbortSignal.any([ctx.stopSignal, budget.signal]), label: `${rolloutId} ${agent.name}` },
+      );
     } finally {
       budget.done();
     }
+    const { relay } = blackBox.sandbox;
+    if (relay.refused > 0)
+      this.d.logger.warn('a black-box agent asked its session relay for what it may not reach (refused)', {
+        rolloutId,
+        agent: agent.name,
+        refused: relay.refused,
+        requests: relay.refusedRequests,
+      });
     // The agent is gone: close its door before counting and scoring what it recorded, so nothing is added after (one round trip).
     const closed = await this.d.closeSession(session.sessionId, true);
     const callsRefused = closed?.callsRefused;
     // Asked past its budget (stopped for it, or ended on its own after the refusal): the run is cut at its limit.
     const budgetSpent = budget.signal.aborted || (callsRefused?.budget ?? 0) > 0;
     return {
-      ...(budgetSpent && !ctx.stopSignal.aborted && blackBox.signal !== 'spawn-error'
+      ...(budgetSpent && !ctx.stopSignal.aborted && blackBox.sandbox.reason !== 'setup-failed'
         ? { finishReason: 'max_steps' as const, error: null }
-        : howItEnded(agent, blackBox)),
+        : howItEnded(agent, ctx.task.id, blackBox)),
       ...(callsRefused ? { callsRefused } : {}),
       numCalls: closed?.callCount ?? 0,
       agentMs: blackBox.wallMs,
@@ -75,20 +84,28 @@ export class BlackBoxStep implements AgentStep<'black-box'> {
   }
 }
 
-/** The finish reason an agent's exit gives; an agent that could not be started is an environment failure. */
-function howItEnded(agent: BlackBoxAgent, bb: BlackBoxResult): Pick<AgentRun, 'finishReason' | 'error' | 'failure'> {
-  if (bb.timedOut) return { finishReason: 'timeout', error: null };
-  if (bb.aborted) return { finishReason: 'aborted', error: null };
-  if (bb.signal === 'spawn-error')
-    return {
-      finishReason: 'completed',
-      error: null,
-      failure: new EnvironmentError(`agent ${agent.name}: ${bb.stderr.trim().slice(0, 500)}`),
-    };
-  if (bb.exitCode !== 0)
-    return {
-      finishReason: 'env_error',
-      error: `agent ${agent.name} exited with ${bb.exitCode ?? bb.signal}: ${bb.stderr.trim().slice(-2000)}`,
-    };
-  return { finishReason: 'completed', error: null };
+/** The finish reason (and error) its sandbox's end gives; an agent whose sandbox or setup could not start is an environment failure (retried). */
+function howItEnded(agent: BlackBoxAgent, taskId: string, bb: BlackBoxResult): Pick<AgentRun, 'finishReason' | 'error' | 'failure'> {
+  const what = `task ${taskId}: agent ${agent.name}`;
+  const { reason, detail } = bb.sandbox;
+  switch (reason) {
+    case 'timeout':
+      return { finishReason: 'timeout', error: `${what}: ${detail}` };
+    case 'aborted':
+      return { finishReason: 'aborted', error: null };
+    case 'setup-failed':
+      return {
+        finishReason: 'completed',
+        error: null,
+        failure: new EnvironmentError(`${what} (${bb.sandbox.backend} sandbox): ${detail}`),
+      };
+    case 'limit':
+      return { finishReason: 'env_error', error: `${what} was stopped: ${detail}: ${bb.stderr.trim().slice(-1500)}`.trim() };
+    case 'exit':
+      if (bb.exitCode === 0) return { finishReason: 'completed', error: null };
+      return {
+        finishReason: 'env_error',
+        error: `${what} exited with ${bb.exitCode ?? bb.signal}: ${bb.stderr.trim().slice(-2000)}`,
+      };
+  }
 }
