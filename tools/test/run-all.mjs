@@ -74,9 +74,17 @@ try {
   // The black-box tests run Python agents: ours on the official openai package
   // (examples/python-agent) and a third-party agent program, the llm CLI (examples/llm-cli-agent).
   // They go into a venv of the project's own (PyPI), first on the tests' PATH, so a fresh machine
-  // needs nothing installed by hand.
+  // needs nothing installed by hand. The venv is built on the system's Python (/usr/bin/python3)
+  // where there is one: sandboxed agents see /usr and their read-only paths (this venv among them),
+  // so a venv of a Python under a private home (pyenv's) would point nowhere in there. Outside a
+  // sandbox it works the same.
   const venv = join(root, '.cache', 'python-agents');
-  if (!existsSync(join(venv, 'bin', 'python3'))) step('python venv', 'python3', ['-m', 'venv', venv]);
+  const python = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+  const builtOn = existsSync(join(venv, 'pyvenv.cfg'))
+    ? /^home\s*=\s*(.*)$/m.exec(readFileSync(join(venv, 'pyvenv.cfg'), 'utf8'))?.[1]
+    : null;
+  if (!existsSync(join(venv, 'bin', 'python3')) || (python.startsWith('/usr/') && !builtOn?.startsWith('/usr/')))
+    step('python venv', python, ['-m', 'venv', '--clear', venv]);
   step('python agents', join(venv, 'bin', 'pip'), [
     'install',
     '--quiet',
