@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GatewayCall, GatewaySession } from '@anvil/persistence';
 import { RolloutRuntime, type RolloutOutcome, ChainAddEnvironment, TaskFileError } from '@anvil/rollout-manager';
+import { pythonAgentPaths } from './fixtures/agent-paths';
 import { ADMIN_TOKEN, oraclePolicy, startRolloutStack, until, type RolloutStack } from './fixtures/rollout-stack';
 
 /**
@@ -79,6 +80,14 @@ async function processRewardsOf(rolloutId: string): Promise<unknown[]> {
   return (e.payload as { processRewards: unknown[] }).processRewards;
 }
 
+/** The example Python agent, its sandbox showing it its code and the venv it runs from. */
+const pythonAgent = {
+  kind: 'black-box' as const,
+  name: 'python-openai',
+  command: ['python3', 'examples/python-agent/agent.py'],
+  readOnlyPaths: ['examples/python-agent', ...pythonAgentPaths()],
+};
+
 const calculatorTasks = [
   { id: 'calc-1', prompt: 'What is 17*23+4? Use the calculator.', data: { answer: 395 }, split: 'train' },
   { id: 'calc-2', prompt: 'What is 6*7? Use the calculator.', data: { answer: 42 }, split: 'train' },
@@ -107,6 +116,8 @@ describe('black-box rollouts', () => {
             '--max-tokens',
             '128',
           ],
+          // Its sandbox shows it its code and the packages it imports, nothing else of the repository.
+          readOnlyPaths: ['examples/calculator-agent', 'node_modules'],
         },
         verifier: { kind: 'function', name: 'final-answer' },
         limits: { timeoutMs: 60_000 },
@@ -173,7 +184,7 @@ describe('black-box rollouts', () => {
       seed: 11,
       trainCount: 2,
       evalCount: 0,
-      agent: { kind: 'black-box', name: 'python-openai', command: ['python3', 'examples/python-agent/agent.py'] },
+      agent: pythonAgent,
       limits: { timeoutMs: 60_000 },
     });
     const { rolloutIds } = await runtime.submit({ taskSetId: 'py-chain', groupSize: 2 });
@@ -203,7 +214,13 @@ describe('black-box rollouts', () => {
       seed: 13,
       trainCount: 2,
       evalCount: 0,
-      agent: { kind: 'black-box', name: 'llm-cli', command: ['sh', 'examples/llm-cli-agent/run.sh', '{prompt}'], taskInput: 'file' },
+      agent: {
+        kind: 'black-box',
+        name: 'llm-cli',
+        command: ['sh', 'examples/llm-cli-agent/run.sh', '{prompt}'],
+        taskInput: 'file',
+        readOnlyPaths: ['examples/llm-cli-agent', ...pythonAgentPaths()],
+      },
       limits: { timeoutMs: 60_000 },
     });
     const { rolloutIds } = await runtime.submit({ taskSetId: 'llm-chain', groupSize: 2 });
@@ -244,7 +261,7 @@ describe('black-box rollouts', () => {
         seed: 12,
         trainCount: 1,
         evalCount: 0,
-        agent: { kind: 'black-box', name: 'python-openai', command: ['python3', 'examples/python-agent/agent.py'] },
+        agent: pythonAgent,
         verifier: { kind: 'command', command: ['node', '-e', score(extra)], mode: 'json' },
         limits: { timeoutMs: 60_000 },
       });
@@ -271,6 +288,8 @@ describe('black-box rollouts', () => {
           name: 'sleeper',
           command: ['sh', '-c', 'sleep 300 & echo $! > "$PIDFILE"; trap "" TERM; sleep 300'],
           env: { PIDFILE: pidFile },
+          // It leaves its child's pid in the host's /tmp: unsandboxed (rollout-sandbox.int.spec.ts has the sandboxed cases).
+          sandbox: 'none',
         },
         verifier: { kind: 'function', name: 'final-answer' },
         limits: { timeoutMs: 800 },
@@ -319,6 +338,8 @@ describe('black-box rollouts', () => {
           ],
           env: { FORK_PID: forkPid },
           outputCapBytes: 4096,
+          // Its forked child's pid goes to the host's /tmp: unsandboxed (rollout-sandbox.int.spec.ts has the sandboxed cases).
+          sandbox: 'none',
         },
         verifier: { kind: 'function', name: 'final-answer' },
         limits: { timeoutMs: 60_000 },

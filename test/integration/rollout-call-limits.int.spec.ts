@@ -146,7 +146,14 @@ describe('call limits on black-box rollouts', () => {
     await runtime.loadTaskSet(
       {
         id: 'flood',
-        agent: { kind: 'black-box', name: 'flood', command: FLOOD, env: { FLOOD_OTHER_ORIGIN: second.url, FLOOD_CONCURRENCY: '8' } },
+        agent: {
+          kind: 'black-box',
+          name: 'flood',
+          command: FLOOD,
+          env: { FLOOD_OTHER_ORIGIN: second.url, FLOOD_CONCURRENCY: '8' },
+          // It reaches a second gateway instance directly, which a sandbox forbids: this test is about the gateway's limits.
+          sandbox: 'none',
+        },
         verifier: { kind: 'function', name: 'anything' },
         limits,
       },
@@ -155,7 +162,13 @@ describe('call limits on black-box rollouts', () => {
     await runtime.loadTaskSet(
       {
         id: 'polite',
-        agent: { kind: 'black-box', name: 'polite', command: FLOOD, env: { FLOOD_MODE: 'polite' } },
+        agent: {
+          kind: 'black-box',
+          name: 'polite',
+          command: FLOOD,
+          env: { FLOOD_MODE: 'polite' },
+          readOnlyPaths: ['test/integration/fixtures'],
+        },
         verifier: { kind: 'function', name: 'anything' },
         limits,
       },

@@ -8,10 +8,10 @@ import { RolloutRuntime, type RolloutOutcome } from '@anvil/rollout-manager';
 import { ADMIN_TOKEN, oraclePolicy, startRolloutStack, until, type RolloutStack } from './fixtures/rollout-stack';
 
 /**
- * Killing the rollout manager mid-run (SIGKILL, real Kafka + PostgreSQL + gateway): the next one
- * ends every rollout that was running as aborted, once, with its session closed and its
- * black-box agent's process group killed; what was queued runs to completion; a third start
- * reports nothing again.
+ * Killing the rollout manager mid-run (SIGKILL, real Kafka + PostgreSQL + gateway): its black-box
+ * agents die with it (their sandbox's supervisor has its host's death as its own); the next one
+ * ends every rollout that was running as aborted, once, with its session closed; what was queued
+ * runs to completion; a third start reports nothing again.
  */
 const root = join(__dirname, '..', '..');
 let stack: RolloutStack;
@@ -86,10 +86,11 @@ describe('rollout manager killed mid-run', () => {
       session_id: string;
     }[];
     expect(prepared.length).toBeGreaterThan(0);
-    // The hard way: the whole process tree of the runner (npx → tsx → node), not its agents (own groups).
+    // The hard way: the whole process tree of the runner (npx → tsx → node), not its agents (own groups):
+    // they go with their manager all the same, their supervisor having its death as its own.
     process.kill(-child.pid!, 'SIGKILL');
     await new Promise((r) => child.once('exit', r));
-    expect(agentPids.every(running)).toBe(true);
+    await until('the agents gone with their manager', () => agentPids.every((p) => !running(p)) || undefined, 10_000);
 
     const outcomes: RolloutOutcome[] = [];
     const second = new RolloutRuntime({
@@ -112,7 +113,6 @@ describe('rollout manager killed mid-run', () => {
     for (const id of ids.running) expect(completedOf(id)[0].payload).toMatchObject({ finishReason: 'aborted', outcomeReward: null });
     const sessions = await stack.ds.manager.find(GatewaySession);
     expect(ids.running.every((id) => sessions.some((s) => s.rolloutId === id && s.status === 'closed'))).toBe(true);
-    await until('the leftover agents killed', () => agentPids.every((p) => !running(p)) || undefined, 5_000);
     // The queued group was resumed and finished normally.
     await until('the queued group done', () => ids.queued.every((id) => outcomes.some((o) => o.rolloutId === id)) || undefined, 60_000);
     for (const id of ids.queued)
