@@ -55,15 +55,20 @@ export async function connectDistributedServices(o: DistributedOptions): Promise
   });
 
   let lastSeq = 0;
-  const pollSteps = async () => {
+  // The background poller and flushSteps both read the step log: one read at a time, and each step
+  // handed on once (by its sequence number), or a step read twice would be recorded twice.
+  let reading: Promise<number | null> = Promise.resolve(null);
+  const readSteps = async () => {
     const r = await trainer.steps(lastSeq);
     if (r.missed > 0) o.log(`note: ${r.missed} trainer step report(s) were no longer held by the trainer; the report skips them`);
     for (const s of r.steps) {
+      if (s.seq <= lastSeq) continue;
       lastSeq = s.seq;
       for (const fn of stepListeners) fn(s.event, s.at);
     }
     return r.steps.length ? r.steps[r.steps.length - 1].event.version : null;
   };
+  const pollSteps = () => (reading = reading.catch(() => null).then(readSteps));
   let polling = true;
   let lastVersion = 0;
   const poller = (async () => {
