@@ -32,7 +32,7 @@
  * BENCH_E2E_KEEP_RUNS=1 (keep each run's database and checkpoints), BENCH_E2E_CONCURRENCY (rollouts in
  * flight, default (η + 1)·B·G of the run configuration: 192 for the defaults), ANVIL_DATA_DIR; `--config run.json`
  * starts from a run configuration of your own (its model, task and knobs; the bench sets the budget,
- * the evaluations and the tool delay).
+ * the evaluations and, for chain-add, the tool delay; e.g. `--config examples/smollm2/run.json`).
  */
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -89,7 +89,8 @@ const label = (v: Variant) => `${v.mode}-${v.loss}`;
 function variantConfig(base: RunConfig, v: Variant, seed: number): RunConfig {
   const raw = JSON.parse(JSON.stringify(base)) as Record<string, Record<string, unknown>>;
   raw.seed = seed as never;
-  raw.task = { ...raw.task, toolDelay: TOOL_DELAY, evalTasks: EVAL_TASKS };
+  // Tool delays are the built-in chain-add's dynamics; another task set runs as it is.
+  raw.task = { ...raw.task, ...(base.task.set === 'chain-add' ? { toolDelay: TOOL_DELAY } : {}), evalTasks: EVAL_TASKS };
   raw.budget = { steps: 1_000_000, seconds: SECONDS, stallSeconds: Math.max(180, SECONDS) };
   raw.eval = { ...raw.eval, everyVersions: EVAL_EVERY, samplesPerTask: EVAL_SAMPLES };
   raw.rollouts = { ...raw.rollouts, concurrency: concurrencyOf(base) };
@@ -221,7 +222,7 @@ async function main(): Promise<void> {
   setThreads(base.engineThreads);
   const info = engineInfo();
   console.log(
-    `e2e bench: ${SECONDS} s of training per run, seeds 1..${SEEDS} (sync 1..${SYNC_SEEDS}), held-out ${EVAL_TASKS} tasks x ${EVAL_SAMPLES} every ${EVAL_EVERY} versions, tool delay ${JSON.stringify(TOOL_DELAY)}, ${concurrencyOf(base)} rollouts in flight at most, engine ${info.backend}, ${base.engineThreads} thread(s) per engine call`,
+    `e2e bench: ${SECONDS} s of training per run, seeds 1..${SEEDS} (sync 1..${SYNC_SEEDS}), held-out ${EVAL_TASKS} tasks x ${EVAL_SAMPLES} every ${EVAL_EVERY} versions, tool delay ${base.task.set === 'chain-add' ? JSON.stringify(TOOL_DELAY) : `none (task set ${base.task.set})`}, ${concurrencyOf(base)} rollouts in flight at most, engine ${info.backend}, ${base.engineThreads} thread(s) per engine call`,
   );
   const start = await startingModel(base, (l) => console.log(l));
   const plan: { v: Variant; seed: number }[] = [];
