@@ -248,9 +248,7 @@ export function runConfigProblems(raw: Record<string, unknown>): { cfg: RunConfi
 function sandboxProblem(field: string, who: string): string[] {
   const why = localSandboxProblem();
   return why
-    ? [
-        `${field}: ${who} cannot run in the local sandbox (the default) on this machine: ${why} (set ${field} to "none" only for a trusted program)`,
-      ]
+    ? [`${field}: ${who} cannot run in the local sandbox (the default; "none" runs it unsandboxed, for trusted programs only): ${why}`]
     : [];
 }
 

@@ -121,7 +121,7 @@ export class TaskSets {
       try {
         await this.d.sandboxes.get(kind);
       } catch (e) {
-        throw new Error(`task set ${spec.id}: ${who}: its ${kind} sandbox cannot start on this machine: ${(e as Error).message}`);
+        throw new Error(`task set ${spec.id}: ${who} (sandbox ${kind}): ${(e as Error).message}`);
       }
     }
     if (users.has('none'))
