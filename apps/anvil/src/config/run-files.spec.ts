@@ -117,6 +117,33 @@ describe('a user run: the files a run configuration names', () => {
     );
   });
 
+  it("checks what a sandboxed agent and verifier need: read-only paths, the agent's command inside its sandbox, each task's workspace snapshot", () => {
+    const tasks = file(
+      'snapshots.jsonl',
+      ['{"id":"a","prompt":"x","data":{"answer":1},"workspace":"/nonexistent/snap-a"}', '{"id":"b","prompt":"x","data":{"answer":1}}'].join(
+        '\n',
+      ),
+    );
+    const { problems } = runConfigProblems({
+      task: {
+        set: tasks,
+        agent: { kind: 'black-box', name: 'x', command: ['./run.sh'], cwd: work, readOnlyPaths: ['/nonexistent/ro'] },
+        verifier: { kind: 'command', command: ['sh'], readOnlyPaths: ['/nonexistent/verifier'] },
+      },
+    });
+    expect(problems).toEqual([
+      expect.stringMatching(/^task\.set: task a: its workspace \/nonexistent\/snap-a \(the repository snapshot .*\) is not a directory/),
+      'task.agent.readOnlyPaths: /nonexistent/ro does not exist',
+      `task.agent.command: ./run.sh is not an executable file (relative to ${work})`,
+      'task.verifier.readOnlyPaths: /nonexistent/verifier does not exist',
+    ]);
+    // This machine can start the local sandbox: no sandbox problem, and none for an agent that asks for none.
+    const agent = { kind: 'black-box', name: 'x', command: ['sh', '-c', 'echo 1'] };
+    expect(runConfigProblems({ task: { agent, verifier: { kind: 'function', name: 'final-answer' } } }).problems).toEqual([]);
+    expect(runConfigProblems({ task: { agent: { ...agent, sandbox: 'none' } } }).problems).toEqual([]);
+    expect(runConfigProblems({ task: { agent: { ...agent, sandbox: 'docker' } } }).problems.join('\n')).toMatch(/task\.agent\.sandbox/);
+  });
+
   it('resolves a model directory, a task JSONL and an agent cwd relative to the config file', () => {
     const dir = join(work, 'cfgdir');
     mkdirSync(dir, { recursive: true });

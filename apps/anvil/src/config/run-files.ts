@@ -143,7 +143,7 @@ export function checkTaskFile(path: string, f: TaskFields): string[] {
     );
   const agent = f.agent ?? { kind: 'white-box' as const, name: 'anvil-loop' };
   const machine = tasks.flatMap((t) => [
-    ...taskWorkspaceProblems(t, agent, process.cwd()),
+    ...taskWorkspaceProblems(t, agent, process.cwd()).map((p) => `task.set: ${p}`),
     ...(t.verifier ? commandVerifierProblems(t.verifier, process.cwd(), `task.set: task ${t.id}: verifier`) : []),
   ]);
   problems.push(...machine.slice(0, MAX_LINE_PROBLEMS));
