@@ -1,23 +1,19 @@
-import { TOKEN_CONSTRAINT, type GenerateRequest, type GenerateResponse } from '@anvil/contracts';
+import type { GenerateRequest, GenerateResponse } from '@anvil/contracts';
 import type { Logger } from '@anvil/observability';
-import { BackendRequestError, type FinishReason, type TopLogprobs } from '../backends/backend';
+import type { FinishReason } from '../backends/backend';
 import type { InferenceMetrics } from '../metrics';
 import type { HealthMonitor } from '../routing/health-monitor';
-import type { Replica } from '../routing/replica';
-import { NoReplicaAvailableError, type Router } from '../routing/router';
+import type { Router } from '../routing/router';
 import type { AdmissionGate } from '../weights/admission-gate';
 import type { PolicyVersionState } from '../weights/policy-version';
-import type { ActiveAttempt, ActiveAttempts } from './active-attempts';
+import type { ActiveAttempts } from './active-attempts';
+import { Failover, type FailoverDeps } from './failover';
+import { runAttempt, type AttemptDeps } from './generation-attempt';
+import { GenerationOutput, type StampedChunk } from './generation-output';
+import { chooseReplica } from './replica-choice';
 import { RequestStop } from './request-stop';
 
-export interface StampedChunk {
-  ids: number[];
-  logprobs: number[];
-  versions: number[];
-  topLogprobs?: TopLogprobs[];
-  /** With a constraint: one TOKEN_CONSTRAINT mark per id. */
-  constrained?: number[];
-}
+export type { StampedChunk } from './generation-output';
 
 export interface GenerationServiceOptions {
   /** Replicas one request may fail on before it gives up. */
@@ -43,17 +39,24 @@ export class ServiceShuttingDownError extends Error {
  */
 export class GenerationService {
   private shuttingDown = false;
+  /** The stop switches of the generations running now, for shutdown to abort. */
+  private readonly running = new Set<RequestStop>();
+  private readonly attemptDeps: AttemptDeps;
+  private readonly failoverDeps: FailoverDeps;
 
   constructor(
     private readonly router: Router,
-    private readonly monitor: HealthMonitor,
-    private readonly versions: PolicyVersionState,
+    monitor: HealthMonitor,
+    versions: PolicyVersionState,
     private readonly gate: AdmissionGate,
     private readonly active: ActiveAttempts,
     private readonly metrics: InferenceMetrics,
     private readonly logger: Logger,
     private readonly options: GenerationServiceOptions,
-  ) {}
+  ) {
+    this.attemptDeps = { versions, active, metrics };
+    this.failoverDeps = { monitor, metrics, logger };
+  }
 
   /**
    * `signal` or `stop` (the caller's own switch, cheaper than a signal: no AbortController or
@@ -65,192 +68,91 @@ export class GenerationService {
     opts: { signal?: AbortSignal; stop?: RequestStop; onChunk?: (chunk: StampedChunk) => void } = {},
   ): Promise<GenerateResponse> {
     if (this.shuttingDown) throw new ServiceShuttingDownError('the inference-proxy is shutting down');
-    // The caller, shutdown and the deadline stop the request (see RequestStop for why this is
-    // not linkAbort): at most one listener (on the caller's signal), none on a shared signal.
     const stop = opts.stop ?? new RequestStop();
-    stop.arm(this.options.requestTimeoutMs);
-    const clientSignal = opts.signal;
-    const onClientAbort = () => stop.abort();
-    if (clientSignal?.aborted) stop.abort();
-    else clientSignal?.addEventListener('abort', onClientAbort, { once: true });
-    this.running.add(stop);
-    const ids: number[] = [];
-    const logprobs: number[] = [];
-    const versions: number[] = [];
-    const topLogprobs: TopLogprobs[] | undefined = req.topLogprobs > 0 ? [] : undefined;
-    const constrained: number[] | undefined = req.constraint ? [] : undefined;
-    const excluded = new Set<string>();
-    let cachedPromptTokens: number | null = null;
-    let lastReplica = '';
-    let failures = 0;
-    let attemptNo = 0;
-
-    const startedAt = performance.now();
-    let firstTokenMs: number | null = null;
-    const finish = (finishReason: FinishReason): GenerateResponse => {
-      this.metrics.requests.inc({ outcome: finishReason });
-      return {
-        requestId: req.requestId,
-        outputIds: ids,
-        logprobs,
-        versions,
-        finishReason,
-        promptTokens: req.promptIds.length,
-        cachedPromptTokens: cachedPromptTokens ?? 0,
-        replica: lastReplica,
-        firstTokenMs,
-        ...(topLogprobs ? { topLogprobs } : {}),
-        ...(constrained ? { constrained } : {}),
-      };
-    };
-
+    const unwatch = this.watch(stop, opts.signal);
+    const output = new GenerationOutput(req);
     try {
-      for (;;) {
-        if (stop.aborted) return finish('abort');
-        const remaining = req.maxTokens - ids.length;
-        if (remaining <= 0) return finish('length');
-        // Wait out a weight swap; check-and-register happens synchronously after, so a swap
-        // that closes the gate either sees this attempt as active or makes it wait.
-        while (!this.gate.isOpen) {
-          try {
-            await this.gate.wait(stop.signal);
-          } catch {
-            return finish('abort');
-          }
-        }
-        let replica: Replica;
-        try {
-          replica = this.router.route(req.sessionId, excluded).replica;
-        } catch (err) {
-          if (err instanceof NoReplicaAvailableError && ids.length > 0) {
-            this.logger.warn('no replica left to resume on; returning the partial output', {
-              requestId: req.requestId,
-              tokens: ids.length,
-            });
-            return finish('abort');
-          }
-          throw err;
-        }
-        // vLLM and SGLang compile a grammar from its start: a constrained call cannot continue
-        // there after tokens produced by an earlier attempt (see InferenceBackend.resumesConstraints).
-        if (req.constraint && ids.length > 0 && !replica.backend.resumesConstraints) {
-          this.logger.warn('a constrained generation cannot resume on this backend; returning the partial output', {
-            requestId: req.requestId,
-            replica: replica.id,
-            tokens: ids.length,
-          });
-          return finish('abort');
-        }
-        const version = this.versions.current;
-        // Aborted by the request stopping or by a weight swap interrupting this attempt.
-        const attemptAbort = stop.beginAttempt();
-        let interrupted = false;
-        const attempt: ActiveAttempt = {
-          replicaId: replica.id,
-          // an attempt that could not be resumed finishes on the weights it started with
-          weightSwap: req.constraint && !replica.backend.resumesConstraints ? 'finish' : req.weightSwap,
-          interruptForSwap: () => {
-            interrupted = true;
-            attemptAbort.abort();
-          },
-        };
-        this.active.add(attempt);
-        this.metrics.inFlight.inc({ replica: replica.id });
-        lastReplica = replica.id;
-        replica.requests++;
-        const producedBefore = ids.length;
-        const prompt = producedBefore ? [...req.promptIds, ...ids] : req.promptIds;
-        let result;
-        try {
-          result = await replica.backend.generate(
-            {
-              requestId: `${req.requestId}.${attemptNo++}`,
-              promptIds: prompt,
-              sampling: {
-                maxTokens: remaining,
-                temperature: req.temperature,
-                topP: req.topP,
-                topK: req.topK,
-                seed: req.seed,
-                stopIds: req.stopIds,
-                topLogprobs: req.topLogprobs,
-              },
-              ...(req.constraint ? { constraint: { grammar: req.constraint.grammar, generatedIds: [...ids] } } : {}),
-            },
-            {
-              signal: attemptAbort.signal,
-              onTokens: (chunk) => {
-                if (firstTokenMs === null && chunk.ids.length > 0) firstTokenMs = Math.round((performance.now() - startedAt) * 1000) / 1000;
-                const stamped = chunk.ids.map(() => version);
-                ids.push(...chunk.ids);
-                logprobs.push(...chunk.logprobs);
-                versions.push(...stamped);
-                if (topLogprobs) topLogprobs.push(...(chunk.topLogprobs ?? chunk.ids.map(() => ({ ids: [], logprobs: [] }))));
-                const marks = constrained ? (chunk.constrained ?? chunk.ids.map(() => TOKEN_CONSTRAINT.constrained)) : undefined;
-                if (marks) constrained?.push(...marks);
-                replica.tokensGenerated += chunk.ids.length;
-                this.metrics.tokens.inc({ replica: replica.id }, chunk.ids.length);
-                opts.onChunk?.({
-                  ids: chunk.ids,
-                  logprobs: chunk.logprobs,
-                  versions: stamped,
-                  ...(topLogprobs ? { topLogprobs: chunk.topLogprobs ?? chunk.ids.map(() => ({ ids: [], logprobs: [] })) } : {}),
-                  ...(marks ? { constrained: marks } : {}),
-                });
-              },
-            },
-          );
-        } catch (err) {
-          if (stop.aborted) return finish('abort');
-          if (interrupted) continue;
-          if (err instanceof BackendRequestError) throw err;
-          failures++;
-          replica.failures++;
-          excluded.add(replica.id);
-          this.monitor.recordFailure(replica, (err as Error).message);
-          const stage = ids.length > 0 ? 'mid_stream' : 'before_first_token';
-          this.metrics.failovers.inc({ stage });
-          this.logger.warn('replica failed a generation; failing over', {
-            requestId: req.requestId,
-            replica: replica.id,
-            stage,
-            tokens: ids.length,
-            err,
-          });
-          if (failures >= this.options.maxAttempts) {
-            if (ids.length > 0) return finish('abort');
-            throw err;
-          }
-          continue;
-        } finally {
-          stop.endAttempt(attemptAbort);
-          this.active.remove(attempt);
-          this.metrics.inFlight.dec({ replica: replica.id });
-        }
-        if (cachedPromptTokens === null) cachedPromptTokens = result.cachedPromptTokens;
-        replica.promptTokens += prompt.length;
-        replica.cachedPromptTokens += result.cachedPromptTokens;
-        if (result.finishReason !== 'abort') return finish(result.finishReason);
-        if (stop.aborted) return finish('abort');
-        if (interrupted) continue;
-        // The engine aborted on its own (restart, its own weight update): resume elsewhere.
-        failures++;
-        excluded.add(replica.id);
-        this.metrics.failovers.inc({ stage: ids.length > 0 ? 'mid_stream' : 'before_first_token' });
-        if (failures >= this.options.maxAttempts) return finish('abort');
-      }
+      const finishReason = await this.attempts(req, output, stop, opts.onChunk);
+      this.metrics.requests.inc({ outcome: finishReason });
+      return output.response(req, finishReason);
     } catch (err) {
       this.metrics.requests.inc({ outcome: 'error' });
       throw err;
     } finally {
-      stop.dispose();
-      clientSignal?.removeEventListener('abort', onClientAbort);
-      this.running.delete(stop);
+      unwatch();
     }
   }
 
-  /** The stop switches of the generations running now, for shutdown to abort. */
-  private readonly running = new Set<RequestStop>();
+  /**
+   * Arms the request's deadline, lets the caller's signal stop it and lists it for shutdown;
+   * returns the undo. The caller, shutdown and the deadline stop the request (see RequestStop
+   * for why this is not linkAbort): at most one listener (on the caller's signal), none on a
+   * shared signal.
+   */
+  private watch(stop: RequestStop, signal: AbortSignal | undefined): () => void {
+    stop.arm(this.options.requestTimeoutMs);
+    const onClientAbort = () => stop.abort();
+    if (signal?.aborted) stop.abort();
+    else signal?.addEventListener('abort', onClientAbort, { once: true });
+    this.running.add(stop);
+    return () => {
+      stop.dispose();
+      signal?.removeEventListener('abort', onClientAbort);
+      this.running.delete(stop);
+    };
+  }
+
+  /**
+   * Attempts on replicas until one finishes the generation, the request stops, maxTokens are
+   * produced or fail-over gives up (with tokens: 'abort', the partial output; without: the last
+   * failure is thrown). Returns the finish reason.
+   */
+  private async attempts(
+    req: GenerateRequest,
+    output: GenerationOutput,
+    stop: RequestStop,
+    onChunk: ((chunk: StampedChunk) => void) | undefined,
+  ): Promise<FinishReason> {
+    const failover = new Failover(this.options.maxAttempts, this.failoverDeps);
+    for (let attemptNo = 0; ; attemptNo++) {
+      if (stop.aborted) return 'abort';
+      if (req.maxTokens - output.count <= 0) return 'length';
+      // Wait out a weight swap. The gate is checked again after each wait and everything from
+      // that check to the attempt's registration is synchronous, so a swap that closes the
+      // gate either sees this attempt as active or makes it wait.
+      while (!this.gate.isOpen) if (!(await this.weightsLoaded(stop))) return 'abort';
+      const replica = chooseReplica(this.router, this.logger, req, failover.excluded, output.count);
+      if (!replica) return 'abort';
+      const outcome = await runAttempt(this.attemptDeps, { req, replica, attemptNo, output, stop, failover, onChunk });
+      switch (outcome.kind) {
+        case 'finished':
+          return outcome.finishReason;
+        case 'stopped':
+          return 'abort';
+        case 'interrupted':
+          continue;
+        case 'engine_aborted':
+          // Resumed elsewhere.
+          failover.engineAborted(replica, output.count);
+          if (failover.exhausted) return 'abort';
+          continue;
+        case 'failed':
+          if (!failover.exhausted) continue;
+          if (output.count > 0) return 'abort';
+          throw outcome.err;
+      }
+    }
+  }
+
+  /** Waits for the admission gate to open (a weight swap done); false when the request stopped meanwhile. */
+  private async weightsLoaded(stop: RequestStop): Promise<boolean> {
+    try {
+      await this.gate.wait(stop.signal);
+      return true;
+    } catch {
+      return false;
+    }
+  }
 
   /**
    * Graceful shutdown: refuse new generations, let running ones finish within `graceMs`, then
