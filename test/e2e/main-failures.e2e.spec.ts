@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -9,6 +9,8 @@ import { afterAll, describe, expect, it } from 'vitest';
  * say why, with the first error in full, instead of exiting 0 with "held-out 0.0% -> 0.0%".
  */
 const work = mkdtempSync(join(tmpdir(), 'anvil-failures-'));
+// The agent runs sandboxed, as a uid of its own that reads its script from here.
+chmodSync(work, 0o755);
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 function anvilTrain(config: object): Promise<{ code: number | null; out: string; err: string; seconds: number }> {
@@ -54,7 +56,7 @@ describe('anvil train: runs that cannot learn', () => {
       warmStart: { enabled: false },
       task: {
         set: join(work, 'tasks.jsonl'),
-        agent: { kind: 'black-box', name: 'failing-agent', command: ['python3', join(work, 'agent.py')] },
+        agent: { kind: 'black-box', name: 'failing-agent', command: ['python3', join(work, 'agent.py')], readOnlyPaths: [work] },
         verifier: { kind: 'function', name: 'final-answer' },
         limits: { maxEnvRetries: 0 },
       },

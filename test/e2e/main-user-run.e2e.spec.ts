@@ -1,11 +1,12 @@
 import { spawn } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Model } from '@anvil/engine';
 import { loadChatFormat } from '@anvil/tokenizer';
 import { QWEN3_DIR } from '@anvil/tokenizer/testing';
+import { pythonAgentPaths } from '../integration/fixtures/agent-paths';
 
 /**
  * A user's own run through the main job's one command, `anvil train --config run.json`, in
@@ -21,6 +22,8 @@ import { QWEN3_DIR } from '@anvil/tokenizer/testing';
  * plumbing of a user run, not learning (test/e2e/main-learns.e2e.spec.ts does that).
  */
 const work = mkdtempSync(join(tmpdir(), 'anvil-user-run-'));
+// The verifier command runs sandboxed, as a uid of its own that reads its script from here.
+chmodSync(work, 0o755);
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 const SERVED = 'tiny-qwen2';
 
@@ -101,8 +104,9 @@ describe('anvil train --config run.json: a user run', () => {
               name: 'python-agent',
               command: ['python3', 'examples/python-agent/agent.py'],
               env: { AGENT_MODEL: SERVED, AGENT_MAX_TURNS: '2' },
+              readOnlyPaths: ['examples/python-agent', ...pythonAgentPaths()],
             },
-            verifier: { kind: 'command', command: ['node', join(work, 'verifier.mjs')], mode: 'json' },
+            verifier: { kind: 'command', command: ['node', join(work, 'verifier.mjs')], mode: 'json', readOnlyPaths: [work] },
             limits: { timeoutMs: 120_000 },
           },
           rollouts: { groupSize: 4, concurrency: 8, eta: 1 },

@@ -7,6 +7,7 @@ import { createEvent, TOPICS, type AnyEventEnvelope, type EventEnvelope } from '
 import { createBus, type MessageBus, type Subscription } from '@anvil/messaging';
 import { Client } from 'pg';
 import { createScratchDatabase, startService, waitFor, type ScratchDatabase, type ServiceProcess } from '@anvil/testing';
+import { pythonAgentPaths } from '../integration/fixtures/agent-paths';
 
 /**
  * The built services as their own processes on the real Kafka broker and PostgreSQL server:
@@ -152,7 +153,12 @@ describe('rollout-manager, gateway and inference-proxy as built processes', () =
       },
       {
         id: 'e2e-python',
-        agent: { kind: 'black-box', name: 'python-openai', command: ['python3', 'examples/python-agent/agent.py'] },
+        agent: {
+          kind: 'black-box',
+          name: 'python-openai',
+          command: ['python3', 'examples/python-agent/agent.py'],
+          readOnlyPaths: ['examples/python-agent', ...pythonAgentPaths()],
+        },
         n: 4,
       },
       {
@@ -163,6 +169,7 @@ describe('rollout-manager, gateway and inference-proxy as built processes', () =
           command: ['sh', 'examples/llm-cli-agent/run.sh', '{prompt}'],
           taskInput: 'file',
           env: { LLM_MAX_REPLY: '48' },
+          readOnlyPaths: ['examples/llm-cli-agent', ...pythonAgentPaths()],
         },
         n: 4,
       },
