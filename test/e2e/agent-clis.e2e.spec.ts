@@ -117,7 +117,14 @@ const verifier = {
 };
 
 const clis = [
-  { id: 'e2e-codex', name: 'codex', script: 'tools/agents/codex.sh', env: { AGENT_COMPACT: '1' }, route: 'responses' },
+  {
+    id: 'e2e-codex',
+    name: 'codex',
+    script: 'tools/agents/codex.sh',
+    // Inside the rollout's sandbox, Codex's own sandbox for its commands would only confine them twice.
+    env: { AGENT_COMPACT: '1', CODEX_SANDBOX_MODE: 'danger-full-access' },
+    route: 'responses',
+  },
   {
     id: 'e2e-claude-code',
     name: 'claude-code',
@@ -137,7 +144,15 @@ describe('Codex CLI and Claude Code as black-box agents (offline, against the em
         {
           spec: {
             id: c.id,
-            agent: { kind: 'black-box', name: c.name, command: ['sh', c.script, '{prompt}'], taskInput: 'file', env: c.env },
+            agent: {
+              kind: 'black-box',
+              name: c.name,
+              command: ['sh', c.script, '{prompt}'],
+              taskInput: 'file',
+              env: c.env,
+              // Its sandbox shows it its invocation script and the installed CLIs, nothing else of the repository.
+              readOnlyPaths: ['tools/agents', '.cache/agents'],
+            },
             verifier,
             groupSize: 1,
             limits: { timeoutMs: 240_000 },
