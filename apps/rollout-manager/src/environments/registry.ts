@@ -1,5 +1,6 @@
 import { ChainAddEnvironment } from './chain-add';
 import { LongHorizonEnvironment } from './long-horizon';
+import { RepoFixEnvironment } from './repo-fix';
 import type { Environment } from './types';
 
 export type EnvironmentFactory = (config: Record<string, unknown>) => Environment;
@@ -8,4 +9,5 @@ export type EnvironmentFactory = (config: Record<string, unknown>) => Environmen
 export const BUILTIN_ENVIRONMENTS: Record<string, EnvironmentFactory> = {
   'chain-add': (config) => new ChainAddEnvironment(config),
   'long-horizon': (config) => new LongHorizonEnvironment(config),
+  'repo-fix': (config) => new RepoFixEnvironment(config),
 };

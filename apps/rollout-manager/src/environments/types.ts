@@ -86,9 +86,25 @@ export interface EpisodeContext {
   signal?: AbortSignal;
 }
 
+/** What a black-box agent left, for an environment that judges its work rather than its transcript. */
+export interface AgentWork {
+  /** The agent's workspace after its run (null: it had none). */
+  workspace: string | null;
+}
+
+/** What an environment that prepared a black-box agent's workspace asks of the agent's run. */
+export interface WorkspacePlan {
+  /** Where in the workspace the agent works (its cwd): the checkout, apart from the run's own files. */
+  workdir: string;
+  /** Run first in the agent's sandbox, under its clock (a repository's setup command). */
+  setup?: string[];
+}
+
 /** One rollout's live environment state. */
 export interface Episode {
   executeTool(call: ToolInvocation): Promise<ToolResult>;
+  /** Black-box agents: fills the agent's fresh workspace before it starts (a repository checkout in a directory of it). */
+  prepareWorkspace?(workspace: string): Promise<WorkspacePlan>;
   close?(): Promise<void> | void;
 }
 
@@ -105,6 +121,12 @@ export interface Environment<Config = unknown> {
   limits(task: EnvTask): EnvironmentLimits;
   reset(task: EnvTask, ctx: EpisodeContext): Episode;
   verify(task: EnvTask, transcript: Transcript): VerifyResult;
+  /** Judges what a black-box agent did to its workspace (a coding task's diff); used instead of verify when present. */
+  verifyWork?(task: EnvTask, transcript: Transcript, work: AgentWork): Promise<VerifyResult>;
+  /** How long verifyWork may take for a task (default: the environment verifier's 10 s). */
+  verifyTimeoutMs?(task: EnvTask): number;
+  /** Problems of a task that can be known before a run (a snapshot it names that is missing), each naming the task. */
+  checkTask?(task: EnvTask): Promise<string[]>;
   /** The ideal message list (opening messages included) for warm-start SFT. */
   demonstration(task: EnvTask): ChatMessage[];
 }
