@@ -5,8 +5,8 @@
  * sandbox its agent and verifier commands run in. The built-in model ('tiny') and task set
  * ('chain-add') need no files.
  */
-import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
-import { delimiter, isAbsolute, join, resolve } from 'node:path';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import type { z } from 'zod';
 import { LORA_TARGETS, LoraConfigError, normalizeLoraOptions, parseHfConfig, tinyConfig } from '@anvil/engine';
 import { loadChatFormat } from '@anvil/tokenizer';
@@ -81,24 +81,6 @@ export function checkLoraShape(cfg: RunConfig): string[] {
     if (!(e instanceof LoraConfigError)) throw e;
     return [`algorithm.lora: ${e.message.replace(/^LoRA: /, '')} (the model's projections)`];
   }
-}
-
-/** Whether argv[0] of a command can be started: an executable file (relative to cwd) or a name on PATH. */
-function commandProblem(what: string, argv0: string, cwd: string): string | null {
-  const executable = (p: string) => {
-    try {
-      accessSync(p, constants.X_OK);
-      return statSync(p).isFile();
-    } catch {
-      return false;
-    }
-  };
-  if (argv0.includes('/'))
-    return executable(isAbsolute(argv0) ? argv0 : resolve(cwd, argv0))
-      ? null
-      : `${what}: ${argv0} is not an executable file (relative to ${cwd})`;
-  const found = (process.env.PATH ?? '').split(delimiter).some((d) => d !== '' && executable(join(d, argv0)));
-  return found ? null : `${what}: ${argv0} is not on PATH`;
 }
 
 /** The parts of a run's task section the file checks need (taken from the raw config when a knob elsewhere is refused). */
@@ -216,8 +198,6 @@ export function runConfigProblems(raw: Record<string, unknown>): { cfg: RunConfi
     if (f.agent.sandbox === 'local') problems.push(...sandboxProblem('task.agent.sandbox', `agent ${f.agent.name}`));
   }
   if (f.verifier?.kind === 'command') {
-    const p = commandProblem('task.verifier.command', f.verifier.command[0], process.cwd());
-    if (p) problems.push(p);
     problems.push(...commandVerifierProblems(f.verifier, process.cwd(), 'task.verifier'));
     if (f.verifier.sandbox === 'local') problems.push(...sandboxProblem('task.verifier.sandbox', 'the verifier command'));
   }

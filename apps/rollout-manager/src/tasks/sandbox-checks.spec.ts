@@ -57,5 +57,10 @@ describe('what a task set needs of the machine', () => {
     const v = verifierSpecSchema.parse({ kind: 'command', command: ['sh'], readOnlyPaths: ['agent', 'missing'] });
     expect(commandVerifierProblems(v, root)).toEqual([`verifier.readOnlyPaths: ${join(root, 'missing')} does not exist`]);
     expect(commandVerifierProblems(verifierSpecSchema.parse({ kind: 'function', name: 'x' }), root)).toEqual([]);
+    const scorer = (sandbox: string) => verifierSpecSchema.parse({ kind: 'command', command: ['no-such-scorer'], sandbox });
+    expect(commandVerifierProblems(scorer('local'), root)).toEqual([
+      expect.stringMatching(/^verifier\.command: no-such-scorer is not on the PATH inside its sandbox/),
+    ]);
+    expect(commandVerifierProblems(scorer('none'), root)).toEqual(['verifier.command: no-such-scorer is not on PATH']);
   });
 });

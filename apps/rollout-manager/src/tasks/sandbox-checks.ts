@@ -10,7 +10,7 @@ import type { AgentSpec, VerifierSpec } from './task-set';
  * config check`) so that a run does not find out at its first rollout: the agent's directory, its
  * read-only paths (present, readable by a sandbox's uid, not part of the system a sandbox mounts
  * itself), its command (there, and inside the sandbox), each task's workspace snapshot, each
- * command verifier's read-only paths. Every problem at once, each naming what to do.
+ * command verifier's read-only paths and command. Every problem at once, each naming what to do.
  */
 
 /** Host directories a local sandbox mounts (or hides) itself: a read-only path may not be one of them. */
@@ -109,12 +109,12 @@ export function taskWorkspaceProblems(task: Pick<StoredTask, 'id' | 'workspace' 
   return [];
 }
 
-/** A command verifier's read-only paths (relative to the manager's directory). */
+/** A command verifier's read-only paths and its command as its sandbox sees it (relative to the manager's directory). */
 export function commandVerifierProblems(v: VerifierSpec, repoRoot: string, what = 'verifier'): string[] {
   if (v.kind !== 'command') return [];
-  return readOnlyPathProblems(
-    `${what}.readOnlyPaths`,
-    v.readOnlyPaths.map((p) => resolve(repoRoot, p)),
-    v.sandbox === 'local',
-  );
+  const local = v.sandbox === 'local';
+  const readOnlyPaths = v.readOnlyPaths.map((p) => resolve(repoRoot, p));
+  const problems = readOnlyPathProblems(`${what}.readOnlyPaths`, readOnlyPaths, local);
+  const command = commandProblem(`${what}.command`, v.command[0], repoRoot, process.env.PATH, local ? readOnlyPaths : null);
+  return command ? [...problems, command] : problems;
 }
