@@ -4,7 +4,7 @@
  * (edits, new files, deletions, modes, binary files) is the diff of the tree against that commit.
  * `.gitignore` files of the tree apply, and so do a few build leftovers that no fix consists of.
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { lstat, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { git, gitOk } from './git';
@@ -41,7 +41,16 @@ export class Baseline {
     return { cwd: this.tree, gitDir: this.gitDir, workTree: this.tree };
   }
 
-  /** Everything changed in the tree since the baseline, as a binary-safe unified diff ('' for nothing). */
+  /** Whether the tree is still a plain directory: an agent may have replaced its checkout with a symlink out of it. */
+  async intact(): Promise<boolean> {
+    try {
+      return (await lstat(this.tree)).isDirectory();
+    } catch {
+      return false;
+    }
+  }
+
+  /** Everything changed in the tree since the baseline, as a binary-safe unified diff ('' for nothing); check intact() first. */
   async diff(): Promise<string> {
     await gitOk(['add', '--all', '.'], this.opts(), "the agent's diff");
     const out = await gitOk(

@@ -159,6 +159,8 @@ export class RepoFixEnvironment implements Environment<RepoFixConfig> {
       throw new RepoFixVerifyError(
         `repo-fix task ${task.id}: no prepared workspace to take the agent's diff from (repo-fix needs a black-box agent)`,
       );
+    if (!(await baseline.intact()))
+      return { outcomeReward: 0, success: false, detail: 'the agent removed or replaced its checkout (repo/ is no longer a directory)' };
     const diff = await baseline.diff();
     this.sandbox ??= this.makeSandbox(this.config.sandbox);
     return runHeldBackTests(task, data, diff, {

@@ -170,6 +170,13 @@ describe('repo-fix environment', () => {
     expect(big.result.detail).toMatch(/over maxDiffBytes 1000: not applied/);
     const link = await rollout(env, t, (dir) => symlinkSync('/etc/passwd', join(dir, 'passwd')));
     expect(link.result.outcomeReward).toBeCloseTo(2 / 3);
+    // The checkout itself swapped for a link to the host's root: nothing is read through it.
+    const swapped = await rollout(env, t, (dir) => {
+      rmSync(dir, { recursive: true });
+      symlinkSync('/', dir);
+    });
+    expect(swapped.result).toMatchObject({ outcomeReward: 0, success: false });
+    expect(swapped.result.detail).toMatch(/removed or replaced its checkout/);
   });
 
   it('refuses a workspace it did not prepare, and bad config, by name', async () => {
