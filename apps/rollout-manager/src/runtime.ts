@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { TOPICS, type EvaluationCompletedV1 } from '@anvil/contracts';
 import type { MessageBus, Subscription } from '@anvil/messaging';
 import { createLogger, ServiceMetrics, type Logger } from '@anvil/observability';
+import { removeDeadManagersWorkspaces } from './agents/workspaces';
 import { RolloutEventHandlers } from './event-handlers';
 import { EventBatcher } from './event-batcher';
 import { Evaluations, type EvaluationRequest } from './evaluations/evaluations';
@@ -172,6 +173,8 @@ export class RolloutRuntime {
       }),
     );
     await this.recover();
+    const left = await removeDeadManagersWorkspaces();
+    if (left) this.logger.info('removed the agent workspaces of managers that died mid-run', { workspaces: left });
     this.subscriptions.push(
       await this.bus.subscribe({
         group: this.config.consumerGroup,

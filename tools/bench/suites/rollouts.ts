@@ -51,8 +51,8 @@ const ROUNDS = Number(process.env.BENCH_RM_ROUNDS ?? 2);
 
 // ---------------------------------------------------------------- gateway process
 
-/** A black-box agent's workspace name (mkdtemp's anvil-agent-XXXXXX), which it puts in its first call. */
-const WORKSPACE = /anvil-agent-[A-Za-z0-9]{6}/;
+/** A black-box agent's workspace name (anvil-agent-<manager pid>-XXXXXX), which it puts in its first call. */
+const WORKSPACE = /anvil-agent-\d+-[A-Za-z0-9]{6}/;
 
 /** The fixed-latency backend: answers chain-add (reads the prompt bytes) after LATENCY_MS. */
 async function startBackend(latencyMs: number): Promise<string> {

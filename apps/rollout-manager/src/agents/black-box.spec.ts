@@ -178,6 +178,7 @@ describe('black-box agents in a local sandbox', () => {
       );
       expect(r.stdout.trim().split('\n')).toEqual([`tool ran in ${home}`, expect.not.stringContaining('/root/.not-inside'), 'refused']);
       expect(r.stdout).toContain(`${home}/bin:`);
+      await r.cleanup();
     } finally {
       process.env.PATH = saved;
     }

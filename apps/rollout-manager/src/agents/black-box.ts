@@ -1,5 +1,4 @@
-import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { cp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   SandboxBreachError,
@@ -16,6 +15,7 @@ import { sandboxLimitsOf } from '../sandbox/limits';
 import { cwdInside, pathInside } from '../sandbox/mounts';
 import { answerOf, readAnswerFile } from './answer';
 import type { BlackBoxLaunch } from './black-box-launch';
+import { newWorkspace } from './workspaces';
 
 /** How an agent's sandbox ended, as the sandbox library tells it (kept in the rollout's outcome). */
 export interface BlackBoxSandbox {
@@ -104,7 +104,7 @@ export async function runBlackBox(
   opts: BlackBoxRunOptions,
 ): Promise<BlackBoxResult> {
   const t0 = performance.now();
-  const workspace = await mkdtemp(join(tmpdir(), 'anvil-agent-'));
+  const workspace = await newWorkspace('agent');
   const cleanup = () => rm(workspace, { recursive: true, force: true }).catch(() => undefined);
   const taskFile = join(workspace, 'task.json');
   const answerPath = join(workspace, 'answer');

@@ -1,7 +1,7 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { rm } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { SandboxBreachError, type SandboxResult } from '@anvil/sandbox';
+import { newWorkspace } from '../agents/workspaces';
 import type { VerifyResult } from '../environments/types';
 import { sandboxLimitsOf } from '../sandbox/limits';
 import { cwdInside, pathInside } from '../sandbox/mounts';
@@ -35,7 +35,7 @@ export async function commandVerifier(
   signal?: AbortSignal,
 ): Promise<VerifyResult> {
   const name = spec.command[0];
-  const own = agentWorkspace ? null : await mkdtemp(join(tmpdir(), 'anvil-verifier-'));
+  const own = agentWorkspace ? null : await newWorkspace('verifier');
   const workspace = agentWorkspace ?? (own as string);
   const local = spec.sandbox === 'local';
   const readOnlyPaths = spec.readOnlyPaths.map((p) => resolve(deps.repoRoot, p));
