@@ -73,12 +73,12 @@ const taskSchema = z
     agent: strictAgent
       .optional()
       .describe(
-        'who runs a rollout: `{"kind": "white-box"}` (the built-in agent loop, the default) or `{"kind": "black-box", "name", "command", "taskInput"?, "cwd"?, "env"?, "outputCapBytes"?}` (any program, once per rollout; `env` may not name what the manager sets per session (`OPENAI_BASE_URL`, `OPENAI_API_BASE`, `OPENAI_API_KEY`, the `ANTHROPIC_` equivalents, any other OpenAI or Anthropic endpoint, every `ANVIL_*`) nor anything credential-like (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*_KEY`, cloud and database settings); everything else, `OPENAI_MODEL` included, is passed)',
+        'who runs a rollout: `{"kind": "white-box"}` (the built-in agent loop, the default) or `{"kind": "black-box", "name", "command", "taskInput"?, "cwd"?, "env"?, "outputCapBytes"?, "sandbox"?, "readOnlyPaths"?, "sandboxLimits"?}` (any program, once per rollout). `sandbox`: `local` (the default: bubblewrap namespaces, its own uid; its workspace writable, its `readOnlyPaths` (relative to `cwd`) readable, nothing else of the host visible; only its own gateway session reachable) or `none` (unsandboxed, for trusted agents; logged). `sandboxLimits`: `cpuSeconds` (default the rollout\'s timeout), `memoryBytes` (4 GiB), `processes` (1024), `fileSizeBytes` (1 GiB), `tmpfsBytes` (512 MiB), `outputBytes`, per process. `env` may not name what the manager sets per session (`OPENAI_BASE_URL`, `OPENAI_API_BASE`, `OPENAI_API_KEY`, the `ANTHROPIC_` equivalents, any other OpenAI or Anthropic endpoint, every `ANVIL_*`) nor anything credential-like (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*_KEY`, cloud and database settings); everything else, `OPENAI_MODEL` included, is passed)',
       ),
     verifier: strictVerifier
       .optional()
       .describe(
-        'the verifier of tasks that name none: `{"kind": "env"}` (the environment\'s), `{"kind": "function", "name": "final-answer"}`, `{"kind": "http", "url"}` or `{"kind": "command", "command", "mode"}`',
+        'the verifier of tasks that name none: `{"kind": "env"}` (the environment\'s), `{"kind": "function", "name": "final-answer"}`, `{"kind": "http", "url"}`, or `{"kind": "command", "command", "mode", "sandbox"?, "readOnlyPaths"?}` (run in its own sandbox, `local` by default, over the agent\'s workspace)',
       ),
     context: strictContext
       .optional()
