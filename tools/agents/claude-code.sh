@@ -6,6 +6,8 @@
 #   OPENAI_BASE_URL / OPENAI_API_KEY   the session (set by the rollout manager)
 #   HOME                               the rollout's workspace: Claude Code keeps its state in $HOME/.claude
 #   ANVIL_WORKSPACE                    where it works (default $HOME); its answer is its last line on stdout
+#   AGENT_WORKDIR                      where it works instead (the `claude-code` preset: the task's checkout)
+#   AGENT_BIN                          the claude executable (default: under .cache/agents)
 #   AGENT_MODEL                        the served model (default anvil-tiny), also for every background
 #                                      model Claude Code would otherwise name (haiku, sonnet, opus)
 #   AGENT_TOOLS                        its built-in tools (default: all of them; "Bash,Read" or "" for fewer)
@@ -23,7 +25,7 @@
 # session is the only host it connects to (checked with strace -e connect).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-claude="${ANVIL_AGENTS_DIR:-$here/../../.cache/agents}/node_modules/.bin/claude"
+claude="${AGENT_BIN:-${ANVIL_AGENTS_DIR:-$here/../../.cache/agents}/node_modules/.bin/claude}"
 [ -x "$claude" ] || { echo "claude is not installed: node tools/agents/install.mjs claude-code" >&2; exit 127; }
 : "${OPENAI_BASE_URL:?the gateway session base URL}" "${OPENAI_API_KEY:?the session key}"
 model="${AGENT_MODEL:-anvil-tiny}"
@@ -31,7 +33,7 @@ export ANTHROPIC_BASE_URL="${OPENAI_BASE_URL%/v1}" ANTHROPIC_API_KEY="$OPENAI_AP
 export ANTHROPIC_MODEL="$model" ANTHROPIC_SMALL_FAST_MODEL="$model" ANTHROPIC_DEFAULT_HAIKU_MODEL="$model"
 export ANTHROPIC_DEFAULT_SONNET_MODEL="$model" ANTHROPIC_DEFAULT_OPUS_MODEL="$model"
 export DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 IS_SANDBOX=1
-cd "${ANVIL_WORKSPACE:-$HOME}"
+cd "${AGENT_WORKDIR:-${ANVIL_WORKSPACE:-$HOME}}"
 if [ -n "${AGENT_MAX_REPLY:-}" ]; then export CLAUDE_CODE_MAX_OUTPUT_TOKENS="$AGENT_MAX_REPLY"; fi
 if [ "${AGENT_COMPACT:-0}" = 1 ] && [ "${AGENT_TOOLS+set}" != set ]; then AGENT_TOOLS=Bash; fi
 set -- "$1"

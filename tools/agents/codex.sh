@@ -5,6 +5,8 @@
 #   OPENAI_BASE_URL / OPENAI_API_KEY   the session (set by the rollout manager)
 #   HOME                               the rollout's workspace: Codex keeps its config and sessions in $HOME/.codex
 #   ANVIL_WORKSPACE                    where it works (default $HOME); ANVIL_ANSWER_FILE gets its last message
+#   AGENT_WORKDIR                      where it works instead (the `codex` preset: the task's checkout)
+#   AGENT_BIN                          the codex executable (default: under .cache/agents)
 #   AGENT_MODEL                        the served model (default anvil-tiny)
 #   CODEX_SANDBOX_MODE                 Codex's own sandbox for the commands it runs (default workspace-write;
 #                                      danger-full-access inside a sandbox that already confines the agent)
@@ -17,10 +19,10 @@
 # session is the only host it connects to (checked with strace -e connect).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-codex="${ANVIL_AGENTS_DIR:-$here/../../.cache/agents}/node_modules/.bin/codex"
+codex="${AGENT_BIN:-${ANVIL_AGENTS_DIR:-$here/../../.cache/agents}/node_modules/.bin/codex}"
 [ -x "$codex" ] || { echo "codex is not installed: node tools/agents/install.mjs codex" >&2; exit 127; }
 : "${OPENAI_BASE_URL:?the gateway session base URL}" "${OPENAI_API_KEY:?the session key}"
-workdir="${ANVIL_WORKSPACE:-$HOME}"
+workdir="${AGENT_WORKDIR:-${ANVIL_WORKSPACE:-$HOME}}"
 answer="${ANVIL_ANSWER_FILE:-$HOME/answer}"
 mkdir -p "$HOME/.codex"
 top=""

@@ -33,3 +33,17 @@ export { blackBoxLaunch, type BlackBoxLaunch } from './agents/black-box-launch';
 export { blackBoxAgentProblems, commandVerifierProblems, taskWorkspaceProblems } from './tasks/sandbox-checks';
 export { localSandboxProblem, type SandboxOptions } from './sandbox/sandboxes';
 export { SANDBOX_LIMIT_DEFAULTS } from './sandbox/limits';
+export {
+  PRESETS,
+  PRESET_NAMES,
+  PresetInstallError,
+  defaultAgentsDir,
+  installPlace,
+  installPreset,
+  installState,
+  isPresetName,
+  presetProblem,
+  type AgentPreset,
+  type PresetName,
+} from './agents/presets';
+export { RepoFixEnvironment, repoFixConfigSchema, type RepoFixConfig } from './environments/repo-fix';

@@ -1,4 +1,5 @@
 import type { Command } from '../command';
+import { agentsCommand } from './agents';
 import { configCommand } from './config';
 import { modelCommand } from './model';
 import { stackCommand } from './stack';
@@ -6,4 +7,4 @@ import { trainCommand } from './train';
 import { warmStartCommand } from './warm-start';
 
 /** Every `anvil` command, in the order `anvil --help` lists them. */
-export const COMMANDS: Command[] = [trainCommand, stackCommand, warmStartCommand, modelCommand, configCommand];
+export const COMMANDS: Command[] = [trainCommand, stackCommand, warmStartCommand, modelCommand, agentsCommand, configCommand];
