@@ -26,8 +26,10 @@ import {
   verifierSpecSchema,
   type AgentSpec,
   type VerifierSpec,
+  type Environment,
   BUILTIN_VERIFIERS,
 } from '@anvil/rollout-manager';
+import { taskEnvConfig } from '../run/task-set';
 import { isKnownModelName, knownModelPlace } from './known-models';
 import { parseRunConfig, RunConfigError, runConfigInput, type RunConfig, type RunConfigSource } from './run-config';
 
@@ -96,6 +98,16 @@ function verifierOf(t: StoredTask, f: TaskFields): VerifierSpec | undefined {
   return t.verifier ?? f.verifier ?? (f.env ? { kind: 'env' } : undefined);
 }
 
+/** The environment a JSONL's tasks are checked against, configured as the run will load it (null: none, or its config is refused, reported apart). */
+function taskEnvironment(path: string, f: TaskFields): Environment | null {
+  const factory = f.env === undefined ? undefined : BUILTIN_ENVIRONMENTS[f.env];
+  try {
+    return factory ? factory(taskEnvConfig(f.env, f.envConfig, path) ?? {}) : null;
+  } catch {
+    return null;
+  }
+}
+
 /** Problems with a task JSONL under a run configuration (its lines, and a verifier for every task). */
 export function checkTaskFile(path: string, f: TaskFields): string[] {
   let text: string;
@@ -124,8 +136,11 @@ export function checkTaskFile(path: string, f: TaskFields): string[] {
       `task.set: ${unscored.length} task(s) have no verifier (${unscored.slice(0, 5).join(', ')}${unscored.length > 5 ? ', ...' : ''}): give task.verifier, a verifier per line, or task.env`,
     );
   const agent = f.agent ?? { kind: 'white-box' as const, name: 'anvil-loop' };
+  const environment = taskEnvironment(path, f);
   const machine = tasks.flatMap((t) => [
     ...taskWorkspaceProblems(t, agent, process.cwd()).map((p) => `task.set: ${p}`),
+    // What the environment knows a task needs (repo-fix: its snapshot, tarball, repository and ref).
+    ...(environment?.checkTask?.({ ...t, env: f.env ?? null }) ?? []).map((p) => `task.set: ${p}`),
     ...(t.verifier ? commandVerifierProblems(t.verifier, process.cwd(), `task.set: task ${t.id}: verifier`) : []),
   ]);
   problems.push(...machine.slice(0, MAX_LINE_PROBLEMS));
@@ -195,7 +210,7 @@ export function runConfigProblems(raw: Record<string, unknown>): { cfg: RunConfi
       problems.push(`task.${e.message}`);
     }
     problems.push(...blackBoxAgentProblems(f.agent, process.cwd(), 'task.agent'));
-    if (f.agent.sandbox === 'local') problems.push(...sandboxProblem('task.agent.sandbox', `agent ${f.agent.name}`));
+    if (f.agent.sandbox === 'local') problems.push(...sandboxProblem('task.agent.sandbox', `agent ${f.agent.name ?? f.agent.preset}`));
   }
   if (f.verifier?.kind === 'command') {
     problems.push(...commandVerifierProblems(f.verifier, process.cwd(), 'task.verifier'));

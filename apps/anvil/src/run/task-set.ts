@@ -4,7 +4,7 @@
  * over its internal HTTP API in a distributed run), and the name the gateway serves the model under.
  */
 import { readFileSync } from 'node:fs';
-import { basename, resolve } from 'node:path';
+import { basename, dirname, resolve } from 'node:path';
 import { parseTaskJsonl, type TaskSetSpecInput } from '@anvil/rollout-manager';
 import { chainAddConfigOf, type RunConfig } from '../config/run-config';
 
@@ -56,13 +56,14 @@ export function taskSetOf(cfg: RunConfig): RlTaskSet {
     };
   }
   const path = t.set;
+  const envConfig = taskEnvConfig(t.env, t.envConfig, path);
   const spec = {
     id: `jsonl-${basename(path)
       .replace(/\.jsonl$/, '')
       .slice(0, 100)}`,
     name: path,
     env: t.env ?? null,
-    ...(t.envConfig ? { envConfig: t.envConfig } : {}),
+    ...(envConfig ? { envConfig } : {}),
     ...common,
   };
   return {
@@ -79,6 +80,14 @@ export function taskSetOf(cfg: RunConfig): RlTaskSet {
       return { train: train.length, eval: heldOut.length };
     },
   };
+}
+
+/**
+ * A task JSONL's environment config as the run loads it: repo-fix's relative snapshot paths are
+ * relative to the file's directory unless envConfig.root says otherwise.
+ */
+export function taskEnvConfig(env: string | undefined, envConfig: Record<string, unknown> | undefined, file: string) {
+  return env === 'repo-fix' && envConfig?.root === undefined ? { ...envConfig, root: dirname(resolve(file)) } : envConfig;
 }
 
 /** The served model name: the run's servedModelName, else 'anvil-tiny' for the tiny model or the model directory's name. */

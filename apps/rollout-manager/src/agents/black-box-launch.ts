@@ -1,6 +1,8 @@
 import { resolve } from 'node:path';
 import type { StoredTask } from '../tasks/jsonl';
-import type { AgentSpec, SandboxLimitsSpec } from '../tasks/task-set';
+import { agentName, type AgentSpec, type SandboxLimitsSpec } from '../tasks/task-set';
+import { defaultAgentsDir } from './presets/install';
+import { presetLaunch } from './presets/launch';
 
 export type BlackBoxSpec = Extract<AgentSpec, { kind: 'black-box' }>;
 
@@ -30,12 +32,32 @@ export interface BlackBoxLaunch {
   setup: string[] | null;
 }
 
-/** A task set's black-box agent for one task: relative paths taken from the agent's cwd (default: the manager's directory). */
-export function blackBoxLaunch(agent: BlackBoxSpec, task: Pick<StoredTask, 'workspace' | 'setup'>, repoRoot: string): BlackBoxLaunch {
+/** What a preset's launch needs of the run (a task set's own command needs none of it). */
+export interface LaunchRun {
+  /** The model the gateway serves. */
+  model: string;
+  /** The rollout's LLM-call bound. */
+  maxSteps: number;
+}
+
+/**
+ * A task set's black-box agent for one task: relative paths taken from the agent's cwd (default:
+ * the manager's directory). A preset's launch comes from the preset (agents/presets/launch.ts);
+ * `run` is what it needs (checks before a run give a placeholder).
+ */
+export function blackBoxLaunch(
+  agent: BlackBoxSpec,
+  task: Pick<StoredTask, 'workspace' | 'setup'>,
+  repoRoot: string,
+  run: LaunchRun = { model: 'anvil-tiny', maxSteps: 16 },
+): BlackBoxLaunch {
   const cwd = resolve(repoRoot, agent.cwd ?? '.');
+  const fromTask = { workspaceFrom: task.workspace ? resolve(cwd, task.workspace) : null, setup: task.setup ?? null };
+  if (agent.preset) return { ...presetLaunch(agent, agent.preset, { repoRoot, agentsDir: defaultAgentsDir(), ...run }), ...fromTask };
   return {
-    name: agent.name,
-    argv: agent.command,
+    name: agentName(agent),
+    // A black-box agent has a command or a preset (the schema's refinement).
+    argv: agent.command ?? [],
     env: agent.env,
     cwd,
     readOnlyPaths: agent.readOnlyPaths.map((p) => resolve(cwd, p)),
@@ -43,7 +65,6 @@ export function blackBoxLaunch(agent: BlackBoxSpec, task: Pick<StoredTask, 'work
     limits: agent.sandboxLimits,
     outputCapBytes: agent.outputCapBytes,
     taskInput: agent.taskInput,
-    workspaceFrom: task.workspace ? resolve(cwd, task.workspace) : null,
-    setup: task.setup ?? null,
+    ...fromTask,
   };
 }

@@ -126,7 +126,7 @@ export interface Environment<Config = unknown> {
   /** How long verifyWork may take for a task (default: the environment verifier's 10 s). */
   verifyTimeoutMs?(task: EnvTask): number;
   /** Problems of a task that can be known before a run (a snapshot it names that is missing), each naming the task. */
-  checkTask?(task: EnvTask): Promise<string[]>;
+  checkTask?(task: EnvTask): string[];
   /** The ideal message list (opening messages included) for warm-start SFT. */
   demonstration(task: EnvTask): ChatMessage[];
 }

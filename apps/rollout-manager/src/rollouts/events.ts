@@ -1,5 +1,5 @@
 import { createEvent, type CallsRefused, type EventEnvelope, type RolloutFinishReason } from '@anvil/contracts';
-import type { TaskSetSpec } from '../tasks/task-set';
+import { agentName, type TaskSetSpec } from '../tasks/task-set';
 import type { GroupRow, RolloutRow } from '../state-store';
 
 /**
@@ -25,7 +25,7 @@ export function startedEvent(o: {
       taskSetId: o.spec.id,
       sampleIndex: rollout.sampleIndex,
       groupSize: group.groupSize,
-      agent: { kind: o.spec.agent.kind, name: o.spec.agent.name },
+      agent: { kind: o.spec.agent.kind, name: agentName(o.spec.agent) },
       policyVersionAtStart: o.versionAtStart,
       startedAt: o.startedAt ?? Date.now(),
       queuePosition: rollout.queuePosition,

@@ -91,6 +91,7 @@ export class RolloutExecutor {
         logger: d.logger,
         repoRoot: d.config.repoRoot,
         sandboxes: d.sandboxes,
+        model: d.gateway.model,
         closeSession: (id, withCalls) => d.sessions.close(id, withCalls),
         budget: d.budget,
       }),

@@ -1,6 +1,8 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
 import { blackBoxLaunch, type BlackBoxSpec } from '../agents/black-box-launch';
+import { defaultAgentsDir } from '../agents/presets/install';
+import { presetProblem } from '../agents/presets/registry';
 import { pathInside, unreadableBySandbox, visibleInside } from '../sandbox/mounts';
 import type { StoredTask } from './jsonl';
 import type { AgentSpec, VerifierSpec } from './task-set';
@@ -79,6 +81,9 @@ function commandProblem(what: string, argv0: string, cwd: string, pathEnv: strin
 
 /** A black-box agent's problems (`what` prefixes each: 'agent' in a task set, 'task.agent' in a run config). */
 export function blackBoxAgentProblems(agent: BlackBoxSpec, repoRoot: string, what = 'agent'): string[] {
+  // A preset not installed has nothing else worth checking yet: say how to install it.
+  const preset = agent.preset ? presetProblem(agent.preset, defaultAgentsDir()) : null;
+  if (preset) return [`${what}.preset: ${preset}`];
   const launch = blackBoxLaunch(agent, {}, repoRoot);
   if (!isDirectory(launch.cwd)) return [`${what}.cwd: ${launch.cwd} does not exist`];
   const local = launch.sandbox === 'local';

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { MAX_CALLS, MAX_CALLS_PER_SECOND, WEIGHT_SWAP_CHOICES } from '@anvil/contracts';
+import { PRESET_NAMES } from '../agents/presets/types';
 
 /** The sandbox backends a task set may name (@anvil/sandbox's kinds). */
 export const SANDBOX_KINDS = ['local', 'none'] as const;
@@ -58,31 +59,45 @@ export type VerifierSpec = z.infer<typeof verifierSpecSchema>;
 
 export const agentSpecSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('white-box'), name: z.string().min(1).default('anvil-loop') }),
-  z.object({
-    kind: z.literal('black-box'),
-    name: z.string().min(1),
-    /** argv; `{taskFile}`, `{answerFile}` and `{prompt}` in an argument are replaced by the task file's path, the answer file's and the prompt. */
-    command: z.array(z.string().min(1)).min(1),
-    taskInput: z.enum(['stdin', 'file']).default('stdin'),
-    /** The agent's directory, which relative paths (command, readOnlyPaths, a task's workspace) start from; default the manager's. */
-    cwd: z.string().optional(),
-    /** Extra environment for the agent (never credentials: checked at load). */
-    env: z.record(z.string(), z.string()).default({}),
-    /** stdout and stderr are each kept up to this many bytes (the rest is counted and dropped). */
-    outputCapBytes: z
-      .number()
-      .int()
-      .positive()
-      .default(1 << 20),
-    /** Where it runs: 'local' (a bubblewrap sandbox, sandbox/README.md) or 'none' (unsandboxed, for trusted agents). */
-    sandbox: z.enum(SANDBOX_KINDS).default('local'),
-    /** Host paths the agent may read (its install directory, its interpreter's venv), relative to cwd; read-only, at the same path. */
-    readOnlyPaths: z.array(z.string().min(1)).default([]),
-    /** Resource limits of its sandbox; each absent one has the default of sandbox/limits.ts. */
-    sandboxLimits: sandboxLimitsSchema.default({}),
-  }),
+  z
+    .object({
+      kind: z.literal('black-box'),
+      /** Names the agent in logs and errors (default: its preset's name). */
+      name: z.string().min(1).optional(),
+      /** argv; `{taskFile}`, `{answerFile}` and `{prompt}` in an argument are replaced by the task file's path, the answer file's and the prompt. */
+      command: z.array(z.string().min(1)).min(1).optional(),
+      /** A harness preset instead of a command (agents/presets/): a coding agent installed by `anvil agents install`. */
+      preset: z.enum(PRESET_NAMES).optional(),
+      taskInput: z.enum(['stdin', 'file']).default('stdin'),
+      /** The agent's directory, which relative paths (command, readOnlyPaths, a task's workspace) start from; default the manager's. */
+      cwd: z.string().optional(),
+      /** Extra environment for the agent (never credentials: checked at load). */
+      env: z.record(z.string(), z.string()).default({}),
+      /** stdout and stderr are each kept up to this many bytes (the rest is counted and dropped). */
+      outputCapBytes: z
+        .number()
+        .int()
+        .positive()
+        .default(1 << 20),
+      /** Where it runs: 'local' (a bubblewrap sandbox, sandbox/README.md) or 'none' (unsandboxed, for trusted agents). */
+      sandbox: z.enum(SANDBOX_KINDS).default('local'),
+      /** Host paths the agent may read (its install directory, its interpreter's venv), relative to cwd; read-only, at the same path. */
+      readOnlyPaths: z.array(z.string().min(1)).default([]),
+      /** Resource limits of its sandbox; each absent one has the default of sandbox/limits.ts. */
+      sandboxLimits: sandboxLimitsSchema.default({}),
+    })
+    .refine((a) => (a.command === undefined) !== (a.preset === undefined), {
+      message: 'give exactly one of command or preset',
+      path: ['command'],
+    })
+    .refine((a) => a.name !== undefined || a.preset !== undefined, { message: 'an agent with a command needs a name', path: ['name'] }),
 ]);
 export type AgentSpec = z.infer<typeof agentSpecSchema>;
+
+/** The name an agent goes by: its own, else its preset's. */
+export function agentName(agent: AgentSpec): string {
+  return agent.kind === 'white-box' ? agent.name : (agent.name ?? agent.preset ?? 'black-box');
+}
 
 export const contextSpecSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('append_only') }),

@@ -7,7 +7,7 @@ import type { Sandboxes } from '../sandbox/sandboxes';
 import { checkVerifier, type VerifierDeps, type VerifierFn } from '../verifiers/verifiers';
 import { parseTaskJsonl, type StoredTask } from './jsonl';
 import { blackBoxAgentProblems, commandVerifierProblems, taskWorkspaceProblems } from './sandbox-checks';
-import { taskSetSpecSchema, type TaskSetSpec, type TaskSetSpecInput, type VerifierSpec } from './task-set';
+import { agentName, taskSetSpecSchema, type TaskSetSpec, type TaskSetSpecInput, type VerifierSpec } from './task-set';
 import type { RolloutTaskStore } from './task-store';
 
 /** What task sets need of the manager besides their store: the sandboxes their programs run in, the base of relative paths, the log. */
@@ -55,7 +55,7 @@ export class TaskSets {
       checkVerifier(v, spec.env, this.verifierDeps(spec, env));
       if (t.verifier) verifiers.push(t.verifier);
     }
-    await this.checkMachine(spec, tasks, verifiers);
+    await this.checkMachine(spec, env, tasks, verifiers);
     const r = await this.store.load(spec, tasks);
     this.loaded.set(spec.id, { spec, env });
     return r;
@@ -105,17 +105,19 @@ export class TaskSets {
   }
 
   /** What the agent, the tasks' workspaces and the command verifiers need of this machine, and their sandboxes started once. */
-  private async checkMachine(spec: TaskSetSpec, tasks: StoredTask[], verifiers: VerifierSpec[]): Promise<void> {
+  private async checkMachine(spec: TaskSetSpec, env: Environment | null, tasks: StoredTask[], verifiers: VerifierSpec[]): Promise<void> {
     const { agent } = spec;
     const root = this.d.repoRoot;
     const problems = [
       ...(agent.kind === 'black-box' ? blackBoxAgentProblems(agent, root) : []),
       ...tasks.flatMap((t) => taskWorkspaceProblems(t, agent, root)),
       ...[...new Set(verifiers)].flatMap((v) => commandVerifierProblems(v, root)),
+      // What the environment can tell of a task before a run (repo-fix: a missing snapshot).
+      ...(env?.checkTask ? tasks.flatMap((t) => env.checkTask?.(t) ?? []) : []),
     ];
     if (problems.length) throw new Error(`task set ${spec.id}: ${[...new Set(problems)].join('; ')}`);
     const users = new Map<SandboxKind, string>();
-    if (agent.kind === 'black-box') users.set(agent.sandbox, `agent ${agent.name}`);
+    if (agent.kind === 'black-box') users.set(agent.sandbox, `agent ${agentName(agent)}`);
     for (const v of verifiers) if (v.kind === 'command' && !users.has(v.sandbox)) users.set(v.sandbox, `verifier command ${v.command[0]}`);
     for (const [kind, who] of users) {
       try {

@@ -95,12 +95,12 @@ export async function runVerifier(
       case 'env': {
         const e = env === null ? undefined : deps.environments.get(env);
         if (!e) throw new UnknownVerifierError(`verifier: unknown environment ${JSON.stringify(env)}`);
+        // An environment that judges the agent's work (repo-fix: its diff) is given its workspace, and its own time.
+        const verdict = e.verifyWork
+          ? e.verifyWork(input.task, input.transcript, { workspace: input.agent?.workspace ?? null })
+          : Promise.resolve().then(() => e.verify(input.task, input.transcript));
         return checked(
-          await withTimeout(
-            Promise.resolve().then(() => e.verify(input.task, input.transcript)),
-            10_000,
-            `environment ${env} verifier`,
-          ),
+          await withTimeout(verdict, e.verifyTimeoutMs?.(input.task) ?? 10_000, `environment ${env} verifier`),
           `environment ${env} verifier`,
         );
       }

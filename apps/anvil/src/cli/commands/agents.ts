@@ -15,11 +15,10 @@ import {
   isPresetName,
   type PresetName,
 } from '@anvil/rollout-manager';
-import { repoRoot } from '../../repo-root';
 import { EXIT, parseOptions, UsageError, type Command } from '../command';
 
-const DIR_HELP = `  --dir D   the agents directory (default: $ANVIL_AGENTS_DIR, else .cache/agents at the repository root)`;
-const agentsDir = (dir: string | undefined) => dir ?? defaultAgentsDir(repoRoot);
+const DIR_HELP = `  --dir D   the agents directory (default: $ANVIL_AGENTS_DIR, else .cache/agents of the Anvil checkout)`;
+const agentsDir = (dir: string | undefined) => dir ?? defaultAgentsDir();
 const registryName = (name: PresetName) => (PRESETS[name].install.registry === 'npm' ? 'npm' : 'PyPI');
 
 const listCommand: Command = {
@@ -86,7 +85,7 @@ ${DIR_HELP}`,
           `${name}: installing ${p.install.package}==${p.install.version} from ${registryName(name)} into ${installPlace(p, dir)} ...`,
         );
       try {
-        const s = await installPreset(p, { agentsDir: dir, repoRoot, all: Object.values(PRESETS) });
+        const s = await installPreset(p, { agentsDir: dir, all: Object.values(PRESETS) });
         console.log(`${name}: ${s.bin}${s.changed ? '' : ' (already installed)'}`);
       } catch (e) {
         if (!(e instanceof PresetInstallError)) throw e;

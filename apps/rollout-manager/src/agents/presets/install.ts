@@ -16,6 +16,7 @@ import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import { copyFile, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
+import { anvilHome } from './home';
 import type { AgentPreset } from './types';
 
 /** The Python every PyPI agent's venv is built on: one a sandbox sees (/usr is mounted in every sandbox). */
@@ -26,9 +27,9 @@ export class PresetInstallError extends Error {
   override readonly name = 'PresetInstallError';
 }
 
-/** The agents directory: $ANVIL_AGENTS_DIR, else .cache/agents under the repository. */
-export function defaultAgentsDir(repoRoot: string): string {
-  return process.env.ANVIL_AGENTS_DIR ?? join(repoRoot, '.cache', 'agents');
+/** The agents directory: $ANVIL_AGENTS_DIR, else .cache/agents of the Anvil checkout. */
+export function defaultAgentsDir(): string {
+  return process.env.ANVIL_AGENTS_DIR ?? join(anvilHome(), '.cache', 'agents');
 }
 
 /** Where a preset's files live in the agents directory (what a sandbox must be able to read). */
@@ -159,13 +160,13 @@ async function installPypi(p: AgentPreset & { install: { registry: 'pypi' } }, a
  */
 export async function installPreset(
   p: AgentPreset,
-  o: { agentsDir: string; repoRoot: string; all: readonly AgentPreset[] },
+  o: { agentsDir: string; all: readonly AgentPreset[] },
 ): Promise<InstallState & { changed: boolean }> {
   if (installState(p, o.agentsDir).installed) return { ...installState(p, o.agentsDir), changed: false };
   const umask = process.umask(0o022);
   try {
     if (p.install.registry === 'npm') await installNpm(p as AgentPreset & { install: { registry: 'npm' } }, o.agentsDir, o.all);
-    else await installPypi(p as AgentPreset & { install: { registry: 'pypi' } }, o.agentsDir, o.repoRoot);
+    else await installPypi(p as AgentPreset & { install: { registry: 'pypi' } }, o.agentsDir, anvilHome());
   } finally {
     process.umask(umask);
   }

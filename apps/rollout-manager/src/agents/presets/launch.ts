@@ -4,13 +4,15 @@
  * task set's agent.env, and read-only paths for the agent's install and its scripts. After the
  * run, what the agent left under its home in the workspace (.agent) is read by the preset.
  */
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { BlackBoxLaunch, BlackBoxSpec } from '../black-box-launch';
+import { anvilHome } from './home';
 import { installPlace, presetBin } from './install';
 import { PRESETS } from './registry';
 import type { PresetName, PresetOutput } from './types';
 
 export interface PresetLaunchContext {
+  /** The base of the agent's own relative paths (its cwd, readOnlyPaths): the manager's directory. */
   repoRoot: string;
   agentsDir: string;
   /** The model the gateway serves. */
@@ -24,13 +26,13 @@ export function presetLaunch(
   c: PresetLaunchContext,
 ): Omit<BlackBoxLaunch, 'workspaceFrom' | 'setup'> {
   const p = PRESETS[preset];
-  const scripts = join(c.repoRoot, 'tools', 'agents');
+  const scripts = join(anvilHome(), 'tools', 'agents');
   return {
-    name: agent.name,
+    name: agent.name ?? preset,
     argv: ['sh', join(scripts, 'preset.sh'), preset, '{prompt}'],
     env: { ...p.env({ model: c.model, maxSteps: c.maxSteps, env: agent.env }), AGENT_BIN: presetBin(p, c.agentsDir), ...agent.env },
     cwd: c.repoRoot,
-    readOnlyPaths: [scripts, installPlace(p, c.agentsDir), ...agent.readOnlyPaths.map((r) => join(c.repoRoot, agent.cwd ?? '.', r))],
+    readOnlyPaths: [scripts, installPlace(p, c.agentsDir), ...agent.readOnlyPaths.map((r) => resolve(c.repoRoot, agent.cwd ?? '.', r))],
     sandbox: agent.sandbox,
     limits: agent.sandboxLimits,
     outputCapBytes: agent.outputCapBytes,

@@ -9,7 +9,7 @@ export class GitError extends Error {
   override readonly name = 'GitError';
 }
 
-const SAFE_CONFIG = [
+export const SAFE_CONFIG = [
   '-c',
   'core.hooksPath=/dev/null',
   '-c',
@@ -32,20 +32,25 @@ export interface GitRun {
   code: number | null;
 }
 
+/** git's environment: no user or system config, no prompt, no repository found above the directory it is given. */
+export function gitEnv(opts: { gitDir?: string; workTree?: string }): NodeJS.ProcessEnv {
+  return {
+    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    HOME: '/nonexistent',
+    LANG: 'C',
+    GIT_CONFIG_NOSYSTEM: '1',
+    GIT_CONFIG_GLOBAL: '/dev/null',
+    GIT_TERMINAL_PROMPT: '0',
+    GIT_CEILING_DIRECTORIES: '/',
+    ...(opts.gitDir ? { GIT_DIR: opts.gitDir } : {}),
+    ...(opts.workTree ? { GIT_WORK_TREE: opts.workTree } : {}),
+  };
+}
+
 /** Runs git with `args` (stdin optional); resolves with its output whatever the exit code. */
 export function git(args: string[], opts: { cwd: string; gitDir?: string; workTree?: string; input?: Buffer | string }): Promise<GitRun> {
   return new Promise((resolveRun, reject) => {
-    const env: NodeJS.ProcessEnv = {
-      PATH: process.env.PATH ?? '/usr/bin:/bin',
-      HOME: '/nonexistent',
-      LANG: 'C',
-      GIT_CONFIG_NOSYSTEM: '1',
-      GIT_CONFIG_GLOBAL: '/dev/null',
-      GIT_TERMINAL_PROMPT: '0',
-      GIT_CEILING_DIRECTORIES: '/',
-      ...(opts.gitDir ? { GIT_DIR: opts.gitDir } : {}),
-      ...(opts.workTree ? { GIT_WORK_TREE: opts.workTree } : {}),
-    };
+    const env = gitEnv(opts);
     const child = spawn('git', [...SAFE_CONFIG, ...args], { cwd: opts.cwd, env, stdio: ['pipe', 'pipe', 'pipe'] });
     const out: Buffer[] = [];
     let err = '';

@@ -101,7 +101,7 @@ export class RepoFixEnvironment implements Environment<RepoFixConfig> {
   }
 
   /** Every problem of a task known before a run: its data, and the files and git ref it names. */
-  async checkTask(task: EnvTask): Promise<string[]> {
+  checkTask(task: EnvTask): string[] {
     let data;
     try {
       data = repoFixData(task.id, task.data);
@@ -110,7 +110,7 @@ export class RepoFixEnvironment implements Environment<RepoFixConfig> {
     }
     const problems = missingPaths(task.id, data, this.root);
     if (problems.length === 0 && 'git' in data.repo) {
-      const bad = await gitRefProblem(resolveIn(this.root, data.repo.git), data.repo.ref);
+      const bad = gitRefProblem(resolveIn(this.root, data.repo.git), data.repo.ref);
       if (bad) problems.push(`repo-fix task ${task.id}: ${bad}`);
     }
     return problems;

@@ -129,24 +129,24 @@ describe('repo-fix environment', () => {
 
   it('names the task for what is missing before a run: snapshot, tarball, repository, ref, test dir, bad data', async () => {
     snapshots();
-    const problems = async (data: Record<string, unknown>) => env.checkTask!(task(data, 'the-task'));
-    expect(await problems({ repo: { dir: 'nope' }, test: pythonTest })).toEqual([
+    const problems = (data: Record<string, unknown>) => env.checkTask!(task(data, 'the-task'));
+    expect(problems({ repo: { dir: 'nope' }, test: pythonTest })).toEqual([
       `repo-fix task the-task: data.repo.dir ${join(work, 'nope')} is not a directory`,
     ]);
-    expect(await problems({ repo: { tarball: 'nope.tgz' }, test: { ...pythonTest, dir: 'gone' } })).toEqual([
+    expect(problems({ repo: { tarball: 'nope.tgz' }, test: { ...pythonTest, dir: 'gone' } })).toEqual([
       `repo-fix task the-task: data.repo.tarball ${join(work, 'nope.tgz')} does not exist`,
       `repo-fix task the-task: data.test.dir ${join(work, 'gone')} is not a directory`,
     ]);
-    expect(await problems({ repo: { git: 'src-git', ref: 'no-such-tag' }, test: pythonTest })).toEqual([
+    expect(problems({ repo: { git: 'src-git', ref: 'no-such-tag' }, test: pythonTest })).toEqual([
       `repo-fix task the-task: data.repo.ref "no-such-tag" is not a commit of ${join(work, 'src-git')}`,
     ]);
-    expect(await problems({ repo: { files: { '../escape.py': '' } }, test: { command: 'x' } })).toEqual([
+    expect(problems({ repo: { files: { '../escape.py': '' } }, test: { command: 'x' } })).toEqual([
       'repo-fix task the-task: data.repo.files.../escape.py: must be a relative path inside the tree (no ..); data.test: needs the held-back tests: files and/or dir',
     ]);
-    expect(await problems({ repo: { dir: 'a', git: 'b' }, test: pythonTest })).toEqual([
+    expect(problems({ repo: { dir: 'a', git: 'b' }, test: pythonTest })).toEqual([
       'repo-fix task the-task: data.repo: exactly one of files, dir, tarball or git (got dir, git); data.repo.ref: git and ref go together',
     ]);
-    expect(await problems({ repo: { files: { 'a.py': '' } }, test: pythonTest })).toEqual([]);
+    expect(problems({ repo: { files: { 'a.py': '' } }, test: pythonTest })).toEqual([]);
   });
 
   it('a test command that outruns its wall clock, or a setup that fails, is an error naming the task', async () => {

@@ -4,10 +4,10 @@
  * .git of the source comes along). The same function makes the agent's copy and the verifier's
  * fresh one, so both start from the same tree.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { cp, mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { gitOk } from './git';
+import { gitEnv, gitOk, SAFE_CONFIG } from './git';
 import { resolveIn, type RepoSnapshot } from './task-data';
 
 export class SnapshotError extends Error {
@@ -56,12 +56,12 @@ export async function layOutSnapshot(repo: RepoSnapshot, root: string, into: str
   return tarExtract(null, into, archive);
 }
 
-/** Whether `ref` names a commit of the repository at `repoDir` (a problem sentence, or null). */
-export async function gitRefProblem(repoDir: string, ref: string): Promise<string | null> {
-  try {
-    await gitOk(['rev-parse', '--verify', '--quiet', `${ref}^{commit}`], { cwd: repoDir }, `data.repo.git ${repoDir}`);
-    return null;
-  } catch {
-    return `data.repo.ref ${JSON.stringify(ref)} is not a commit of ${repoDir}`;
-  }
+/** Whether `ref` names a commit of the repository at `repoDir` (a problem sentence, or null); synchronous, for checks before a run. */
+export function gitRefProblem(repoDir: string, ref: string): string | null {
+  const r = spawnSync('git', [...SAFE_CONFIG, 'rev-parse', '--verify', '--quiet', `${ref}^{commit}`], {
+    cwd: repoDir,
+    env: gitEnv({}),
+    stdio: 'ignore',
+  });
+  return r.status === 0 ? null : `data.repo.ref ${JSON.stringify(ref)} is not a commit of ${repoDir}`;
 }

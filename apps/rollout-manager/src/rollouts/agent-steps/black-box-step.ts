@@ -1,10 +1,11 @@
 import type { Logger } from '@anvil/observability';
 import { runBlackBox, type BlackBoxResult } from '../../agents/black-box';
 import { blackBoxLaunch } from '../../agents/black-box-launch';
+import { readPresetOutput } from '../../agents/presets/launch';
 import { EnvironmentError, type ChatMessage } from '../../environments/types';
 import type { ClosedSession } from '../../gateway-client';
 import type { Sandboxes } from '../../sandbox/sandboxes';
-import type { AgentSpec } from '../../tasks/task-set';
+import { agentName, type AgentSpec } from '../../tasks/task-set';
 import type { BudgetWatch } from '../budget-watch';
 import type { AgentRun, AgentStep, AgentStepInput } from './agent-step';
 
@@ -13,6 +14,8 @@ export interface BlackBoxStepDeps {
   /** The base of agents' relative paths (their cwd when they name none). */
   repoRoot: string;
   sandboxes: Sandboxes;
+  /** The model the gateway serves (a preset's agent asks for it by name). */
+  model: string;
   closeSession(sessionId: string, withCalls: boolean): Promise<ClosedSession | null>;
   /** Tells when the agent has been refused a call over its session's budget. */
   budget: BudgetWatch;
@@ -32,19 +35,41 @@ type BlackBoxAgent = Extract<AgentSpec, { kind: 'black-box' }>;
 export class BlackBoxStep implements AgentStep<'black-box'> {
   constructor(private readonly d: BlackBoxStepDeps) {}
 
-  async run(agent: BlackBoxAgent, { ctx, session }: AgentStepInput): Promise<AgentRun> {
+  async run(agent: BlackBoxAgent, { ctx, session, episode }: AgentStepInput): Promise<AgentRun> {
     const rolloutId = ctx.rollout.id;
+    const name = agentName(agent);
+    // The environment's checkout (repo-fix) is where the agent starts; a preset otherwise starts in its workspace.
+    const envPrepare = episode.prepareWorkspace?.bind(episode);
+    const prepare = envPrepare
+      ? async (workspace: string) => {
+          const plan = await envPrepare(workspace);
+          return { cwd: plan.workdir, ...(plan.setup ? { setup: plan.setup } : {}) };
+        }
+      : agent.preset
+        ? async (workspace: string) => ({ cwd: workspace })
+        : undefined;
     // An agent refused a call over its budget is stopped then, whether it would retry, wait or loop.
     const budget = this.d.budget.watch(session.sessionId);
     let blackBox: BlackBoxResult;
     try {
       blackBox = await runBlackBox(
-        blackBoxLaunch(agent, ctx.task, this.d.repoRoot),
+        blackBoxLaunch(agent, ctx.task, this.d.repoRoot, { model: this.d.model, maxSteps: ctx.maxSteps }),
         ctx.task,
         session,
         () => this.d.sandboxes.get(agent.sandbox),
-        { timeoutMs: ctx.limits.timeoutMs, signal: AbortSignal.any([ctx.stopSignal, budget.signal]), label: `${rolloutId} ${agent.name}` },
+        {
+          timeoutMs: ctx.limits.timeoutMs,
+          signal: AbortSignal.any([ctx.stopSignal, budget.signal]),
+          label: `${rolloutId} ${name}`,
+          ...(prepare ? { prepare } : {}),
+        },
       );
+      // A preset's agent keeps its transcript (and sometimes its answer) in files of its own.
+      const left = agent.preset ? await readPresetOutput(agent.preset, blackBox.workspace) : null;
+      if (left) {
+        blackBox.finalAnswer = left.finalAnswer ?? blackBox.finalAnswer;
+        blackBox.messages = left.messages ?? blackBox.messages;
+      }
     } finally {
       budget.done();
     }
@@ -52,7 +77,7 @@ export class BlackBoxStep implements AgentStep<'black-box'> {
     if (relay.refused > 0)
       this.d.logger.warn('a black-box agent asked its session relay for what it may not reach (refused)', {
         rolloutId,
-        agent: agent.name,
+        agent: name,
         refused: relay.refused,
         requests: relay.refusedRequests,
       });
@@ -86,7 +111,7 @@ export class BlackBoxStep implements AgentStep<'black-box'> {
 
 /** The finish reason (and error) its sandbox's end gives; an agent whose sandbox or setup could not start is an environment failure (retried). */
 function howItEnded(agent: BlackBoxAgent, taskId: string, bb: BlackBoxResult): Pick<AgentRun, 'finishReason' | 'error' | 'failure'> {
-  const what = `task ${taskId}: agent ${agent.name}`;
+  const what = `task ${taskId}: agent ${agentName(agent)}`;
   const { reason, detail } = bb.sandbox;
   switch (reason) {
     case 'timeout':
