@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -17,6 +17,8 @@ import { checkpointDigest, Model } from '@anvil/engine';
  * model's groups have reward variance and batches form (as in main-user-run.e2e.spec.ts).
  */
 const work = mkdtempSync(join(tmpdir(), 'anvil-lora-run-'));
+// The verifier command runs sandboxed, as a uid of its own that reads its script from here.
+chmodSync(work, 0o755);
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 function anvilTrain(configFile: string): Promise<{ code: number | null; out: string; err: string }> {
@@ -63,7 +65,7 @@ process.stdin.on('end', () => {
         task: {
           set: 'tasks.jsonl',
           evalTasks: 2,
-          verifier: { kind: 'command', command: ['node', join(work, 'verifier.mjs')], mode: 'json' },
+          verifier: { kind: 'command', command: ['node', join(work, 'verifier.mjs')], mode: 'json', readOnlyPaths: [work] },
           limits: { maxSteps: 1, timeoutMs: 120_000 },
         },
         // on-policy (eta 0): every batch after the first holds tokens of an adapter version the trainer

@@ -63,4 +63,19 @@ describe('what a task set needs of the machine', () => {
     ]);
     expect(commandVerifierProblems(scorer('none'), root)).toEqual(['verifier.command: no-such-scorer is not on PATH']);
   });
+
+  it("a command's file arguments that its sandbox would not show (node /somewhere/verifier.mjs)", () => {
+    const script = join(root, 'agent', 'run.sh');
+    const node = (extra: Record<string, unknown>) => verifierSpecSchema.parse({ kind: 'command', command: ['sh', script], ...extra });
+    expect(commandVerifierProblems(node({}), root)).toEqual([
+      `verifier.command: its argument ${script} is outside what its sandbox shows: add its directory to readOnlyPaths`,
+    ]);
+    expect(commandVerifierProblems(node({ readOnlyPaths: ['agent'] }), root)).toEqual([]);
+    expect(commandVerifierProblems(node({ sandbox: 'none' }), root)).toEqual([]);
+    // not a file of this machine: an argument like any other
+    expect(commandVerifierProblems(node({ command: ['sh', '-c', '/no/such/file'] }), root)).toEqual([]);
+    expect(blackBoxAgentProblems(agent({ command: ['sh', script] }), root)).toEqual([
+      `agent.command: its argument ${script} is outside what its sandbox shows: add its directory to readOnlyPaths`,
+    ]);
+  });
 });

@@ -79,6 +79,16 @@ function commandProblem(what: string, argv0: string, cwd: string, pathEnv: strin
     : `${what}: ${argv0} is not on PATH`;
 }
 
+/**
+ * Arguments naming a file of this machine (absolute paths that exist) that the sandbox does not
+ * show: `node /home/me/verifier.mjs` would fail at every rollout with "cannot find module".
+ */
+function hiddenArgumentProblems(what: string, args: readonly string[], mounts: string[]): string[] {
+  return args
+    .filter((a) => isAbsolute(a) && exists(a) && !visibleInside(a, mounts))
+    .map((a) => `${what}: its argument ${a} is outside what its sandbox shows: add its directory to readOnlyPaths`);
+}
+
 /** A black-box agent's problems (`what` prefixes each: 'agent' in a task set, 'task.agent' in a run config). */
 export function blackBoxAgentProblems(agent: BlackBoxSpec, repoRoot: string, what = 'agent'): string[] {
   // A preset not installed has nothing else worth checking yet: say how to install it.
@@ -97,6 +107,7 @@ export function blackBoxAgentProblems(agent: BlackBoxSpec, repoRoot: string, wha
     local ? launch.readOnlyPaths : null,
   );
   if (command) problems.push(command);
+  if (local) problems.push(...hiddenArgumentProblems(`${what}.command`, launch.argv.slice(1), launch.readOnlyPaths));
   return problems;
 }
 
@@ -121,5 +132,7 @@ export function commandVerifierProblems(v: VerifierSpec, repoRoot: string, what 
   const readOnlyPaths = v.readOnlyPaths.map((p) => resolve(repoRoot, p));
   const problems = readOnlyPathProblems(`${what}.readOnlyPaths`, readOnlyPaths, local);
   const command = commandProblem(`${what}.command`, v.command[0], repoRoot, process.env.PATH, local ? readOnlyPaths : null);
-  return command ? [...problems, command] : problems;
+  if (command) problems.push(command);
+  if (local) problems.push(...hiddenArgumentProblems(`${what}.command`, v.command.slice(1), readOnlyPaths));
+  return problems;
 }
