@@ -6,6 +6,9 @@
 #   AGENT_MAX_STEPS                  its session-turn limit (default 30)
 #   AGENT_WORKDIR                    where it works (default $PWD); HOME: its settings ($HOME/.qwen)
 #   AGENT_BIN                        the qwen executable (default .cache/agents/node_modules/.bin/qwen)
+#   AGENT_COMPACT=1                  a prompt that fits a small context: a short system prompt (QWEN_SYSTEM_MD),
+#                                    its shell tool alone (--exclude-tools) and no startup discovery,
+#                                    memory or skills (--bare)
 # Offline: usage statistics, telemetry and the update check off in its settings.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,6 +18,13 @@ qwen="${AGENT_BIN:-$here/../../.cache/agents/node_modules/.bin/qwen}"
 model="${AGENT_MODEL:-anvil-tiny}"
 export OPENAI_MODEL="$model"
 mkdir -p "$HOME/.qwen"
+bare=""
+if [ "${AGENT_COMPACT:-0}" = 1 ]; then
+  printf '%s\n' 'You are a coding agent. Run shell commands with run_shell_command when needed, then answer briefly.' > "$HOME/.qwen/compact-system.md"
+  export QWEN_SYSTEM_MD="$HOME/.qwen/compact-system.md"
+  # --bare keeps read_file, edit and run_shell_command (and reads no settings for tools): two are excluded here
+  bare="--bare --exclude-tools read_file,edit"
+fi
 cat > "$HOME/.qwen/settings.json" <<JSON
 {
   "privacy": { "usageStatisticsEnabled": false },
@@ -25,7 +35,7 @@ cat > "$HOME/.qwen/settings.json" <<JSON
 JSON
 cd "${AGENT_WORKDIR:-$PWD}"
 rc=0
-"$qwen" --auth-type openai --model "$model" --approval-mode yolo --output-format json \
+"$qwen" $bare --auth-type openai --model "$model" --approval-mode yolo --output-format json \
   --max-session-turns "${AGENT_MAX_STEPS:-30}" "$1" </dev/null >"$HOME/output.json" || rc=$?
 cat "$HOME/output.json"
 exit $rc

@@ -1,3 +1,4 @@
+import { readAgentFile } from './agent-files';
 import { codexSessionMessages } from './transcripts';
 import type { AgentPreset } from './types';
 
@@ -14,6 +15,6 @@ export const codex: AgentPreset = {
   env: ({ model }) => ({ AGENT_MODEL: model, CODEX_SANDBOX_MODE: 'danger-full-access' }),
   readOutput: async (workspace) => {
     const messages = await codexSessionMessages(workspace);
-    return messages ? { finalAnswer: null, messages } : null;
+    return messages ? { finalAnswer: (await readAgentFile(workspace, 'answer', 1 << 20))?.trim() ?? null, messages } : null;
   },
 };

@@ -60,8 +60,9 @@ export interface AgentPreset {
   env(ctx: PresetInvocationContext): Record<string, string>;
   /**
    * The answer and transcript the agent left in its workspace (under PRESET_HOME; a tree the
-   * agent controlled: read with agent-files.ts, never following its links), or null to keep what
-   * the run read from the answer file and stdout.
+   * agent controlled: read with agent-files.ts, never following its links): they replace what the
+   * run read from the answer file and stdout (a null answer: it gave none). Null: it left nothing
+   * to read, the run's reading stands.
    */
   readOutput?(workspace: string): Promise<PresetOutput | null>;
 }

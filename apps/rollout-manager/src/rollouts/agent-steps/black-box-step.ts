@@ -64,10 +64,10 @@ export class BlackBoxStep implements AgentStep<'black-box'> {
           ...(prepare ? { prepare } : {}),
         },
       );
-      // A preset's agent keeps its transcript (and sometimes its answer) in files of its own.
+      // A preset's agent keeps its answer and transcript in files of its own: what they say replaces the run's guess from stdout.
       const left = agent.preset ? await readPresetOutput(agent.preset, blackBox.workspace) : null;
       if (left) {
-        blackBox.finalAnswer = left.finalAnswer ?? blackBox.finalAnswer;
+        blackBox.finalAnswer = left.finalAnswer;
         blackBox.messages = left.messages ?? blackBox.messages;
       }
     } finally {
