@@ -63,7 +63,10 @@ beforeAll(async () => {
     },
     verifiers: {
       // 1 when the agent's answer (as its preset read it) is the scripted "done".
-      done: ({ transcript }) => ({ outcomeReward: transcript.finalAnswer?.trim() === 'done' ? 1 : 0 }),
+      done: ({ transcript }) => {
+        const ok = transcript.finalAnswer?.trim() === 'done';
+        return { outcomeReward: ok ? 1 : 0, success: ok };
+      },
     },
   });
   runtime.onRolloutCompleted((o) => outcomes.push(o));

@@ -39,9 +39,18 @@ const toolDelaySchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('lognormal'), medianMs: ms().positive(), sigma: z.number().min(0).max(10), capMs: ms().positive() }).strict(),
 ]);
 
+/** Task sets built in (generated from a seed), not files: any other task.set is a path to a task JSONL. */
+export const BUILTIN_TASK_SETS: readonly string[] = ['chain-add', 'repo-fix'];
+
 const taskSchema = z
   .object({
-    set: z.string().min(1).default('chain-add').describe('`chain-add` (the built-in multi-turn tool task) or a path to a task JSONL'),
+    set: z
+      .string()
+      .min(1)
+      .default('chain-add')
+      .describe(
+        '`chain-add` (the built-in multi-turn tool task), `repo-fix` (the built-in coding tasks for a black-box coding agent: seeded bugs in small Python and JavaScript modules, scored by held-back tests; its knobs in task.envConfig, docs/repo-fix.md) or a path to a task JSONL',
+      ),
     kMin: z.number().int().min(2).max(8).default(2).describe('chain-add: fewest operands per task (the difficulty knob)'),
     kMax: z.number().int().min(2).max(8).default(3).describe('chain-add: most operands per task (>= kMin)'),
     maxOperand: z.number().int().min(1).max(100_000).default(9).describe('chain-add: largest operand'),
@@ -96,7 +105,12 @@ const taskSchema = z
       .min(1)
       .optional()
       .describe('a task JSONL: the built-in environment (`chain-add`, `long-horizon`) that serves its tools and the `env` verifier'),
-    envConfig: z.record(z.string(), z.unknown()).optional().describe("the environment's config (with `task.env`)"),
+    envConfig: z
+      .record(z.string(), z.unknown())
+      .optional()
+      .describe(
+        "the environment's config (with `task.env`, or for task.set `repo-fix`: `languages`, `levels`, `evalFraction`, `sandbox`, `testTimeoutMs`, `maxSteps`)",
+      ),
     builtinTools: z
       .array(z.enum(['memory', 'delegate']))
       .optional()
@@ -378,6 +392,15 @@ export const runConfigSchema = z
       ctx.addIssue({ code: 'custom', path: ['algorithm', field], message: e.message });
     }
     const builtin = c.task.set === 'chain-add';
+    const repoFix = c.task.set === 'repo-fix';
+    if (repoFix && c.task.env !== undefined)
+      ctx.addIssue({ code: 'custom', path: ['task', 'env'], message: "is for a task JSONL (task.set 'repo-fix' is its own environment)" });
+    if (repoFix && c.task.agent?.kind !== 'black-box')
+      ctx.addIssue({
+        code: 'custom',
+        path: ['task', 'agent'],
+        message: 'task.set \'repo-fix\' is for a black-box coding agent: give one, e.g. {"kind": "black-box", "preset": "mini-swe-agent"}',
+      });
     if (c.warmStart.enabled === true && !builtin)
       ctx.addIssue({
         code: 'custom',
@@ -386,15 +409,15 @@ export const runConfigSchema = z
       });
     if (builtin && c.task.env !== undefined)
       ctx.addIssue({ code: 'custom', path: ['task', 'env'], message: "is for a task JSONL (task.set 'chain-add' is its own environment)" });
-    if (c.task.envConfig !== undefined && c.task.env === undefined)
-      ctx.addIssue({ code: 'custom', path: ['task', 'envConfig'], message: 'needs task.env' });
+    if (c.task.envConfig !== undefined && c.task.env === undefined && !repoFix)
+      ctx.addIssue({ code: 'custom', path: ['task', 'envConfig'], message: "needs task.env (or task.set 'repo-fix')" });
     if (!builtin && c.task.toolDelay !== undefined)
       ctx.addIssue({
         code: 'custom',
         path: ['task', 'toolDelay'],
         message: "is chain-add's (a JSONL's environment takes it in task.envConfig)",
       });
-    if (!builtin && c.task.env === undefined && c.task.verifier?.kind === 'env')
+    if (!builtin && !repoFix && c.task.env === undefined && c.task.verifier?.kind === 'env')
       ctx.addIssue({ code: 'custom', path: ['task', 'verifier'], message: 'kind env needs a built-in environment (task.env)' });
   });
 
@@ -497,7 +520,7 @@ export function runConfigInput({ file, env }: RunConfigSource): Record<string, u
       const agent = task.agent as Record<string, unknown> | undefined;
       raw.task = {
         ...task,
-        ...(task.set !== undefined ? { set: rel(task.set, 'chain-add') } : {}),
+        ...(task.set !== undefined ? { set: BUILTIN_TASK_SETS.includes(task.set as string) ? task.set : rel(task.set, '') } : {}),
         ...(agent && typeof agent === 'object' && agent.cwd !== undefined ? { agent: { ...agent, cwd: rel(agent.cwd, '') } } : {}),
       };
     }

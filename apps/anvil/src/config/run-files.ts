@@ -31,7 +31,7 @@ import {
 } from '@anvil/rollout-manager';
 import { taskEnvConfig } from '../run/task-set';
 import { isKnownModelName, knownModelPlace } from './known-models';
-import { parseRunConfig, RunConfigError, runConfigInput, type RunConfig, type RunConfigSource } from './run-config';
+import { BUILTIN_TASK_SETS, parseRunConfig, RunConfigError, runConfigInput, type RunConfig, type RunConfigSource } from './run-config';
 
 /** A task line's problems listed per file, at most this many (the count of the rest follows). */
 const MAX_LINE_PROBLEMS = 20;
@@ -115,7 +115,7 @@ export function checkTaskFile(path: string, f: TaskFields): string[] {
     text = readFileSync(path, 'utf8');
   } catch (e) {
     return [
-      `task.set: ${path}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? "no such file (give 'chain-add' or a task JSONL)" : (e as Error).message}`,
+      `task.set: ${path}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? `no such file (give ${BUILTIN_TASK_SETS.map((b) => `'${b}'`).join(', ')} or a task JSONL)` : (e as Error).message}`,
     ];
   }
   let tasks: StoredTask[];
@@ -201,7 +201,8 @@ export function runConfigProblems(raw: Record<string, unknown>): { cfg: RunConfi
     if (place.fetched) problems.push(...checkModelDir(place.dir));
   } else if (typeof model === 'string' && model !== 'tiny' && model !== '') problems.push(...checkModelDir(model));
   if (cfg) problems.push(...checkLoraShape(cfg));
-  if (typeof rawTask.set === 'string' && rawTask.set !== 'chain-add' && rawTask.set !== '') problems.push(...checkTaskFile(rawTask.set, f));
+  if (typeof rawTask.set === 'string' && !BUILTIN_TASK_SETS.includes(rawTask.set) && rawTask.set !== '')
+    problems.push(...checkTaskFile(rawTask.set, f));
   if (f.agent?.kind === 'black-box') {
     try {
       checkAgentEnv(f.agent.env);

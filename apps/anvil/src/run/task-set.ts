@@ -1,5 +1,5 @@
 /**
- * The task set a run trains on: the built-in chain-add set, or a task JSONL with the run's agent,
+ * The task set a run trains on: a built-in set (chain-add, repo-fix), or a task JSONL with the run's agent,
  * verifier, context management and limits, as one spec the rollout-manager loads (in process, or
  * over its internal HTTP API in a distributed run), and the name the gateway serves the model under.
  */
@@ -51,6 +51,17 @@ export function taskSetOf(cfg: RunConfig): RlTaskSet {
       async load(rollouts) {
         await rollouts.loadBuiltin({ ...spec, seed: cfg.seed, trainCount: t.trainTasks, evalCount: t.evalTasks });
         if (evalSpec) await rollouts.loadBuiltin({ ...evalSpec, seed: cfg.seed, trainCount: 0, evalCount: t.evalTasks });
+        return { train: t.trainTasks, eval: t.evalTasks };
+      },
+    };
+  }
+  if (t.set === 'repo-fix') {
+    // Generated from the run's seed like chain-add: trainTasks and evalTasks of its splits (held-out bugs apart).
+    const spec = { id: 'repo-fix', name: 'repo-fix (built in)', env: 'repo-fix', envConfig: t.envConfig ?? {}, ...common };
+    return {
+      spec,
+      async load(rollouts) {
+        await rollouts.loadBuiltin({ ...spec, seed: cfg.seed, trainCount: t.trainTasks, evalCount: t.evalTasks });
         return { train: t.trainTasks, eval: t.evalTasks };
       },
     };
