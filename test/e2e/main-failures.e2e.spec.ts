@@ -1,8 +1,8 @@
-import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { anvilTrain } from '@anvil/testing';
 
 /**
  * Failures a user can see: `anvil train` runs that cannot learn end with a non-zero exit code and
@@ -13,21 +13,11 @@ const work = mkdtempSync(join(tmpdir(), 'anvil-failures-'));
 chmodSync(work, 0o755);
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-function anvilTrain(config: object): Promise<{ code: number | null; out: string; err: string; seconds: number }> {
+/** `anvil train` on a run configuration written to a file of its own. */
+function trainOn(config: object) {
   const file = join(work, `run-${Math.random().toString(36).slice(2)}.json`);
   writeFileSync(file, JSON.stringify(config));
-  const started = performance.now();
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['apps/anvil/bin/anvil.cjs', 'train', '--config', file], {
-      cwd: process.cwd(),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    child.on('close', (code) => resolve({ code, out, err, seconds: (performance.now() - started) / 1000 }));
-  });
+  return anvilTrain(file);
 }
 
 // A traceback long enough that a cut from its middle would lose both ends (as a real agent's does).
@@ -51,7 +41,7 @@ describe('anvil train: runs that cannot learn', () => {
       split: i < 8 ? 'train' : 'eval',
     }));
     writeFileSync(join(work, 'tasks.jsonl'), tasks.map((t) => JSON.stringify(t)).join('\n') + '\n');
-    const r = await anvilTrain({
+    const r = await trainOn({
       dataDir: join(work, 'data-failing'),
       warmStart: { enabled: false },
       task: {
@@ -76,7 +66,7 @@ describe('anvil train: runs that cannot learn', () => {
 
   it('ends a run whose groups all score alike as a stall, exit 3, naming zero variance and what to try', async () => {
     // The built-in model at its random init never solves chain-add: every reward is 0.
-    const r = await anvilTrain({
+    const r = await trainOn({
       dataDir: join(work, 'data-flat'),
       warmStart: { enabled: false },
       task: { evalTasks: 4 },

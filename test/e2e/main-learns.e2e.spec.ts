@@ -1,8 +1,8 @@
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { anvilTrain } from '@anvil/testing';
 
 /**
  * The learning test: `anvil train` (`npm run main`, the embedded default, its own warm start included) on a fresh
@@ -14,19 +14,6 @@ import { afterAll, describe, expect, it } from 'vitest';
 const dataDir = mkdtempSync(join(tmpdir(), 'anvil-main-learns-'));
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
-function runMain(configFile: string): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['apps/anvil/bin/anvil.cjs', 'train', '--config', configFile], {
-      cwd: process.cwd(),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-    child.on('close', (code) => resolve({ code, out }));
-  });
-}
-
 describe('anvil train (npm run main)', () => {
   it(
     'learns: held-out success after RL is above the warm start, the mismatch stays at the engine level, the report is written',
@@ -34,7 +21,7 @@ describe('anvil train (npm run main)', () => {
     async () => {
       const configFile = join(dataDir, 'run.json');
       writeFileSync(configFile, JSON.stringify({ dataDir, seed: 1 }));
-      const { code, out } = await runMain(configFile);
+      const { code, both: out } = await anvilTrain(configFile);
       const lines = out.trim().split('\n');
       // What the run reached, in the test log whether it passes or not (the evaluations, the summary).
       console.log(lines.filter((l) => /^(warm start: (built|cached|step \d+:)|held-out|\{)/.test(l)).join('\n'));

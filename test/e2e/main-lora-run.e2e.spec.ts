@@ -1,9 +1,9 @@
-import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { checkpointDigest, Model } from '@anvil/engine';
+import { anvilTrain } from '@anvil/testing';
 
 /**
  * LoRA through the whole loop, in one process: `anvil train` with algorithm.lora on the built-in
@@ -20,20 +20,6 @@ const work = mkdtempSync(join(tmpdir(), 'anvil-lora-run-'));
 // The verifier command runs sandboxed, as a uid of its own that reads its script from here.
 chmodSync(work, 0o755);
 afterAll(() => rmSync(work, { recursive: true, force: true }));
-
-function anvilTrain(configFile: string): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['apps/anvil/bin/anvil.cjs', 'train', '--config', configFile], {
-      cwd: process.cwd(),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    child.on('close', (code) => resolve({ code, out, err }));
-  });
-}
 
 describe('anvil train with algorithm.lora', () => {
   it('trains adapters on the tiny model, publishes them as adapters the proxy serves, and completes', { timeout: 900_000 }, async () => {

@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -7,6 +6,7 @@ import { Model } from '@anvil/engine';
 import { loadChatFormat } from '@anvil/tokenizer';
 import { QWEN3_DIR } from '@anvil/tokenizer/testing';
 import { pythonAgentPaths } from '../integration/fixtures/agent-paths';
+import { anvilTrain } from '@anvil/testing';
 
 /**
  * A user's own run through the main job's one command, `anvil train --config run.json`, in
@@ -26,20 +26,6 @@ const work = mkdtempSync(join(tmpdir(), 'anvil-user-run-'));
 chmodSync(work, 0o755);
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 const SERVED = 'tiny-qwen2';
-
-function runMain(configFile: string): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['apps/anvil/bin/anvil.cjs', 'train', '--config', configFile], {
-      cwd: process.cwd(),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    child.on('close', (code) => resolve({ code, out, err }));
-  });
-}
 
 beforeAll(async () => {
   const model = join(work, 'model');
@@ -117,7 +103,7 @@ describe('anvil train --config run.json: a user run', () => {
           checkpointEvery: 3,
         }),
       );
-      const { code, out, err } = await runMain(configFile);
+      const { code, out, err } = await anvilTrain(configFile);
       expect(code, `${out.slice(-3000)}\n${err.slice(-3000)}`).toBe(0);
       expect(out).toContain(`model: ${join(work, 'model')} (served as ${SERVED}), RL starts from its weights as given (no warm start)`);
       const lines = out.trim().split('\n');
@@ -170,7 +156,7 @@ describe('anvil train --config run.json: a user run', () => {
         algorithm: { loss: 'dpo', lr: -1 },
       }),
     );
-    const { code, err } = await runMain(configFile);
+    const { code, err } = await anvilTrain(configFile);
     expect(code, err).toBe(78);
     for (const want of [
       /task: Unrecognized key: "speed"/,

@@ -1,9 +1,10 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { anvilTrain } from '@anvil/testing';
 
 /**
  * Real coding-agent harnesses, unchanged, through the whole loop: `anvil train` on the built-in
@@ -30,20 +31,6 @@ beforeAll(() => {
   );
   if (installed.status !== 0) throw new Error(`anvil agents install failed: ${installed.stdout}${installed.stderr}`);
 }, 600_000);
-
-function anvilTrain(configFile: string): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [join(root, 'apps', 'anvil', 'bin', 'anvil.cjs'), 'train', '--config', configFile], {
-      cwd: root,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    child.on('close', (code) => resolve({ code, out, err }));
-  });
-}
 
 async function trainWith(preset: 'mini-swe-agent' | 'codex', env: Record<string, string>) {
   const dataDir = join(work, preset);

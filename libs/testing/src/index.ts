@@ -1,3 +1,4 @@
 export * from './service-process';
 export * from './scratch-database';
 export * from './backend-fixtures';
+export * from './anvil-train';
