@@ -1,6 +1,6 @@
 /**
- * `npx tsx tools/sandbox/install.ts`: installs what the agent sandboxes need — bubblewrap and
- * util-linux's setpriv from apt (as root), the supervisor compiled from
+ * `npx tsx tools/sandbox/install.ts`: installs what the agent sandboxes need — bubblewrap
+ * from apt (as root), the supervisor compiled from
  * libs/sandbox/native/sandbox-init.c into .cache/sandbox/ — then starts one empty local sandbox
  * to prove this kernel allows it. The sandbox library does the same on first use; `npm test`
  * runs this first so no test pays for apt. Exit 1 with what to do when something is missing.

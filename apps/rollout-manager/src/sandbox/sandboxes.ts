@@ -54,7 +54,7 @@ export function localSandboxProblem(): string | null {
     const tools = ensureSandboxTools({ local: true, log: () => undefined });
     if (!tools.bwrap) throw new SandboxUnavailableError('bubblewrap (bwrap) is missing: apt-get install bubblewrap');
     const root = process.getuid?.() === 0;
-    checkUserNamespaces(tools.bwrap, root ? tools.setpriv : null, root ? PROBE_UID : null);
+    checkUserNamespaces(tools.bwrap, root ? PROBE_UID : null);
     probed = null;
   } catch (e) {
     if (!(e instanceof SandboxUnavailableError)) throw e;

@@ -14,6 +14,11 @@ export interface Launch {
   args: string[];
   env: NodeJS.ProcessEnv;
   cwd: string;
+  /**
+   * The host uid and gid to run as (the host is root): set in the forked child before exec, with
+   * its supplementary groups cleared, so no setuid helper (another exec per run) is needed.
+   */
+  ids?: { uid: number; gid: number };
   /** stdin: a pipe for text, an open fd for a file, or nothing. */
   stdin: { text: string } | { fd: number } | null;
   /**
@@ -69,7 +74,8 @@ export function superviseRun(launch: Launch, spec: ResolvedSpec, clock: WallCloc
     'pipe', // fd 3: the supervisor's reports
     ...(launch.mode === 'pid-namespace' ? (['pipe'] as const) : []), // fd 4: bwrap's JSON (child-pid)
   ];
-  const child = spawn(launch.file, launch.args, { env: launch.env, cwd: launch.cwd, detached: true, stdio });
+  const ids = launch.ids ? { uid: launch.ids.uid, gid: launch.ids.gid } : {};
+  const child = spawn(launch.file, launch.args, { env: launch.env, cwd: launch.cwd, detached: true, stdio, ...ids });
   const outerPid = child.pid ?? null;
   if (launch.mode === 'subreaper') supervisorPid = outerPid;
 

@@ -8,8 +8,6 @@ import { cacheDir, INIT_SOURCE, isRoot, repoRoot, runtimeBase } from './paths';
 export interface SandboxTools {
   /** bubblewrap, for the local backend (null when only the none backend was asked for). */
   bwrap: string | null;
-  /** util-linux's setpriv, which drops to the sandbox's uid (null when not root: no uid to drop to). */
-  setpriv: string | null;
   /** The compiled supervisor (native/sandbox-init.c), where every sandbox uid can read it. */
   init: string;
 }
@@ -17,7 +15,7 @@ export interface SandboxTools {
 export interface EnsureToolsOptions {
   /** Install what is missing with apt-get (as root on Debian/Ubuntu); default true. */
   install?: boolean;
-  /** Also bubblewrap and setpriv (the local backend); default true. */
+  /** Also bubblewrap (the local backend); default true. */
   local?: boolean;
   runtimeDir?: string;
   log?: (line: string) => void;
@@ -39,7 +37,7 @@ export function which(cmd: string): string | null {
 
 /**
  * Everything the sandboxes need, installed on first use the way tools/infra installs PostgreSQL:
- * bubblewrap (and util-linux's setpriv) from apt, the supervisor compiled from its C source into
+ * bubblewrap from apt, the supervisor compiled from its C source into
  * the project's cache. Safe to call from several processes at once: apt-get waits for dpkg's
  * lock, and the compiled binary is renamed into place. Throws SandboxUnavailableError naming
  * what to do when something is missing and cannot be installed here.
@@ -50,13 +48,11 @@ export function ensureSandboxTools(opts: EnsureToolsOptions = {}): SandboxTools 
   const log = opts.log ?? ((line: string) => process.stderr.write(`[sandbox] ${line}\n`));
   const packages: string[] = [];
   if (local && !which('bwrap')) packages.push('bubblewrap');
-  if (local && isRoot() && !which('setpriv')) packages.push('util-linux');
   if (!which('cc')) packages.push('gcc', 'libc6-dev');
   if (packages.length) aptInstall(packages, install, log);
   const init = buildInit(log);
   return {
     bwrap: local ? which('bwrap') : null,
-    setpriv: local && isRoot() ? which('setpriv') : null,
     init: publishInit(init, opts.runtimeDir),
   };
 }

@@ -57,12 +57,11 @@ export class LocalSandbox implements SandboxBackend {
     const tools = ensureSandboxTools({ install: opts.install, local: true, runtimeDir: opts.runtimeDir, log: (l) => logger.info(l) });
     const { bwrap } = tools;
     if (!bwrap) throw new SandboxUnavailableError('bubblewrap (bwrap) is missing: apt-get install bubblewrap');
-    if (isRoot() && !tools.setpriv) throw new SandboxUnavailableError("util-linux's setpriv is missing: apt-get install util-linux");
     const backend = new LocalSandbox({ ...tools, bwrap }, opts, logger);
     removeDeadHostsDirs(backend.base, 'run-');
     const lease = await backend.pool?.acquire();
     try {
-      checkUserNamespaces(bwrap, tools.setpriv, lease?.uid ?? null);
+      checkUserNamespaces(bwrap, lease?.uid ?? null);
     } finally {
       await lease?.release();
     }
@@ -122,17 +121,14 @@ export class LocalSandbox implements SandboxBackend {
         ...(spec.session ? sessionEnv(`http://127.0.0.1:${RELAY_PORT}`) : {}),
       };
       const args = bwrapArgs({ spec, runtimeDir: dir, init: this.tools.init, cwd: spec.cwd ?? spec.workspaceAt });
-      // As root, bwrap runs as the sandbox's uid (an unprivileged user, so it builds a user namespace).
-      const { bwrap, setpriv } = this.tools;
-      const [file, prefix] =
-        ids && setpriv
-          ? [setpriv, ['--reuid', String(ids.uid), '--regid', String(ids.gid), '--clear-groups', '--pdeathsig', 'SIGKILL', '--', bwrap]]
-          : [bwrap, []];
+      // As root, bwrap runs as the sandbox's uid (an unprivileged user, so it builds a user
+      // namespace); its --die-with-parent ties bwrap itself, not only what it runs, to this process.
       const result = await superviseRun(
         {
           backend: this.kind,
-          file,
-          args: [...prefix, ...args],
+          file: this.tools.bwrap,
+          args,
+          ids: ids ?? undefined,
           env,
           cwd: '/',
           stdin: stdinOf.stdin,

@@ -16,7 +16,7 @@ const read = (p: string): string | null => {
  * per backend, before any agent: a machine that cannot sandbox says so at start, instead of
  * failing every rollout (and never by running them unsandboxed).
  */
-export function checkUserNamespaces(bwrap: string, setpriv: string | null, uid: number | null): void {
+export function checkUserNamespaces(bwrap: string, uid: number | null): void {
   const args = [
     '--unshare-user',
     '--unshare-pid',
@@ -34,14 +34,9 @@ export function checkUserNamespaces(bwrap: string, setpriv: string | null, uid: 
     '--',
     '/usr/bin/true',
   ];
-  const r =
-    setpriv && uid !== null
-      ? spawnSync(setpriv, ['--reuid', String(uid), '--regid', String(uid), '--clear-groups', '--', bwrap, ...args], {
-          encoding: 'utf8',
-          cwd: '/',
-          timeout: 30_000,
-        })
-      : spawnSync(bwrap, args, { encoding: 'utf8', cwd: '/', timeout: 30_000 });
+  // As the sandboxes run: bwrap itself as the unprivileged uid (spawn sets it, supplementary groups cleared).
+  const as = uid !== null ? { uid, gid: uid } : {};
+  const r = spawnSync(bwrap, args, { encoding: 'utf8', cwd: '/', timeout: 30_000, ...as });
   if (r.status === 0) return;
   const said = `${r.stderr ?? ''}${r.error ? r.error.message : ''}`.trim();
   const settings = [

@@ -1,7 +1,8 @@
 import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxBreachError, SandboxUnavailableError } from '../errors';
-import { isLive, killUid } from '../host/proc-scan';
+import { isLive } from '../host/proc-scan';
+import { UidSweeper } from '../host/uid-sweeper';
 
 /**
  * Host uids for sandboxes, one per running sandbox: RLIMIT_NPROC is counted per uid, so a fork
@@ -25,6 +26,7 @@ export interface UidLease {
 export class UidPool {
   private readonly held = new Set<number>();
   private cursor = 0;
+  private readonly sweeper: UidSweeper;
 
   constructor(
     private readonly lockDir: string,
@@ -34,6 +36,7 @@ export class UidPool {
     if (!Number.isInteger(base) || !Number.isInteger(count) || base < 1000 || count < 1 || base + count > 2 ** 32 - 2)
       throw new SandboxUnavailableError(`sandbox uid range [${base}, ${base + count}) is not a valid range of unprivileged uids`);
     mkdirSync(lockDir, { recursive: true, mode: 0o700 });
+    this.sweeper = new UidSweeper({ base, count });
   }
 
   async acquire(): Promise<UidLease> {
@@ -45,7 +48,7 @@ export class UidPool {
         if (!this.staleLock(lock)) continue;
         // Its holder died: a sandbox of it might still be running (it was killed with its holder,
         // but be sure) before the uid is handed to someone else.
-        if ((await killUid(uid)).left.length) continue;
+        if ((await this.sweeper.killUid(uid)).left.length) continue;
         unlinkQuiet(lock);
         if (!this.tryLock(lock)) continue;
       }
@@ -59,7 +62,7 @@ export class UidPool {
   }
 
   private async release(uid: number, lock: string): Promise<number[]> {
-    const { found, left } = await killUid(uid);
+    const { found, left } = await this.sweeper.killUid(uid);
     this.held.delete(uid);
     // The uid stays locked: handing it out again would put a survivor into a new sandbox.
     if (left.length) throw new SandboxBreachError(`processes of sandbox uid ${uid} survive SIGKILL: ${left.join(', ')}`);

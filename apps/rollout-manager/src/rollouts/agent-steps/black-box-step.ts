@@ -27,8 +27,8 @@ type BlackBoxAgent = Extract<AgentSpec, { kind: 'black-box' }>;
  * A third-party agent program (agents/black-box.ts) in a sandbox of its task set's kind, given
  * only its session. Its session is closed as soon as it exits, before its calls are counted and
  * scored, so nothing is recorded after. Nothing it started outlives its run, and nothing outlives
- * this process either (the sandbox's supervisor dies with its host: bwrap --die-with-parent under
- * setpriv --pdeathsig, or the none backend's parent-death signal), so a restart has no agent left
+ * this process either (the sandbox's supervisor dies with its host: bwrap --die-with-parent, which
+ * covers bwrap itself, or the none backend's parent-death signal), so a restart has no agent left
  * to kill. An agent refused a call over its session's call budget is stopped then, and its rollout
  * ends as max_steps (the budget bounds its LLM calls as maxSteps bounds the white-box loop's).
  */
