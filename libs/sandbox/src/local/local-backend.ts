@@ -1,5 +1,5 @@
 import { statSync } from 'node:fs';
-import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandboxUnavailableError } from '../errors';
 import { removeDeadHostsDirs } from '../host/proc-scan';
@@ -9,8 +9,9 @@ import { isRoot, runtimeBase, traversableBy } from '../install/paths';
 import { ensureSandboxTools, type SandboxTools } from '../install/tools';
 import { startSessionRelay, type SessionRelay } from '../relay/session-relay';
 import { sessionEnv, stderrLogger, type SandboxBackend, type SandboxLogger, type SandboxResult, type SandboxSpec } from '../types';
-import { bwrapArgs, etcFiles, GATEWAY_SOCKET, RELAY_PORT, SANDBOX_HOME } from './bwrap-args';
+import { bwrapArgs, GATEWAY_SOCKET, RELAY_PORT, SANDBOX_HOME } from './bwrap-args';
 import { checkUserNamespaces, detectCgroups, type CgroupSupport } from './probe';
+import { SandboxEtc } from './sandbox-etc';
 import { DEFAULT_UID_BASE, DEFAULT_UID_COUNT, UidPool, type UidLease } from './uid-pool';
 import { chownTree, ownerOf, type Owner } from './workspace-owner';
 
@@ -38,6 +39,7 @@ export class LocalSandbox implements SandboxBackend {
   private readonly base: string;
   /** Workspaces of running sandboxes: each is owned by its sandbox's uid while it runs, so it cannot be shared. */
   private readonly busy = new Set<string>();
+  private readonly etc: SandboxEtc;
 
   private constructor(
     private readonly tools: SandboxTools & { bwrap: string },
@@ -49,6 +51,7 @@ export class LocalSandbox implements SandboxBackend {
       ? new UidPool(join(this.base, 'uids'), opts.uidBase ?? DEFAULT_UID_BASE, opts.uidCount ?? DEFAULT_UID_COUNT)
       : null;
     this.cgroups = detectCgroups();
+    this.etc = new SandboxEtc(this.base, RUN_PREFIX);
   }
 
   /** Installs what is missing, then proves that this kernel lets bwrap build a sandbox (else SandboxUnavailableError). */
@@ -58,7 +61,7 @@ export class LocalSandbox implements SandboxBackend {
     const { bwrap } = tools;
     if (!bwrap) throw new SandboxUnavailableError('bubblewrap (bwrap) is missing: apt-get install bubblewrap');
     const backend = new LocalSandbox({ ...tools, bwrap }, opts, logger);
-    removeDeadHostsDirs(backend.base, 'run-');
+    removeDeadHostsDirs(backend.base, RUN_PREFIX);
     const lease = await backend.pool?.acquire();
     try {
       checkUserNamespaces(bwrap, lease?.uid ?? null);
@@ -89,9 +92,8 @@ export class LocalSandbox implements SandboxBackend {
       claimed = true;
       lease = await this.pool?.acquire();
       const ids = lease ? { uid: lease.uid, gid: lease.uid } : null;
-      runtimeDir = await mkdtemp(join(this.base, `run-${process.pid}-`));
+      runtimeDir = await mkdtemp(join(this.base, `${RUN_PREFIX}${process.pid}-`));
       const dir = runtimeDir;
-      await Promise.all(Object.entries(etcFiles()).map(([name, text]) => writeFile(join(dir, name), text, { mode: 0o644 })));
       if (ids) {
         await chown(dir, ids.uid, ids.gid);
         await chmod(dir, 0o700);
@@ -120,7 +122,13 @@ export class LocalSandbox implements SandboxBackend {
         ...spec.env,
         ...(spec.session ? sessionEnv(`http://127.0.0.1:${RELAY_PORT}`) : {}),
       };
-      const args = bwrapArgs({ spec, runtimeDir: dir, init: this.tools.init, cwd: spec.cwd ?? spec.workspaceAt });
+      const args = bwrapArgs({
+        spec,
+        runtimeDir: dir,
+        etcDir: this.etc.current(),
+        init: this.tools.init,
+        cwd: spec.cwd ?? spec.workspaceAt,
+      });
       // As root, bwrap runs as the sandbox's uid (an unprivileged user, so it builds a user
       // namespace); its --die-with-parent ties bwrap itself, not only what it runs, to this process.
       const result = await superviseRun(
@@ -154,6 +162,9 @@ export class LocalSandbox implements SandboxBackend {
     }
   }
 }
+
+/** Per-run directories (and the prepared /etc) under the runtime base: `run-<host pid>-*`. */
+const RUN_PREFIX = 'run-';
 
 function modeOf(p: string): string {
   try {
