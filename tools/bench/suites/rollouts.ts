@@ -9,8 +9,8 @@
  *    counted: the session's callCount is the count).
  *  - The manager (RolloutRuntime) in this process: white-box chain-add (k = 3: 3 calls) at 64, 256
  *    and 1024 concurrent agents; black-box agents (a shell script making 2 chat calls with curl)
- *    at 64 and 256 concurrent processes, each run once unsandboxed (sandbox none) and once in the
- *    local sandbox on the same workload, BENCH_RM_SANDBOX_ROUNDS times (default 2) in alternating
+ *    at 64 and 256 concurrent processes (at least BENCH_RM_BLACK_MIN_ROLLOUTS = 128 rollouts a run),
+ *    each run once unsandboxed (sandbox none) and once in the local sandbox on the same workload, BENCH_RM_SANDBOX_ROUNDS times (default 2) in alternating
  *    order, so the load other processes put on a shared machine falls on both alike.
  *  - The sandbox's cost: start-to-first-call, from the rollout's slot to its agent's first call
  *    reaching the generation backend (the agent names its workspace in that call; the backend
@@ -46,8 +46,9 @@ const WHITE = list(process.env.BENCH_RM_WHITE ?? '64,256,1024');
 const BLACK = list(process.env.BENCH_RM_BLACK ?? '64,256');
 const SANDBOX_ROUNDS = Number(process.env.BENCH_RM_SANDBOX_ROUNDS ?? 2);
 type Sandbox = 'none' | 'local';
-/** Rollouts per run: ROUNDS × concurrency. */
+/** Rollouts per run: ROUNDS × concurrency, and for black-box runs at least BLACK_MIN_ROLLOUTS (a steady state at small N, not two bursts). */
 const ROUNDS = Number(process.env.BENCH_RM_ROUNDS ?? 2);
+const BLACK_MIN_ROLLOUTS = Number(process.env.BENCH_RM_BLACK_MIN_ROLLOUTS ?? 128);
 
 // ---------------------------------------------------------------- gateway process
 
@@ -330,7 +331,7 @@ async function main(): Promise<void> {
       });
       await rt.start();
       const G = 8;
-      const total = run.n * ROUNDS;
+      const total = run.agents === 'black-box' ? Math.max(run.n * ROUNDS, BLACK_MIN_ROLLOUTS) : run.n * ROUNDS;
       const id = `bench-${run.agents}-${run.sandbox}-${run.n}-${Date.now()}`;
       if (run.agents === 'white-box') {
         await rt.loadBuiltin({
