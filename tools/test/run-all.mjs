@@ -6,7 +6,7 @@
 // summary line "N passed, N failed, N skipped". The CUDA engine sources are compiled too (nvcc
 // from the machine, or CUDA 13.0 fetched from PyPI into .cache/cuda-toolkit): without a GPU its
 // tests are skipped with the reason, but a CUDA source that no longer compiles fails the run.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,6 +27,39 @@ function step(name, cmd, args, env = {}) {
   const r = spawnSync(cmd, args, { cwd: root, stdio: 'inherit', env: { ...process.env, ...env } });
   steps.push({ name, ok: r.status === 0, seconds: (Date.now() - started) / 1000 });
   return r.status === 0;
+}
+
+/**
+ * Steps in lanes: the lanes run side by side, the steps of a lane one after another. Each step's
+ * output is held and printed whole when it ends, so the log reads as if they ran in turn. The
+ * checks before the tests are single-threaded (tsc, prettier, eslint, nvcc), so two lanes on two
+ * cores take half the time.
+ */
+async function stepsInLanes(lanes) {
+  const runOne = ([name, cmd, args]) =>
+    new Promise((resolve) => {
+      const started = Date.now();
+      const child = spawn(cmd, args, { cwd: root, env: process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+      const out = [];
+      child.stdout.on('data', (d) => out.push(d));
+      child.stderr.on('data', (d) => out.push(d));
+      const done = (ok) => {
+        console.log(`\n=== ${name}: ${cmd} ${args.join(' ')}`);
+        process.stdout.write(Buffer.concat(out));
+        steps.push({ name, ok, seconds: (Date.now() - started) / 1000 });
+        resolve(ok);
+      };
+      child.on('error', (err) => {
+        out.push(Buffer.from(`${err.message}\n`));
+        done(false);
+      });
+      child.on('close', (code) => done(code === 0));
+    });
+  await Promise.all(
+    lanes.map(async (lane) => {
+      for (const s of lane) await runOne(s);
+    }),
+  );
 }
 
 let stack;
@@ -64,11 +97,17 @@ try {
   console.log('=== infrastructure: fresh Kafka broker and PostgreSQL cluster');
   stack = await startStack({ fresh: true });
   const env = { ...stack.env, CI: process.env.CI ?? '' };
-  step('cuda compile', 'node', ['tools/build/native-cuda.mjs', '--fetch-toolkit']);
-  step('typecheck', 'npx', ['tsc', '-p', 'tsconfig.json', '--noEmit']);
-  step('format', 'npx', ['prettier', '--check', '--log-level', 'warn', '.']);
-  step('lint', 'node', ['tools/build/lint.mjs']);
-  step('build', 'node', ['tools/build/build.mjs']);
+  await stepsInLanes([
+    [
+      ['cuda compile', 'node', ['tools/build/native-cuda.mjs', '--fetch-toolkit']],
+      ['build', 'node', ['tools/build/build.mjs']],
+    ],
+    [
+      ['typecheck', 'npx', ['tsc', '-p', 'tsconfig.json', '--noEmit']],
+      ['format', 'npx', ['prettier', '--check', '--log-level', 'warn', '.']],
+      ['lint', 'node', ['tools/build/lint.mjs']],
+    ],
+  ]);
   step('sandbox tools', 'npx', ['tsx', 'tools/sandbox/install.ts']);
   mkdirSync(join(root, '.cache'), { recursive: true });
   // The black-box tests run Python agents: ours on the official openai package
