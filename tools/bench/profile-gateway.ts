@@ -5,6 +5,7 @@
  * then prints each service's top self-time functions and packages. A development tool beside
  * the gateway bench (`npm run bench -- gateway` has the numbers; this says why).
  *   npx tsx tools/bench/profile-gateway.ts [--capture on|off] [--sessions 256] [--seconds 10] [--top 25] [--token-ms 2] [--profile on|off]
+ *     [--api chat|responses|messages] [--stream on|off]   (the agent-facing API the load uses; default chat, JSON)
  *     [--fixture-port 39391]   (KAFKA_PORT / PG_PORT pick the infrastructure's ports: default 39192 / 35532;
  *     PROFILE_NODE_ARGS adds node flags to both services, e.g. "--max-semi-space-size=16" to compare GC settings)
  */
@@ -25,6 +26,8 @@ const { values: args } = parseArgs({
     profile: { type: 'string', default: 'on' },
     'token-ms': { type: 'string', default: '2' },
     'fixture-port': { type: 'string', default: '39391' },
+    api: { type: 'string', default: 'chat' },
+    stream: { type: 'string', default: 'off' },
   },
 });
 process.env.KAFKA_PORT ??= '39192';
@@ -204,14 +207,29 @@ async function main() {
       });
       keys.push(((await res.json()) as { apiKey: string }).apiKey);
     }
-    const body = JSON.stringify({
-      model: MODEL,
-      messages: [{ role: 'user', content: 'Benchmark question: what is 2+3? Answer briefly.' }],
-      max_tokens: 8,
-      temperature: 1,
-      seed: 1,
-    });
-    const url = new URL(`${gw.baseUrl}/v1/chat/completions`);
+    const question = 'Benchmark question: what is 2+3? Answer briefly.';
+    const stream = args.stream === 'on' ? { stream: true } : {};
+    const apis: Record<string, { path: string; body: unknown; auth: (key: string) => Record<string, string> }> = {
+      chat: {
+        path: '/v1/chat/completions',
+        body: { model: MODEL, messages: [{ role: 'user', content: question }], max_tokens: 8, temperature: 1, seed: 1 },
+        auth: (key) => ({ authorization: `Bearer ${key}` }),
+      },
+      responses: {
+        path: '/v1/responses',
+        body: { model: MODEL, input: question, max_output_tokens: 8, temperature: 1 },
+        auth: (key) => ({ authorization: `Bearer ${key}` }),
+      },
+      messages: {
+        path: '/v1/messages',
+        body: { model: MODEL, messages: [{ role: 'user', content: question }], max_tokens: 8, temperature: 1 },
+        auth: (key) => ({ 'x-api-key': key, 'anthropic-version': '2023-06-01' }),
+      },
+    };
+    const api = apis[args.api];
+    if (!api) throw new Error(`--api ${args.api}: one of ${Object.keys(apis).join(', ')}`);
+    const body = JSON.stringify({ ...(api.body as object), ...stream });
+    const url = new URL(`${gw.baseUrl}${api.path}`);
     const agent = new Agent({ keepAlive: true, maxSockets: n });
     const run = async (seconds: number) => {
       const end = performance.now() + seconds * 1000;
@@ -220,7 +238,7 @@ async function main() {
       await Promise.all(
         keys.map(async (k) => {
           while (performance.now() < end) {
-            if ((await post(agent, url, { authorization: `Bearer ${k}` }, body)) === 200) ok++;
+            if ((await post(agent, url, api.auth(k), body)) === 200) ok++;
             else bad++;
           }
         }),
@@ -256,7 +274,7 @@ async function main() {
         {},
         JSON.stringify({ requestId: 'probe', sessionId: 'probe', promptIds, maxTokens: 8, temperature: 1, seed: 1 }),
       ],
-      ['gateway chat (JSON)', url, { authorization: `Bearer ${keys[0]}` }, body],
+      [`gateway ${args.api}${args.stream === 'on' ? ' (stream)' : ' (JSON)'}`, url, api.auth(keys[0]), body],
     ];
     const one = new Agent({ keepAlive: true, maxSockets: 1 });
     for (const [name, u, h, b] of layers) {
@@ -287,7 +305,9 @@ async function main() {
     loadWindow[1] = Number(process.hrtime.bigint() / 1000n);
     const s = (performance.now() - t0) / 1000;
     const self = process.cpuUsage(selfBefore);
-    console.log(`capture ${args.capture}, ${n} sessions: ${(r.ok / s).toFixed(0)} calls/s, ${r.bad} errors`);
+    console.log(
+      `capture ${args.capture}, ${args.api}${args.stream === 'on' ? ' stream' : ''}, ${n} sessions: ${(r.ok / s).toFixed(0)} calls/s, ${r.bad} errors`,
+    );
     for (const svc of services) {
       const lines = svc.output().slice(outputBefore[svc.app]).split('\n').filter(Boolean);
       const msgs = new Map<string, number>();

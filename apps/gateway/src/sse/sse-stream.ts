@@ -18,7 +18,9 @@ export interface CallStream {
  */
 export class SseStream {
   private started = false;
-  private corked = false;
+  /** Events of this tick not yet written, and whether their write is scheduled. */
+  private pending = '';
+  private flushScheduled = false;
 
   constructor(private readonly raw: ServerResponse) {}
 
@@ -33,7 +35,7 @@ export class SseStream {
 
   done(): void {
     this.start();
-    if (!this.closed) this.raw.end('data: [DONE]\n\n');
+    this.endWith('data: [DONE]\n\n');
   }
 
   /** A named event (`event: <name>`), as the Responses and Messages APIs stream them. */
@@ -43,27 +45,39 @@ export class SseStream {
   }
 
   /**
-   * Events written in the same tick leave in one send: a Responses or Messages answer is a
-   * burst of small events (item added, part added, deltas, done, completed), each of which
-   * would otherwise be its own packet and syscall.
+   * Events written in the same tick leave as one write of one string: a Responses or Messages
+   * answer is a burst of small events (item added, part added, deltas, done, completed), each of
+   * which would otherwise be its own packet and syscall, or (corked) its own chunk of a writev,
+   * converted and tracked one by one.
    */
   private write(text: string): void {
     if (this.closed) return;
-    if (!this.corked) {
-      this.corked = true;
-      this.raw.cork();
-      process.nextTick(() => {
-        this.corked = false;
-        this.raw.uncork();
-      });
-    }
-    this.raw.write(text);
+    this.pending += text;
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    process.nextTick(() => this.flush());
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    const out = this.pending;
+    this.pending = '';
+    if (out && !this.closed) this.raw.write(out);
+  }
+
+  /** Ends the answer with what this tick still holds, then `last`. */
+  private endWith(last = ''): void {
+    const out = this.pending + last;
+    this.pending = '';
+    if (this.closed) return;
+    if (out) this.raw.end(out);
+    else this.raw.end();
   }
 
   /** Ends a stream of named events (those APIs send no [DONE]). */
   end(): void {
     this.start();
-    if (!this.closed) this.raw.end();
+    this.endWith();
   }
 
   /**
@@ -77,7 +91,7 @@ export class SseStream {
       this.raw.end(JSON.stringify(body));
       return;
     }
-    this.raw.end(last.map(([name, data]) => `event: ${name}\ndata: ${JSON.stringify(data)}\n\n`).join(''));
+    this.endWith(last.map(([name, data]) => `event: ${name}\ndata: ${JSON.stringify(data)}\n\n`).join(''));
   }
 
   fail(error: ApiError): void {
@@ -87,7 +101,7 @@ export class SseStream {
       this.raw.end(JSON.stringify(error.body()));
       return;
     }
-    this.raw.end(`data: ${JSON.stringify(error.body())}\n\n`);
+    this.endWith(`data: ${JSON.stringify(error.body())}\n\n`);
   }
 
   private start(): void {
