@@ -1,5 +1,4 @@
-import { statSync } from 'node:fs';
-import { chmod, chown, mkdtemp, rm } from 'node:fs/promises';
+import { chmodSync, chownSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxUnavailableError } from '../errors';
 import { removeDeadHostsDirs } from '../host/proc-scan';
@@ -92,11 +91,13 @@ export class LocalSandbox implements SandboxBackend {
       claimed = true;
       lease = await this.pool?.acquire();
       const ids = lease ? { uid: lease.uid, gid: lease.uid } : null;
-      runtimeDir = await mkdtemp(join(this.base, `${RUN_PREFIX}${process.pid}-`));
+      // Small synchronous steps (here and below): on a busy host each awaited one waits its turn
+      // in the event loop, and a sandbox's start is a dozen of them.
+      runtimeDir = mkdtempSync(join(this.base, `${RUN_PREFIX}${process.pid}-`));
       const dir = runtimeDir;
       if (ids) {
-        await chown(dir, ids.uid, ids.gid);
-        await chmod(dir, 0o700);
+        chownSync(dir, ids.uid, ids.gid);
+        chmodSync(dir, 0o700);
         for (const p of [spec.workspace, ...spec.readOnlyMounts.map((m) => m.src)]) {
           // The workspace is about to become the sandbox's own; a read-only path must already be readable.
           const blocked = traversableBy(p, ids.uid, ids.gid, p !== spec.workspace);
@@ -106,7 +107,7 @@ export class LocalSandbox implements SandboxBackend {
                 'use a path every user may reach (e.g. under /tmp)',
             );
         }
-        restoreOwner = await ownerOf(spec.workspace);
+        restoreOwner = ownerOf(spec.workspace);
         await chownTree(spec.workspace, ids);
       }
       if (spec.session) relay = await startSessionRelay(spec.session, { socketPath: join(dir, GATEWAY_SOCKET), owner: ids ?? undefined });
@@ -157,7 +158,7 @@ export class LocalSandbox implements SandboxBackend {
       if (killed.length)
         this.logger.warn('sandbox local: processes outlived their PID namespace and were killed', { label: spec.label, pids: killed });
       if (restoreOwner) await chownTree(spec.workspace, restoreOwner);
-      if (runtimeDir) await rm(runtimeDir, { recursive: true, force: true });
+      if (runtimeDir) rmSync(runtimeDir, { recursive: true, force: true });
       if (claimed) this.busy.delete(spec.workspace);
     }
   }

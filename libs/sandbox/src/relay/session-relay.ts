@@ -1,4 +1,4 @@
-import { chmod, chown } from 'node:fs/promises';
+import { chmodSync, chownSync } from 'node:fs';
 import {
   Agent as HttpAgent,
   createServer,
@@ -131,8 +131,8 @@ export async function startSessionRelay(session: SandboxSession, listen: RelayLi
   let address: string;
   if ('socketPath' in listen) {
     address = listen.socketPath;
-    await chmod(address, 0o600);
-    if (listen.owner) await chown(address, listen.owner.uid, listen.owner.gid);
+    chmodSync(address, 0o600);
+    if (listen.owner) chownSync(address, listen.owner.uid, listen.owner.gid);
   } else {
     address = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   }
