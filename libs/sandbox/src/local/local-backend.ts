@@ -50,7 +50,7 @@ export class LocalSandbox implements SandboxBackend {
       ? new UidPool(join(this.base, 'uids'), opts.uidBase ?? DEFAULT_UID_BASE, opts.uidCount ?? DEFAULT_UID_COUNT)
       : null;
     this.cgroups = detectCgroups();
-    this.etc = new SandboxEtc(this.base, RUN_PREFIX);
+    this.etc = SandboxEtc.shared(this.base, RUN_PREFIX);
   }
 
   /** Installs what is missing, then proves that this kernel lets bwrap build a sandbox (else SandboxUnavailableError). */

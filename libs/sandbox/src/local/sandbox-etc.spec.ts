@@ -75,6 +75,12 @@ describe('SandboxEtc', () => {
     expect(existsSync(second)).toBe(true);
   });
 
+  it('is one per runtime directory in a process, however many backends share it', () => {
+    const base = temp();
+    expect(SandboxEtc.shared(base, 'run-')).toBe(SandboxEtc.shared(base, 'run-'));
+    expect(SandboxEtc.shared(base, 'run-')).not.toBe(SandboxEtc.shared(temp(), 'run-'));
+  });
+
   it('is named for its host process, so a dead host’s copy is cleaned up with its run directories', () => {
     const base = temp();
     const dir = new SandboxEtc(base, 'run-', hostEtc()).current();

@@ -54,6 +54,16 @@ export function etcFiles(): Record<'passwd' | 'group' | 'hosts', string> {
  * run directories removes it too.
  */
 export class SandboxEtc {
+  private static readonly perBase = new Map<string, SandboxEtc>();
+
+  /** The one prepared /etc of this process under `base`, however many backends it creates there. */
+  static shared(base: string, prefix: string): SandboxEtc {
+    const key = `${base}\0${prefix}`;
+    let etc = SandboxEtc.perBase.get(key);
+    if (!etc) SandboxEtc.perBase.set(key, (etc = new SandboxEtc(base, prefix)));
+    return etc;
+  }
+
   private dir: string | null = null;
   private stamp = '';
   private paths: string[] = [];
