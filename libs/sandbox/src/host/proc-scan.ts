@@ -42,11 +42,6 @@ export function processesOfUids(range: UidRange): Map<number, number[]> {
   return out;
 }
 
-/** Live (not zombie) processes whose real uid is `uid`, from /proc. */
-export function processesOfUid(uid: number): number[] {
-  return processesOfUids({ base: uid, count: 1 }).get(uid) ?? [];
-}
-
 /** Whether `pid` is a live (not zombie) process. */
 export function isLive(pid: number): boolean {
   try {

@@ -3,27 +3,20 @@ import {
   existsSync,
   lstatSync,
   mkdirSync,
-  mkdtempSync,
   readFileSync,
   readlinkSync,
-  rmSync,
   statSync,
   symlinkSync,
   utimesSync,
   writeFileSync,
 } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { removeWorkspaces, workspace } from '../testing/harness';
 import { SandboxEtc } from './sandbox-etc';
 
-const dirs: string[] = [];
-afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
-const temp = () => {
-  const d = mkdtempSync(join(tmpdir(), 'anvil-etc-'));
-  dirs.push(d);
-  return d;
-};
+afterAll(removeWorkspaces);
+const temp = workspace;
 
 /** A host /etc with a file, a symlink, a directory of CA links and a private directory, and things that must not be copied. */
 function hostEtc(): string {

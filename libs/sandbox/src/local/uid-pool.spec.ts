@@ -1,19 +1,14 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { SandboxUnavailableError } from '../errors';
+import { removeWorkspaces, workspace } from '../testing/harness';
 import { UidPool } from './uid-pool';
 
 const BASE = 1_900_040_000;
-const dirs: string[] = [];
-afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
-const lockDir = () => {
-  const d = mkdtempSync(join(tmpdir(), 'anvil-uids-'));
-  dirs.push(d);
-  return d;
-};
+afterAll(removeWorkspaces);
+const lockDir = workspace;
 
 /** A pid that certainly belongs to no live process: one that just exited. */
 function deadPid(): number {
